@@ -1,0 +1,275 @@
+"""Shared helpers: package defaults, tolerance formulas, gap inverses, divided
+differences, the gauge check and input validation.
+
+The tolerance formulas here are the ones documented in the README and mirrored
+by ``julia/PySpectral/src/common``; change them in both places or in neither.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
+
+from .exceptions import BackendError, GaugeError, GaugeWarning, InputError, InputTypeError
+
+GAUGE_POLICIES = ("warn", "raise", "ignore")
+BACKENDS = ("auto", "torch", "julia")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Numerical settings of one call, fixed at forward time (so a backward run
+    later, or from another thread, sees the settings the forward saw).
+
+    ``None`` tolerances are computed from the data: see :func:`degeneracy_atol`
+    and :func:`gauge_atol`.
+    """
+
+    degeneracy_atol: float | None = None
+    broadening: float | None = None
+    gauge: str = "warn"
+    gauge_atol: float | None = None
+
+
+_defaults = Options()
+_defaults_lock = threading.Lock()
+
+
+def get_defaults() -> dict[str, Any]:
+    """The package defaults used when a call leaves a setting as ``None``."""
+    return dict(vars(_defaults))
+
+
+def set_defaults(**settings: Any) -> dict[str, Any]:
+    """Set package defaults; returns the previous ones (to restore them later).
+
+    Keys: ``degeneracy_atol`` (float or None = ``max(S) * eps**0.75``),
+    ``broadening`` (Lorentzian width, float or None = hard cutoff),
+    ``gauge`` (``"warn"``, ``"raise"`` or ``"ignore"``) and ``gauge_atol``
+    (float or None = ``eps**0.75 * max|gU|, |gVh|``).
+    """
+    global _defaults
+    with _defaults_lock:
+        old = get_defaults()
+        _defaults = _check_options(replace(_defaults, **_known(settings)))
+    return old
+
+
+@contextlib.contextmanager
+def defaults(**settings: Any) -> Iterator[None]:
+    """Context manager that sets package defaults and restores them on exit."""
+    old = set_defaults(**settings)
+    try:
+        yield
+    finally:
+        set_defaults(**old)
+
+
+def _known(settings: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(settings) - set(vars(_defaults))
+    if unknown:
+        raise InputError(
+            f"unknown setting(s) {sorted(unknown)}; the settings are "
+            f"{sorted(vars(_defaults))}"
+        )
+    return settings
+
+
+def _check_options(opts: Options) -> Options:
+    if opts.gauge not in GAUGE_POLICIES:
+        raise InputError(
+            f"gauge must be one of {GAUGE_POLICIES}, got {opts.gauge!r}"
+        )
+    for name in ("degeneracy_atol", "broadening", "gauge_atol"):
+        value = getattr(opts, name)
+        if value is not None and not (isinstance(value, (int, float)) and value >= 0):
+            raise InputError(
+                f"{name} must be a non-negative number or None, got {value!r}"
+            )
+    return opts
+
+
+def options(
+    degeneracy_atol: float | None = None,
+    broadening: float | None = None,
+    gauge: str | None = None,
+    gauge_atol: float | None = None,
+) -> Options:
+    """Per-call settings, with ``None`` falling back to the package defaults."""
+    d = _defaults
+    return _check_options(
+        Options(
+            degeneracy_atol=d.degeneracy_atol if degeneracy_atol is None
+            else degeneracy_atol,
+            broadening=d.broadening if broadening is None else broadening,
+            gauge=d.gauge if gauge is None else gauge,
+            gauge_atol=d.gauge_atol if gauge_atol is None else gauge_atol,
+        )
+    )
+
+
+# ---------------------------------------------------------------- tolerances
+
+
+def eps(dtype: torch.dtype) -> float:
+    """Machine epsilon of the real type underlying ``dtype``."""
+    return torch.finfo(dtype).eps
+
+
+def degeneracy_atol(spectrum: torch.Tensor, atol: float | None) -> torch.Tensor:
+    """Absolute degeneracy tolerance, shape ``(*, 1, 1)``.
+
+    Default: ``max|spectrum| * eps**(3/4)`` per matrix, so that results do not
+    change when the input is rescaled.
+    """
+    if atol is not None:
+        return torch.full_like(spectrum[..., :1, None], atol)
+    scale = spectrum.detach().abs().amax(dim=-1, keepdim=True)
+    return (scale * eps(spectrum.dtype) ** 0.75).unsqueeze(-1)
+
+
+def gauge_atol(*cotangent_blocks: torch.Tensor, atol: float | None) -> float:
+    """Absolute gauge tolerance: default ``eps**(3/4) * max |gU|, |gVh|`` (the
+    largest entry of the incoming cotangents of the singular/eigen vectors)."""
+    if atol is not None:
+        return atol
+    scale = max(float(_peek(b.detach()).abs().max()) for b in cotangent_blocks)
+    return eps(cotangent_blocks[0].dtype) ** 0.75 * scale
+
+
+# ------------------------------------------------------------- gap inverses
+
+
+def inv_safe(x: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
+    """Hard-cutoff inverse: ``1/x`` where ``|x| > tol``, else 0."""
+    keep = x.abs() > tol
+    return torch.where(keep, 1 / torch.where(keep, x, torch.ones_like(x)), 0.0)
+
+
+def inv_lorentz(x: torch.Tensor, width: float) -> torch.Tensor:
+    """Lorentzian-broadened inverse ``x / (x**2 + width**2)`` (smooth, signed)."""
+    return x / (x * x + width**2)
+
+
+def gap_inverse(x: torch.Tensor, tol: torch.Tensor, opts: Options) -> torch.Tensor:
+    """The inverse of a spectral gap chosen by ``opts.broadening``."""
+    if opts.broadening is None:
+        return inv_safe(x, tol)
+    return inv_lorentz(x, opts.broadening)
+
+
+# ------------------------------------------------------------------- gauge
+
+
+def check_gauge(
+    op: str,
+    violation: torch.Tensor,
+    cluster: torch.Tensor,
+    scale_blocks: tuple[torch.Tensor, ...],
+    opts: Options,
+) -> None:
+    """Apply the gauge policy to ``max |violation|`` over ``cluster`` pairs.
+
+    A gauge-invariant loss has a cotangent whose anti-Hermitian part vanishes
+    inside every degenerate cluster; what is left is the part of the gradient
+    that depends on an arbitrary basis choice and is dropped.
+    """
+    if opts.gauge == "ignore":
+        return
+    measured = float(_peek(torch.where(cluster, violation.detach().abs(), 0.0)).max())
+    tol = gauge_atol(*scale_blocks, atol=opts.gauge_atol)
+    if measured <= tol:
+        return
+    msg = (
+        f"{op}: the incoming gradient depends on the basis chosen inside a "
+        f"degenerate subspace (measured {measured:.3g} > gauge_atol {tol:.3g}); "
+        "that part is dropped, so this gradient is not exact. Use a loss that is "
+        "invariant under rotations within degenerate subspaces, or "
+        "svd_function / matrix_function, which are exact at every spectrum."
+    )
+    apply_gauge_policy(msg, opts)
+
+
+def apply_gauge_policy(msg: str, opts: Options) -> None:
+    """Raise ``GaugeError`` under ``gauge="raise"``, else warn ``GaugeWarning``."""
+    if opts.gauge == "raise":
+        raise GaugeError(msg)
+    if opts.gauge == "warn":
+        warnings.warn(msg, GaugeWarning, stacklevel=5)
+
+
+# -------------------------------------------------------------- validation
+
+
+def _peek(t: torch.Tensor) -> torch.Tensor:
+    """The plain tensor under torch.func wrappers, to read values from (vmap
+    forbids reading a batched tensor; the checks here look at every entry)."""
+    while is_functorch_wrapped_tensor(t):
+        t = get_unwrapped(t)
+    return t
+
+
+def check_matrix(op: str, A: Any, *, square: bool = False) -> None:
+    """Validate a ``(*, m, n)`` floating or complex tensor with finite entries."""
+    if not isinstance(A, torch.Tensor):
+        raise InputTypeError(
+            f"{op}: A must be a torch.Tensor, got {type(A).__name__}; "
+            "convert with torch.as_tensor(A, dtype=torch.float64)"
+        )
+    if not (A.dtype.is_floating_point or A.dtype.is_complex) or A.dtype in (
+        torch.float16,
+        torch.bfloat16,
+    ):
+        raise InputTypeError(
+            f"{op}: A must have dtype float32, float64, complex64 or complex128, "
+            f"got {A.dtype}; convert with A.to(torch.float64)"
+        )
+    if A.dim() < 2:
+        raise InputError(
+            f"{op}: A must have shape (*, m, n) with at least 2 dimensions, got "
+            f"shape {tuple(A.shape)}; use A.reshape(1, -1) or A.unsqueeze(-1)"
+        )
+    if square and A.shape[-1] != A.shape[-2]:
+        raise InputError(
+            f"{op}: A must be square, shape (*, n, n), got shape {tuple(A.shape)}"
+        )
+    if A.numel() and not bool(torch.isfinite(_peek(A)).all()):
+        raise InputError(
+            f"{op}: A contains NaN or Inf entries (shape {tuple(A.shape)}); "
+            "the decomposition of such a matrix is undefined"
+        )
+
+
+def check_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
+    """Raise if ``A`` is not Hermitian to ``tol`` (default ``eps**0.75 max|A|``)."""
+    P = _peek(A)
+    err = float((P - P.mH).abs().max()) if P.numel() else 0.0
+    if tol is None:
+        tol = eps(A.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)
+    if err > tol:
+        raise InputError(
+            f"{op}: A is not Hermitian: max|A - A^H| = {err:.3g} > hermitian_tol "
+            f"{tol:.3g}. Symmetrise it, e.g. (A + A.mH) / 2, or pass "
+            "check_hermitian=False to read only the UPLO triangle"
+        )
+
+
+def resolve_backend(op: str, backend: str, A: torch.Tensor) -> str:
+    """Map ``backend`` to the one that runs: ``"torch"`` or ``"julia"``."""
+    if backend not in BACKENDS:
+        raise BackendError(
+            f"{op}: backend must be one of {BACKENDS}, got {backend!r}"
+        )
+    if backend == "julia":
+        raise BackendError(
+            f"{op}: the Julia backend is not available in this version of "
+            "pyspectral; use backend='torch' (or 'auto')"
+        )
+    return "torch"

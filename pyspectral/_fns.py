@@ -1,0 +1,90 @@
+"""Spectral functions ``f`` for ``svd_function`` / ``matrix_function``, and the
+stable divided differences their exact pullbacks are made of."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import _common as C
+
+
+def divided_difference(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: torch.Tensor,
+    fb: torch.Tensor,
+    da: torch.Tensor,
+    db: torch.Tensor,
+) -> torch.Tensor:
+    """Stable ``(fa - fb) / (a - b)``, tending to ``(da + db) / 2`` as ``a -> b``.
+
+    The quotient is used where its rounding error ``eps*max|f| / |fa - fb|`` is
+    below the error ``((a - b) / max(|a|, |b|))**2`` of the derivative average.
+    """
+    d = a - b
+    df = fa - fb
+    m = torch.maximum(a.abs(), b.abs())
+    fmax = torch.maximum(fa.abs(), fb.abs())
+    quotient_ok = (d != 0) & (df.abs() * d * d >= C.eps(a.dtype) * fmax * m * m)
+    safe_d = torch.where(quotient_ok, d, torch.ones_like(d))
+    return torch.where(quotient_ok, df / safe_d, (da + db) / 2)
+
+
+
+class SpectralFn:
+    """``f`` applied to a descending spectrum: ``fn(S, opts) -> (f(S), f'(S))``.
+
+    ``values(S, opts)`` may depend on the index (truncation) and raise on a
+    spectrum outside the domain. Hashable by name so that torch.func can key it.
+    """
+
+    def __init__(self, name: str, values: Callable[[Tensor, C.Options], tuple]):
+        self.name, self.values = name, values
+
+    def __call__(self, S: Tensor, opts: C.Options) -> tuple[Tensor, Tensor]:
+        return self.values(S, opts)
+
+    def __repr__(self) -> str:
+        return f"<spectral function {self.name}>"
+
+
+def power(p: float) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
+    """``(s**p, p s**(p-1))`` with the right limits at 0 (``0**0 = 1``)."""
+
+    def values(s: Tensor) -> tuple[Tensor, Tensor]:
+        if p == 0:
+            return torch.ones_like(s), torch.zeros_like(s)
+        return s**p, p * s ** (p - 1)
+
+    return values
+
+
+def user_pair(f: Any) -> Callable[[Tensor], tuple[Tensor, Tensor]] | None:
+    """``(f, f_prime)`` of elementwise torch callables, or None if ``f`` is not one."""
+    if (
+        isinstance(f, tuple)
+        and len(f) == 2
+        and callable(f[0])
+        and callable(f[1])
+    ):
+        return lambda s: (f[0](s), f[1](s))
+    return None
+
+
+def named_argument(f: Any, names: tuple[str, ...]) -> tuple[str, float] | None:
+    """``(name, number)`` if ``f`` is such a pair with ``name`` in ``names``."""
+    if (
+        isinstance(f, tuple)
+        and len(f) == 2
+        and f[0] in names
+        and isinstance(f[1], (int, float))
+        and not isinstance(f[1], bool)
+    ):
+        return f[0], float(f[1])
+    return None
+
+
