@@ -1,6 +1,14 @@
 """pyspectral: SVD, eigh and spectral matrix functions for PyTorch with correct,
 finite gradients at degenerate spectra."""
 
+import os as _os
+
+if _os.environ.get("PYSPECTRAL_START_JULIA", "").lower() in ("1", "yes", "true"):
+    # Opt-in: start Julia before torch loads (torch is imported just below), the
+    # import order that avoids the crashes of PythonCall.jl #215/#384.
+    import juliacall  # noqa: F401
+
+from . import julia
 from ._common import defaults, get_defaults, set_defaults
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
@@ -33,6 +41,7 @@ __all__ = [
     "eigh",
     "eigvalsh",
     "get_defaults",
+    "julia",
     "matrix_function",
     "set_defaults",
     "svd",

@@ -185,16 +185,27 @@ def check_gauge(
         return
     measured = float(_peek(torch.where(cluster, violation.detach().abs(), 0.0)).max())
     tol = gauge_atol(*scale_blocks, atol=opts.gauge_atol)
-    if measured <= tol:
-        return
-    msg = (
+    if measured > tol:
+        apply_gauge_policy(gauge_message(op, measured, tol), opts)
+
+
+def gauge_message(op: str, measured: float, tol: float) -> str:
+    """The gauge warning/error text (shared by both backends)."""
+    return (
         f"{op}: the incoming gradient depends on the basis chosen inside a "
         f"degenerate subspace (measured {measured:.3g} > gauge_atol {tol:.3g}); "
         "that part is dropped, so this gradient is not exact. Use a loss that is "
         "invariant under rotations within degenerate subspaces, or "
         "svd_function / matrix_function, which are exact at every spectrum."
     )
-    apply_gauge_policy(msg, opts)
+
+
+def report_julia_gauge(opts: Options) -> None:
+    """Apply the gauge policy to the violations the Julia pullbacks recorded."""
+    from . import _julia
+
+    for op, measured, tol in _julia.gauge_records():
+        apply_gauge_policy(gauge_message(op, measured, tol), opts)
 
 
 def apply_gauge_policy(msg: str, opts: Options) -> None:
@@ -261,15 +272,34 @@ def check_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
         )
 
 
-def resolve_backend(op: str, backend: str, A: torch.Tensor) -> str:
-    """Map ``backend`` to the one that runs: ``"torch"`` or ``"julia"``."""
+def resolve_backend(op: str, backend: str, A: torch.Tensor, native_only: str = "") -> str:
+    """Map ``backend`` to the one that runs: ``"torch"`` or ``"julia"``.
+
+    ``"auto"`` takes Julia only where it can run this call (installed and
+    loading, CPU tensor, no torch.func transform, no ``native_only`` reason)
+    and the native backend otherwise; ``"julia"`` raises when it cannot.
+    """
     if backend not in BACKENDS:
-        raise BackendError(
-            f"{op}: backend must be one of {BACKENDS}, got {backend!r}"
-        )
+        raise BackendError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "torch":
+        return "torch"
+    from . import _julia
+
+    why_not = native_only or (
+        "torch.func transforms (vmap, grad, jacrev) run on the native backend"
+        if is_functorch_wrapped_tensor(A)
+        else ""
+    )
     if backend == "julia":
-        raise BackendError(
-            f"{op}: the Julia backend is not available in this version of "
-            "pyspectral; use backend='torch' (or 'auto')"
-        )
-    return "torch"
+        if why_not:
+            raise BackendError(f"{op}: {why_not}; use backend='torch'")
+        _julia.check_tensor(op, A)
+        _julia.glue()
+        return "julia"
+    if why_not or A.device.type != "cpu" or not _julia.status()[0]:
+        return "torch"
+    try:
+        _julia.glue()
+    except BackendError:
+        return "torch"
+    return "julia"

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _common as C
+from . import _julia
 from ._fns import SpectralFn, divided_difference, named_argument, power, user_pair
 from .exceptions import DomainError, InputError, InputTypeError
 
@@ -102,6 +103,55 @@ class _Eigh(torch.autograd.Function):
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         w, V = ctx.saved_tensors
         return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
+
+
+class _EighJulia(torch.autograd.Function):
+    """``_Eigh`` on the Julia backend (same formulas, see julia/PySpectral)."""
+
+    @staticmethod
+    def forward(ctx: Any, A: Tensor, uplo: str, opts: C.Options) -> tuple:
+        (w, V), ctx.handles = _julia.eigh(A, uplo)
+        ctx.uplo, ctx.opts, ctx.shape_dtype = uplo, opts, (A.shape, A.dtype)
+        ctx.save_for_backward(w, V)
+        ctx.set_materialize_grads(False)
+        return w, V
+
+    @staticmethod
+    def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
+        w, V = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph: the native pullback is the same formula, and
+            # differentiable, so double backward stays exact.
+            return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
+        if gw is None and gV is None:
+            return None, None, None
+        gA = _julia.eigh_pullback(ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts)
+        C.report_julia_gauge(ctx.opts)
+        return gA, None, None
+
+
+class _MatrixFunctionJulia(torch.autograd.Function):
+    """``_MatrixFunction`` on the Julia backend."""
+
+    @staticmethod
+    def forward(ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: C.Options) -> Tensor:
+        Y, ctx.handles = _julia.matrix_function(A, f, uplo)
+        ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
+        ctx.shape_dtype = (A.shape, A.dtype)
+        ctx.save_for_backward(A)
+        return Y
+
+    @staticmethod
+    def backward(ctx: Any, gY: Tensor) -> tuple:
+        if torch.is_grad_enabled():
+            (A,) = ctx.saved_tensors
+            w, V = _Eigh.apply(A, ctx.uplo, ctx.opts)
+            gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
+        else:
+            gA = _julia.matrix_function_pullback(
+                ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.uplo
+            )
+        return gA, None, None, None, None
 
 
 class _MatrixFunction(torch.autograd.Function):
@@ -253,9 +303,9 @@ def eigh(
         tensor(True)
     """
     _check("eigh", A, UPLO, check_hermitian, hermitian_tol)
-    C.resolve_backend("eigh", backend, A)
+    impl = _EighJulia if C.resolve_backend("eigh", backend, A) == "julia" else _Eigh
     opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
-    return EighResult(*_Eigh.apply(A, UPLO, opts))
+    return EighResult(*impl.apply(A, UPLO, opts))
 
 
 def eigvalsh(A: Tensor, UPLO: str = "L", *, backend: str = "auto") -> Tensor:
@@ -266,10 +316,10 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, backend: str = "auto") -> Tensor:
     exact for symmetric functions of the eigenvalues at any spectrum.
     """
     _check("eigvalsh", A, UPLO, False, None)
-    C.resolve_backend("eigvalsh", backend, A)
-    if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)):
+    julia = C.resolve_backend("eigvalsh", backend, A) == "julia"
+    if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)) and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
-    return _Eigh.apply(A, UPLO, C.options())[0]
+    return (_EighJulia if julia else _Eigh).apply(A, UPLO, C.options())[0]
 
 
 def matrix_function(
@@ -311,6 +361,10 @@ def matrix_function(
         tensor(True)
     """
     _check("matrix_function", A, UPLO, check_hermitian, hermitian_tol)
-    C.resolve_backend("matrix_function", backend, A)
+    fn = _matfun(f)
+    user = "user (f, f_prime) pairs are Python functions" if fn.name == "user" else ""
+    backend = C.resolve_backend("matrix_function", backend, A, native_only=user)
     opts = C.options(degeneracy_atol, None, None, None)
-    return _MatrixFunction.apply(A, _matfun(f), UPLO, opts)[0]
+    if backend == "julia":
+        return _MatrixFunctionJulia.apply(A, f, fn, UPLO, opts)
+    return _MatrixFunction.apply(A, fn, UPLO, opts)[0]

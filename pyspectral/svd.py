@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _common as C
+from . import _julia
 from ._fns import SpectralFn, divided_difference, named_argument, power, user_pair
 from .exceptions import DomainError, InputError, InputTypeError
 
@@ -130,6 +131,52 @@ class _SVD(torch.autograd.Function):
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         U, S, Vh = ctx.saved_tensors
         return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
+
+
+class _SVDJulia(torch.autograd.Function):
+    """``_SVD`` on the Julia backend (same formulas, see julia/PySpectral)."""
+
+    @staticmethod
+    def forward(ctx: Any, A: Tensor, full_matrices: bool, opts: C.Options) -> tuple:
+        (U, S, Vh), ctx.handles = _julia.svd(A, full_matrices)
+        ctx.opts, ctx.shape_dtype = opts, (A.shape, A.dtype)
+        ctx.save_for_backward(U, S, Vh)
+        ctx.set_materialize_grads(False)
+        return U, S, Vh
+
+    @staticmethod
+    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
+        U, S, Vh = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            # create_graph: the native pullback is the same formula, and
+            # differentiable, so double backward stays exact.
+            return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
+        if gU is None and gS is None and gVh is None:
+            return None, None, None
+        gA = _julia.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
+        C.report_julia_gauge(ctx.opts)
+        return gA, None, None
+
+
+class _SVDFunctionJulia(torch.autograd.Function):
+    """``_SVDFunction`` on the Julia backend."""
+
+    @staticmethod
+    def forward(ctx: Any, A: Tensor, f: Any, opts: C.Options) -> Tensor:
+        Y, ctx.handles = _julia.svd_function(A, f)
+        ctx.f, ctx.opts, ctx.shape_dtype = f, opts, (A.shape, A.dtype)
+        ctx.fn = _svd_fn(f, min(A.shape[-2:]))
+        ctx.save_for_backward(A)
+        return Y
+
+    @staticmethod
+    def backward(ctx: Any, gY: Tensor) -> tuple:
+        if torch.is_grad_enabled():
+            (A,) = ctx.saved_tensors
+            U, S, Vh = _SVD.apply(A, False, ctx.opts)
+            return svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts), None, None
+        gA = _julia.svd_function_pullback(ctx.shape_dtype, ctx.handles, ctx.f, gY)
+        return gA, None, None
 
 
 class _SVDFunction(torch.autograd.Function):
@@ -301,10 +348,10 @@ def svd(
         tensor(True)
     """
     C.check_matrix("svd", A)
-    C.resolve_backend("svd", backend, A)
+    impl = _SVDJulia if C.resolve_backend("svd", backend, A) == "julia" else _SVD
     opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
     if k is None:
-        return SVDResult(*_SVD.apply(A, full_matrices, opts))
+        return SVDResult(*impl.apply(A, full_matrices, opts))
     kmax = min(A.shape[-2:])
     if full_matrices:
         raise InputError(
@@ -316,7 +363,7 @@ def svd(
             f"svd: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
             f"A of shape {tuple(A.shape)}, got {k!r}"
         )
-    U, S, Vh = _SVD.apply(A, False, opts)
+    U, S, Vh = impl.apply(A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 
 
@@ -328,10 +375,10 @@ def svdvals(A: Tensor, *, backend: str = "auto") -> Tensor:
     functions of the singular values at any spectrum (nuclear norm, ...).
     """
     C.check_matrix("svdvals", A)
-    C.resolve_backend("svdvals", backend, A)
+    julia = C.resolve_backend("svdvals", backend, A) == "julia"
     if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)):
-        return torch.linalg.svdvals(A)
-    return _SVD.apply(A, False, C.options())[1]
+        return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
+    return (_SVDJulia if julia else _SVD).apply(A, False, C.options())[1]
 
 
 def svd_function(
@@ -370,14 +417,18 @@ def svd_function(
         tensor(True)
     """
     C.check_matrix("svd_function", A)
-    C.resolve_backend("svd_function", backend, A)
+    fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
+    user = "user (f, f_prime) pairs are Python functions" if fn and fn.name == "user" else ""
+    julia = C.resolve_backend("svd_function", backend, A, native_only=user) == "julia"
     opts = C.options(degeneracy_atol, None, gauge, None)
-    if f == "normalize":
-        smax = _SVD.apply(A, False, opts)[1][..., :1, None]
+    if fn is None:
+        smax = (_SVDJulia if julia else _SVD).apply(A, False, opts)[1][..., :1, None]
         if bool((C._peek(smax) == 0).any()):
             raise DomainError(
                 "svd_function: 'normalize' divides by the largest singular value, "
                 "which is 0 (A is a zero matrix)"
             )
         return A / smax
-    return _SVDFunction.apply(A, _svd_fn(f, min(A.shape[-2:])), opts)[0]
+    if julia:
+        return _SVDFunctionJulia.apply(A, f, opts)
+    return _SVDFunction.apply(A, fn, opts)[0]

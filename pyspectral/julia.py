@@ -1,0 +1,194 @@
+"""Julia from PyTorch: prototype a rule in Julia and call it on tensors, and run
+Julia rule tests.
+
+Workflow: write a function (and, if you like, its ``ChainRulesCore.rrule``) in
+a ``.jl`` file; ``ps.julia.include("rules.jl")``; ``f = ps.julia.function("f")``;
+call ``f(x)`` on tensors and backpropagate. Edit the file and ``include`` it
+again: the next call uses the new rule. Test it with ChainRulesTestUtils'
+``test_rrule`` in a ``@testset`` and run ``python -m pyspectral test-julia
+file.jl``.
+
+Julia starts on first use. Inputs are CPU tensors (copied into Julia
+``Array``s, which rules may dispatch on or mutate); outputs are arrays or
+numbers, returned as tensors sharing Julia's memory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _julia
+from .exceptions import BackendError, InputTypeError
+
+__all__ = [
+    "function",
+    "include",
+    "JuliaFunction",
+    "testset_names",
+    "run_testset",
+    "run_tests",
+    "PACKAGE_TESTS",
+    "TEST_PACKAGES",
+    "missing_test_packages",
+]
+
+def _package_dir() -> Path:
+    """The bundled Julia package: inside an installed wheel, or the checkout's."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "jl" / "PySpectral", here.parent / "julia" / "PySpectral"):
+        if (candidate / "Project.toml").is_file():
+            return candidate
+    return here.parent / "julia" / "PySpectral"
+
+
+PACKAGE_TESTS = _package_dir() / "test"
+TEST_PACKAGES = ("Test", "Random", "ChainRulesTestUtils", "FiniteDifferences", "Zygote")
+
+
+def include(path: str | Path) -> None:
+    """Evaluate a Julia file in pyspectral's user module (again, to reload it)."""
+    p = Path(path).resolve()
+    if not p.is_file():
+        raise FileNotFoundError(f"pyspectral.julia.include: no file {p}")
+    _julia.call("julia.include", "user_include", str(p))
+
+
+def function(f: str) -> JuliaFunction:
+    """A Julia function as a differentiable operation on tensors.
+
+    ``f`` is Julia source text evaluating to a function (``"x -> logdet(x' * x
+    + I)"``, ``"inv"``) or the name of one defined by :func:`include`. Its
+    backward uses ``ChainRulesCore.rrule(f, args...)`` when one exists (yours,
+    or ChainRules.jl's for ``inv``, ``det``, ``logdet``, ``cholesky``, ``\\``,
+    ...), else ``Zygote.pullback``; ``.last_rule`` says which ran.
+    """
+    if not isinstance(f, str):
+        raise InputTypeError(
+            f"pyspectral.julia.function: f must be Julia source text or a name, "
+            f"got {type(f).__name__}"
+        )
+    return JuliaFunction(f)
+
+
+class JuliaFunction:
+    """Callable returned by :func:`function`."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.handle = _julia.call(source, "user_eval", source)
+        self.last_rule: str | None = None
+        self._tuple = False
+
+    def __call__(self, *args: Any) -> Any:
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                _julia.check_tensor(self.source, a)
+        out = _JuliaFunction.apply(self, *args)
+        return out[0] if len(out) == 1 and not self._tuple else out
+
+    def __repr__(self) -> str:
+        return f"pyspectral.julia.function({self.source!r})"
+
+
+def _to_julia(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        # Logical (row-major) layout: user functions see the matrix itself.
+        return x.detach().resolve_conj().resolve_neg().numpy()
+    return x
+
+
+def _to_torch(y: Any, like: torch.dtype) -> torch.Tensor:
+    if isinstance(y, (bool, int, float, complex)):
+        dtype = like if not isinstance(y, complex) or like.is_complex else (
+            torch.complex128 if like == torch.float64 else torch.complex64
+        )
+        return torch.tensor(y, dtype=dtype)
+    return torch.from_numpy(np.asarray(y))
+
+
+class _JuliaFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, jf: JuliaFunction, *args: Any) -> tuple:
+        y, ctx.pullback, which = _julia.call(
+            jf.source, "function_forward", jf.handle, *map(_to_julia, args)
+        )
+        jf.last_rule = str(which)
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        like = tensors[0].dtype if tensors else torch.get_default_dtype()
+        jf._tuple = isinstance(y, tuple)
+        ys = y if jf._tuple else (y,)
+        ctx.inputs = [(a.shape, a.dtype) if isinstance(a, torch.Tensor) else None for a in args]
+        ctx.source, ctx.single = jf.source, not jf._tuple
+        return tuple(_to_torch(v, like) for v in ys)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, *gys: torch.Tensor) -> tuple:
+        cot = [
+            g.item() if g.dim() == 0 else g.resolve_conj().contiguous().numpy()
+            for g in gys
+        ]
+        gs = _julia.call(
+            ctx.source, "function_pullback", ctx.pullback, cot[0] if ctx.single else tuple(cot)
+        )
+        grads = []
+        for g, meta in zip(gs, ctx.inputs):
+            if meta is None or g is None:
+                grads.append(None)
+                continue
+            shape, dtype = meta
+            t = _to_torch(g, dtype).to(dtype)
+            grads.append(t.reshape(shape) if t.shape != shape else t)
+        return (None, *grads)
+
+
+# ------------------------------------------------------------- Julia tests
+
+_TESTSET = re.compile(r'^@testset\s+"((?:[^"\\]|\\.)*)"', re.MULTILINE)
+
+
+def testset_names(path: str | Path) -> list[str]:
+    """Names of the top-level ``@testset "name"`` blocks of a Julia test file
+    (read without Julia, so pytest can list them even where Julia is absent)."""
+    return _TESTSET.findall(Path(path).read_text(encoding="utf-8"))
+
+
+def missing_test_packages() -> list[str]:
+    """The Julia test packages not installed in pyspectral's Julia environment."""
+    return [str(p) for p in _julia.call("julia tests", "missing_packages", list(TEST_PACKAGES))]
+
+
+def run_testset(path: str | Path, name: str) -> tuple[int, list[str]]:
+    """Run one top-level ``@testset`` of ``path`` in Julia; ``(passed, failures)``
+    with each failure as Julia prints it (message and location)."""
+    passed, failures = _julia.call(
+        f"julia test {name!r}", "run_testset", str(Path(path).resolve()), name
+    )
+    return int(passed), [str(f) for f in failures]
+
+
+def run_tests(path: str | Path | None = None) -> bool:
+    """Run every top-level ``@testset`` of a Julia test file (default: the
+    PySpectral package tests), print a summary, return True if all passed."""
+    path = Path(path) if path is not None else PACKAGE_TESTS / "runtests.jl"
+    missing = missing_test_packages()
+    if missing:
+        raise BackendError(
+            f"the Julia test packages {missing} are not installed; run "
+            "`python -m pyspectral install-julia --tests`"
+        )
+    ok = True
+    for name in testset_names(path):
+        passed, failures = run_testset(path, name)
+        status = "ok" if not failures else f"{len(failures)} FAILED"
+        print(f"{name}: {passed} passed, {status}")
+        for f in failures:
+            print("  " + f.replace("\n", "\n  "))
+        ok = ok and not failures
+    return ok
