@@ -150,7 +150,11 @@ def gauge_atol(*cotangent_blocks: torch.Tensor, atol: float | None) -> float:
 def inv_safe(x: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
     """Hard-cutoff inverse: ``1/x`` where ``|x| > tol``, else 0."""
     keep = x.abs() > tol
-    return torch.where(keep, 1 / torch.where(keep, x, torch.ones_like(x)), 0.0)
+    if x.requires_grad or is_functorch_wrapped_tensor(x):
+        # Differentiable use (double backward): keep the discarded quotient
+        # and its derivative finite, or where() would backpropagate 0 * inf.
+        x = torch.where(keep, x, 1.0)
+    return torch.where(keep, 1 / x, 0.0)
 
 
 def inv_lorentz(x: torch.Tensor, width: float) -> torch.Tensor:
@@ -163,6 +167,12 @@ def gap_inverse(x: torch.Tensor, tol: torch.Tensor, opts: Options) -> torch.Tens
     if opts.broadening is None:
         return inv_safe(x, tol)
     return inv_lorentz(x, opts.broadening)
+
+
+def add_diagonal(M: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """``M + diag_embed(d)`` with one full-size temporary instead of two."""
+    diagonal = M.diagonal(dim1=-2, dim2=-1) + d
+    return torch.diagonal_scatter(M, diagonal, dim1=-2, dim2=-1)
 
 
 # ------------------------------------------------------------------- gauge
@@ -183,7 +193,13 @@ def check_gauge(
     """
     if opts.gauge == "ignore":
         return
-    measured = float(_peek(torch.where(cluster, violation.detach().abs(), 0.0)).max())
+    # masked_select reads only the (few) cluster entries; one host sync.
+    inside = _peek(violation.detach()).masked_select(_peek(cluster))
+    measured = float(inside.abs().max()) if inside.numel() else 0.0
+    if measured == 0:
+        # Nothing to report whatever the tolerance (>= 0): skip the passes over
+        # the cotangents that gauge_atol needs (real input, distinct spectrum).
+        return
     tol = gauge_atol(*scale_blocks, atol=opts.gauge_atol)
     if measured > tol:
         apply_gauge_policy(gauge_message(op, measured, tol), opts)
@@ -251,7 +267,13 @@ def check_matrix(op: str, A: Any, *, square: bool = False) -> None:
         raise InputError(
             f"{op}: A must be square, shape (*, n, n), got shape {tuple(A.shape)}"
         )
-    if A.numel() and not bool(torch.isfinite(_peek(A)).all()):
+    # Any NaN or Inf entry makes the sum non-finite, so a finite sum (one cheap
+    # reduction) proves every entry finite; only otherwise look entry by entry
+    # (a sum can also overflow).
+    P = _peek(A)
+    if P.numel() and not (
+        bool(torch.isfinite(P.sum())) or bool(torch.isfinite(P).all())
+    ):
         raise InputError(
             f"{op}: A contains NaN or Inf entries (shape {tuple(A.shape)}); "
             "the decomposition of such a matrix is undefined"
@@ -272,6 +294,13 @@ def check_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
         )
 
 
+def backend_status() -> dict[str, tuple[bool, str]]:
+    """For each backend name: whether it can run here, and why (not)."""
+    from . import _julia
+
+    return {"torch": (True, "native PyTorch backend"), "julia": _julia.status()}
+
+
 def resolve_backend(op: str, backend: str, A: torch.Tensor, native_only: str = "") -> str:
     """Map ``backend`` to the one that runs: ``"torch"`` or ``"julia"``.
 
@@ -288,7 +317,7 @@ def resolve_backend(op: str, backend: str, A: torch.Tensor, native_only: str = "
     why_not = native_only or (
         "torch.func transforms (vmap, grad, jacrev) run on the native backend"
         if is_functorch_wrapped_tensor(A)
-        else ""
+        else "empty tensors run on the native backend" if A.numel() == 0 else ""
     )
     if backend == "julia":
         if why_not:

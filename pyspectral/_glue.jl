@@ -94,19 +94,26 @@ end
 
 # ------------------------------------------------------------------ eigh
 
+# Julia decomposes conj(A), whose eigenvectors are conj(V): conjugate them in
+# place (Julia owns them), so Python wraps V itself without a copy or lazy conj.
 function eigh_batched(At::AbstractArray{<:Any,3}, uplo::AbstractString)
     Es = [PySpectral.eigh(view(At, :, :, b); uplo=Symbol(uplo)) for b in axes(At, 3)]
-    return batch([E.values for E in Es]), batch([E.vectors for E in Es])
+    return batch([E.values for E in Es]), conj!(batch([E.vectors for E in Es]))
 end
 
+# V and ΔV arrive as Python's (V, gV); the pullback of conj(A) needs conj of both
+# (`conj` of a real array is the array itself, no copy).
 function eigh_pullback_batched!(ΔAt, λ, V, Δλ, ΔV, uplo::AbstractString; kw...)
     opts = options(; kw...)
     for b in axes(ΔAt, 3)
-        PySpectral.eigh_pullback!(slice(ΔAt, b), slice(λ, b), slice(V, b), slice(Δλ, b),
-                                  slice(ΔV, b); uplo=Symbol(uplo), opts...)
+        PySpectral.eigh_pullback!(slice(ΔAt, b), slice(λ, b), conj(slice(V, b)), slice(Δλ, b),
+                                  conjugate(slice(ΔV, b)); uplo=Symbol(uplo), opts...)
     end
     return ΔAt
 end
+
+conjugate(::Nothing) = nothing
+conjugate(x) = conj(x)
 
 function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractString)
     g = fspec(f)
@@ -191,11 +198,13 @@ end
 passes(r::Test.Pass) = 1
 passes(ts::RecordingTestSet) = sum(passes, ts.results; init=0)
 passes(ts::Test.DefaultTestSet) = ts.n_passed + sum(passes, ts.results; init=0)
+passes(v::AbstractVector) = sum(passes, v; init=0)  # `@testset "name" for ...`
 passes(r) = 0
 
 failures(r::Union{Test.Fail,Test.Error}) = [sprint(show, r)]
 failures(ts::Union{RecordingTestSet,Test.DefaultTestSet}) =
     reduce(vcat, map(failures, ts.results); init=String[])
+failures(v::AbstractVector) = reduce(vcat, map(failures, v); init=String[])
 failures(r) = String[]
 
 """Top-level expressions of a test file: the setup ones and the named @testsets."""

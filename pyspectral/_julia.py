@@ -12,8 +12,8 @@ Crossing conventions (stated once, used by every op below):
   as the column-major ``n x m x B`` array of its transposes. Julia decomposes
   the transposes and we swap roles: ``A^T = conj(V) S conj(U)^H``, so Julia's
   ``U`` is our ``Vh^T`` and Julia's ``Vt`` our ``U^T``; for Hermitian ``A``,
-  ``A^T = conj(A)``, so Julia's eigenvectors are ``conj(V)`` and our lower
-  triangle is Julia's upper one. Julia-allocated results are wrapped by
+  ``A^T = conj(A)``, so Julia's eigenvectors are ``conj(V)`` (the glue
+  conjugates them in place) and our lower triangle is Julia's upper one. Julia-allocated results are wrapped by
   ``np.asarray`` and ``torch.from_numpy`` without copies; the Julia arrays stay
   alive as long as the tensors do (numpy holds the juliacall wrapper).
 
@@ -141,7 +141,8 @@ def glue() -> Any:
         except Exception as err:  # noqa: BLE001 - any failure to start is reported
             _state["error"] = f"Julia failed to start: {err}. " + INSTALL_HINT
             raise BackendError("Julia backend unavailable: " + _state["error"]) from err
-        _state["owner"] = threading.get_ident()
+        # The Thread object, not its ident: idents are reused after a thread ends.
+        _state["owner"] = threading.current_thread()
         return _state["glue"]
 
 
@@ -155,7 +156,7 @@ def call(op: str, name: str, *args: Any, **kwargs: Any) -> Any:
     """Call glue function ``name`` under the lock, translating Julia errors."""
     with _lock:
         g = glue()
-        foreign = threading.get_ident() != _state["owner"]
+        foreign = threading.current_thread() is not _state["owner"]
         if foreign:
             was_on = g.gc_enable(False)
         try:
@@ -313,7 +314,7 @@ def eigh(A: torch.Tensor, uplo: str) -> tuple:
     check_tensor("eigh", A)
     batch = A.shape[:-2]
     wj, Vj = call("eigh", "eigh_batched", to_julia(A), _SWAP[uplo])
-    V = julia_matrices(Vj).conj()  # Julia decomposed conj(A): vectors conj(V)
+    V = julia_matrices(Vj)  # the glue conjugated Julia's conj(V) in place
     return (from_julia_vectors(wj, batch), V.reshape(*batch, *V.shape[-2:])), (wj, Vj)
 
 
@@ -329,7 +330,7 @@ def eigh_pullback(
         wj,
         Vj,
         None if gw is None else to_julia_vectors(gw),
-        None if gV is None else to_julia_matrices(gV.conj()),
+        None if gV is None else to_julia_matrices(gV),
         _SWAP[uplo],
         **options(opts),
     )

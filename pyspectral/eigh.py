@@ -33,8 +33,10 @@ def fold_triangle(G: Tensor, uplo: str) -> Tensor:
     ``conj(A_ji)``, so it gets ``2 G_ij``; the diagonal gets ``Re G_ii`` (LAPACK
     ignores its imaginary part) and the other triangle nothing.
     """
-    T = torch.tril(G, -1) if uplo == "L" else torch.triu(G, 1)
-    return 2 * T + torch.diag_embed(G.diagonal(dim1=-2, dim2=-1).real.to(G.dtype))
+    T = (torch.tril(G, -1) if uplo == "L" else torch.triu(G, 1)).mul_(2)
+    # In place on T, which is new: one full-size temporary instead of four.
+    T.diagonal(dim1=-2, dim2=-1).copy_(G.diagonal(dim1=-2, dim2=-1).real)
+    return T
 
 
 def eigh_pullback(
@@ -58,13 +60,13 @@ def eigh_pullback(
         G = (V * gw.unsqueeze(-2).to(V.dtype)) @ V.mH
         return fold_triangle(G, uplo)
     tol = C.degeneracy_atol(w, opts.degeneracy_atol)
-    wi, wj = w.unsqueeze(-1), w.unsqueeze(-2)
+    gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     K = V.mH @ gV
     Ka = K - K.mH
-    C.check_gauge("eigh", Ka, (wj - wi).abs() <= tol, (gV,), opts)
-    M = Ka * (0.5 * C.gap_inverse(wj - wi, tol, opts))
+    C.check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
+    M = Ka * (0.5 * C.gap_inverse(gap, tol, opts))
     if gw is not None:
-        M = M + torch.diag_embed(gw).to(M.dtype)
+        M = C.add_diagonal(M, gw)
     return fold_triangle(V @ M @ V.mH, uplo)
 
 
@@ -125,8 +127,11 @@ class _EighJulia(torch.autograd.Function):
             return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
         if gw is None and gV is None:
             return None, None, None
-        gA = _julia.eigh_pullback(ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts)
-        C.report_julia_gauge(ctx.opts)
+        with _julia._lock:  # read our own gauge records, not another thread's
+            gA = _julia.eigh_pullback(
+                ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
+            )
+            C.report_julia_gauge(ctx.opts)
         return gA, None, None
 
 

@@ -151,17 +151,32 @@ class _JuliaFunction(torch.autograd.Function):
 # ------------------------------------------------------------- Julia tests
 
 _TESTSET = re.compile(r'^@testset\s+"((?:[^"\\]|\\.)*)"', re.MULTILINE)
+_ESCAPE = re.compile(r"\\(.)")
+
+
+def _unescape(m: re.Match) -> str:
+    return {"n": "\n", "t": "\t", "r": "\r", "0": "\0"}.get(m.group(1), m.group(1))
 
 
 def testset_names(path: str | Path) -> list[str]:
     """Names of the top-level ``@testset "name"`` blocks of a Julia test file
     (read without Julia, so pytest can list them even where Julia is absent)."""
-    return _TESTSET.findall(Path(path).read_text(encoding="utf-8"))
+    text = Path(path).read_text(encoding="utf-8")
+    # Julia's names are the unescaped strings (\" -> ", \\ -> \, ...); an
+    # interpolated name ("n = $n") is not a literal, so Julia runs it as setup.
+    return [
+        _ESCAPE.sub(_unescape, raw)
+        for raw in _TESTSET.findall(text)
+        if "$" not in _ESCAPE.sub("", raw)
+    ]
 
 
 def missing_test_packages() -> list[str]:
     """The Julia test packages not installed in pyspectral's Julia environment."""
-    return [str(p) for p in _julia.call("julia tests", "missing_packages", list(TEST_PACKAGES))]
+    # A tuple: juliacall passes it as a Tuple of Strings (a list would arrive as
+    # PyList{Py}, whose elements String() cannot convert).
+    names = tuple(TEST_PACKAGES)
+    return [str(p) for p in _julia.call("julia tests", "missing_packages", names)]
 
 
 def run_testset(path: str | Path, name: str) -> tuple[int, list[str]]:

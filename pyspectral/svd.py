@@ -70,18 +70,19 @@ def svd_pullback(
     K = None if gVh is None else Vh @ gVh.mH
     Ja = 0 if J is None else _skew(J)
     Ka = 0 if K is None else _skew(K)
+    JKa, gap = Ja + Ka, Sj - Si
     C.check_gauge(
         "svd",
-        Ja + Ka,
-        (Sj - Si).abs() <= tol,
+        JKa,
+        gap.abs() <= tol,
         tuple(g for g in (gU, gVh) if g is not None),
         opts,
     )
-    M = (Ja + Ka) * (0.5 * C.gap_inverse(Sj - Si, tol, opts)) + (Ja - Ka) * (
+    M = JKa * (0.5 * C.gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
         0.5 * C.gap_inverse(Sj + Si, tol, opts)
     )
     if gS is not None:
-        M = M + torch.diag_embed(gS).to(M.dtype)
+        M = C.add_diagonal(M, gS)
     gA = U @ M @ Vh
     Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
     if U.shape[-2] > k and J is not None:
@@ -153,8 +154,11 @@ class _SVDJulia(torch.autograd.Function):
             return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
         if gU is None and gS is None and gVh is None:
             return None, None, None
-        gA = _julia.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
-        C.report_julia_gauge(ctx.opts)
+        with _julia._lock:  # read our own gauge records, not another thread's
+            gA = _julia.svd_pullback(
+                ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts
+            )
+            C.report_julia_gauge(ctx.opts)
         return gA, None, None
 
 

@@ -1,0 +1,36 @@
+"""
+    PySpectral
+
+SVD, Hermitian eigendecomposition and spectral matrix functions whose pullbacks are
+finite and correct at degenerate and near-degenerate spectra, zero singular values
+and complex phases; the source of truth for pyspectral's rules (see MATH in the
+pyspectral README). Forward functions return plain arrays; `src/pullbacks` holds the
+pullbacks as plain functions; `src/rrules.jl` is the ChainRulesCore glue.
+
+`PySpectral.svd` and `PySpectral.svdvals` are not `LinearAlgebra.svd`/`svdvals`: with
+both packages loaded, call them qualified.
+"""
+module PySpectral
+
+using LinearAlgebra: LinearAlgebra, Eigen, Hermitian, I, SVD
+using ChainRulesCore: ChainRulesCore, AbstractZero, NoTangent, ProjectTo, Tangent,
+    ZeroTangent, unthunk
+using PrecompileTools: @compile_workload, @setup_workload
+
+export svd, svdvals, svd_function, eigh, eigvalsh, matrix_function
+export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
+    matrix_function_pullback!
+export GaugeError
+
+include("common/defaults.jl")
+include("common/safemethods.jl")
+include("common/gauge.jl")
+include("forward/svd.jl")
+include("forward/eigh.jl")
+include("pullbacks/svd.jl")
+include("pullbacks/eigh.jl")
+include("pullbacks/matfun.jl")
+include("rrules.jl")
+include("precompile.jl")
+
+end # module

@@ -1,0 +1,98 @@
+# Forward Hermitian eigendecomposition. Like torch.linalg.eigh and LAPACK, only the
+# `uplo` triangle of `A` is read (`Hermitian(A, uplo)`); the imaginary parts of the
+# diagonal are ignored. The pullbacks return the gradient w.r.t. those entries.
+
+function _check_square(op, A)
+    size(A, 1) == size(A, 2) && return nothing
+    throw(ArgumentError("$op: A must be square, got size $(size(A))"))
+end
+
+function _check_uplo(op, uplo)
+    (uplo === :L || uplo === :U) && return nothing
+    throw(ArgumentError("$op: uplo must be :L or :U, got $(repr(uplo))"))
+end
+
+function _require_hermitian(op, A, tol)
+    err = isempty(A) ? false : maximum(abs, A - A')
+    tol = tol === nothing ? default_hermitian_tol(A) : tol
+    err <= tol && return nothing
+    throw(ArgumentError("$op: A is not Hermitian: max|A - Aᴴ| = $(round(err; sigdigits=3)) " *
+                        "> hermitian_tol $(round(tol; sigdigits=3)). Symmetrise it, e.g. " *
+                        "(A + A') / 2, or pass check_hermitian=false to read only the " *
+                        "uplo triangle"))
+end
+
+# The Hermitian matrix LAPACK sees: a private copy (LAPACK overwrites it).
+function _hermitian_copy(op, A, uplo, check_hermitian, hermitian_tol)
+    _check_square(op, A)
+    _check_uplo(op, uplo)
+    _check_finite(op, A)
+    check_hermitian && _require_hermitian(op, A, hermitian_tol)
+    return Hermitian(Matrix{_lapack_eltype(A)}(A), uplo)
+end
+
+"""
+    eigh(A; uplo=:L, check_hermitian=false, hermitian_tol=nothing,
+         degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+         gauge_atol=nothing) -> LinearAlgebra.Eigen
+
+Eigendecomposition `A = V Diagonal(λ) Vᴴ` of a Hermitian (real symmetric) matrix,
+eigenvalues real and ascending, `E.values::Vector`, `E.vectors::Matrix`. Only the
+`uplo` triangle is read, unless `check_hermitian=true`, which first throws if
+`max|A - Aᴴ| > hermitian_tol` (default [`default_hermitian_tol`](@ref)).
+
+The pullback is the true gradient w.r.t. the entries read: zero on the other triangle,
+twice the Hermitian gradient below (above) the diagonal. The other keywords configure
+it as for [`svd`](@ref); gradients are exact for losses that see eigenvectors through
+complete degenerate clusters; for `V f(Λ) Vᴴ` use [`matrix_function`](@ref).
+"""
+function eigh(A::AbstractMatrix; uplo::Symbol=:L, check_hermitian::Bool=false,
+              hermitian_tol=nothing, degeneracy_atol=nothing, broadening=nothing,
+              gauge=:warn, gauge_atol=nothing)
+    _check_options("eigh"; degeneracy_atol, broadening, gauge, gauge_atol)
+    return LinearAlgebra.eigen!(_hermitian_copy("eigh", A, uplo, check_hermitian, hermitian_tol))
+end
+
+"""
+    eigvalsh(A; uplo=:L, check_hermitian=false, hermitian_tol=nothing) -> Vector
+
+Eigenvalues of the Hermitian matrix read from the `uplo` triangle of `A`, ascending.
+The pullback `V Diagonal(Δλ) Vᴴ` (folded onto the triangle) is exact for symmetric
+functions of the eigenvalues at every spectrum.
+"""
+function eigvalsh(A::AbstractMatrix; uplo::Symbol=:L, check_hermitian::Bool=false,
+                  hermitian_tol=nothing)
+    return LinearAlgebra.eigvals!(_hermitian_copy("eigvalsh", A, uplo, check_hermitian,
+                                                  hermitian_tol))
+end
+
+"""
+    matrix_function(A, f; uplo=:L, check_hermitian=false, hermitian_tol=nothing,
+                    degeneracy_atol=nothing) -> Matrix
+
+Spectral function `Y = V f(Λ) Vᴴ` of the Hermitian matrix read from the `uplo`
+triangle, with the exact (Daleckii–Krein) pullback at every spectrum. `f` is `:sqrt`,
+`:invsqrt`, `:log`, `:exp`, `(:pow, p)` or a pair `(f, f′)` of real scalar functions.
+`:log`, `:invsqrt` and negative powers need a positive definite input, `:sqrt` and
+fractional powers a semidefinite one (eigenvalues down to `-degeneracy_atol` are
+clamped to 0); outside the domain a `DomainError` names the eigenvalue (1-based,
+ascending) and its value.
+"""
+function matrix_function(A::AbstractMatrix, f; uplo::Symbol=:L, check_hermitian::Bool=false,
+                         hermitian_tol=nothing, degeneracy_atol=nothing)
+    _check_options("matrix_function"; degeneracy_atol)
+    E = eigh(A; uplo, check_hermitian, hermitian_tol)
+    return matrix_function_apply(E, f; degeneracy_atol)
+end
+
+"""
+    matrix_function_apply(E::Eigen, f; degeneracy_atol=nothing) -> Matrix
+
+`V f(Λ) Vᴴ` from a computed decomposition `E`; the forward of
+[`matrix_function`](@ref) for callers that keep `E` for the pullback.
+"""
+function matrix_function_apply(E::Eigen, f; degeneracy_atol=nothing)
+    fλ, _ = matrix_function_values(f, E.values; degeneracy_atol)
+    V = E.vectors
+    return (V .* transpose(fλ)) * V'
+end

@@ -1,0 +1,135 @@
+# Forward SVD. LAPACK overwrites its input, so it gets a private dense copy of `A`
+# (which may be any AbstractMatrix, e.g. a strided view of foreign memory); the
+# results are plain Matrix/Vector fields of a LinearAlgebra.SVD.
+#
+# `PySpectral.svd` is a function of its own, not a method of `LinearAlgebra.svd`:
+# adding our rrule to `LinearAlgebra.svd` would be type piracy and would clash with
+# ChainRules.jl's rule. With `using LinearAlgebra, PySpectral` call it qualified.
+
+# LAPACK element type for `A`: Float32/Float64/ComplexF32/ComplexF64 (integers and
+# Float16 are promoted).
+_lapack_eltype(A) = promote_type(Float32, float(eltype(A)))
+
+function _check_finite(op, A)
+    all(isfinite, A) && return nothing
+    throw(ArgumentError("$op: A contains NaN or Inf entries (size $(size(A))); " *
+                        "the decomposition of such a matrix is undefined"))
+end
+
+function _check_topk(k, full, K)
+    k === nothing && return nothing
+    k isa Bool && throw(ArgumentError("svd: k must be an integer, got $k"))
+    full && throw(ArgumentError("svd: k (top-k triplets) cannot be combined with " *
+                                "full=true; pass one of them"))
+    1 <= k <= K && return nothing
+    throw(ArgumentError("svd: k must be an integer with 1 <= k <= min(m, n) = $K, got $k"))
+end
+
+"""
+    svd(A; full=false, k=nothing, degeneracy_atol=nothing, broadening=nothing,
+        gauge=:warn, gauge_atol=nothing) -> LinearAlgebra.SVD
+
+Singular value decomposition `A = U Diagonal(S) Vᴴ`, `S` descending, with a stable
+pullback. `F.U`, `F.S`, `F.Vt` are a plain `Matrix`, `Vector`, `Matrix` (`F.V` is
+`F.Vt'`, as in LinearAlgebra). Thin by default; `full=true` gives square `U`, `Vᴴ`
+(their extra columns count through their span); `k` keeps the top `k` triplets, whose
+pullback includes the exact coupling to the discarded ones.
+
+The remaining keywords only configure the pullback (see [`svd_pullback!`](@ref)):
+singular values closer than `degeneracy_atol` (default `maximum(S) eps^(3/4)`) form a
+degenerate cluster; `broadening = η` replaces the cutoff `1/x` by `x/(x²+η²)`; `gauge`
+(`:warn`, `:raise`, `:ignore` or a function) is what happens when the loss depends on
+the basis inside a cluster.
+
+Gradients are finite at every spectrum and exact for losses that see `U`, `V` through
+complete degenerate clusters (projectors, the polar factor `U Vᴴ`) and `S` through
+symmetric functions; for `U f(S) Vᴴ` use [`svd_function`](@ref).
+
+Not `LinearAlgebra.svd`: call it as `PySpectral.svd` when both are loaded.
+"""
+function svd(A::AbstractMatrix; full::Bool=false, k::Union{Nothing,Integer}=nothing,
+             degeneracy_atol=nothing, broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    _check_options("svd"; degeneracy_atol, broadening, gauge, gauge_atol)
+    _check_topk(k, full, min(size(A)...))
+    _check_finite("svd", A)
+    F = LinearAlgebra.svd!(Matrix{_lapack_eltype(A)}(A); full=full)
+    return k === nothing ? F : _topk(F, k)
+end
+
+_topk(F::SVD, k) = SVD(F.U[:, 1:k], F.S[1:k], F.Vt[1:k, :])
+
+"""
+    svdvals(A) -> Vector
+
+Singular values of `A`, descending. Its pullback `U Diagonal(ΔS) Vᴴ` is exact for
+symmetric functions of the singular values at every spectrum.
+"""
+function svdvals(A::AbstractMatrix)
+    _check_finite("svdvals", A)
+    return LinearAlgebra.svdvals!(Matrix{_lapack_eltype(A)}(A))
+end
+
+"""
+    svd_function(A, f; degeneracy_atol=nothing, gauge=:warn) -> Matrix
+
+Singular value function `Y = U f(S) Vᴴ` (thin SVD) with a pullback that is exact at
+every spectrum, degenerate and zero singular values included (divided differences of
+`f`). `f` is `:polar` (`f = 1`), `(:truncate, r)` (keep the top `r`),
+`(:threshold, τ)` (`max(s - τ, 0)`), `(:pow, p)`, `:normalize` (`A / maximum(S)`, whose
+gradient includes that of `maximum(S)`), or a pair `(f, f′)` of scalar functions with
+`f(0) = 0`. Truncating inside a degenerate cluster (gap `≤ degeneracy_atol`) makes `Y`
+itself basis dependent and triggers the `gauge` policy.
+"""
+function svd_function(A::AbstractMatrix, f; degeneracy_atol=nothing, gauge=:warn)
+    return _svd_function(A, svd(A), f; degeneracy_atol, gauge)
+end
+
+# Shared by svd_function and its rrule, so that both return the same array.
+function _svd_function(A, F, f; degeneracy_atol=nothing, gauge=:warn)
+    _check_options("svd_function"; degeneracy_atol, gauge)
+    f = _fspec(f)
+    f === :normalize || return svd_function_apply(F, f; degeneracy_atol, gauge)
+    # A / s_max exactly as Python's backend computes it, not a reconstruction.
+    isempty(F.S) && return Matrix{eltype(F.U)}(A)
+    return A ./ _smax(F.S)
+end
+
+function _smax(S)
+    iszero(S[1]) && throw(DomainError(S[1], "svd_function: :normalize divides by the " *
+                                            "largest singular value, which is 0 (A is a zero matrix)"))
+    return S[1]
+end
+
+"""
+    svd_function_apply(F::SVD, f; degeneracy_atol=nothing, gauge=:warn) -> Matrix
+
+`U f(S) Vᴴ` from a computed SVD `F` (its first `length(F.S)` columns/rows); the
+forward of [`svd_function`](@ref) for callers that keep `F` for the pullback.
+"""
+function svd_function_apply(F::SVD, f; degeneracy_atol=nothing, gauge=:warn)
+    f = _fspec(f)
+    k = length(F.S)
+    U, Vᴴ = view(F.U, :, 1:k), view(F.Vt, 1:k, :)
+    if f === :normalize
+        isempty(F.S) && return U * Vᴴ
+        return (U .* transpose(F.S ./ _smax(F.S))) * Vᴴ
+    end
+    fS, _ = svd_function_values(f, F.S; degeneracy_atol)
+    _check_truncation(f, F.S, degeneracy_atol, gauge)
+    return (U .* transpose(fS)) * Vᴴ
+end
+
+# ("truncate", r) inside a degenerate cluster: which r of the equal singular values
+# are kept is decided by rounding, so Y itself depends on the basis.
+function _check_truncation(f, S, degeneracy_atol, gauge)
+    (f isa Tuple && first(f) === :truncate && _checks_gauge(gauge)) || return nothing
+    r = Int(f[2])
+    r < length(S) || return nothing
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(S) : degeneracy_atol
+    gap = S[r] - S[r+1]
+    gap <= tol || return nothing
+    msg = string("svd_function: (:truncate, $r) cuts a degenerate cluster (S[$r] - S[$(r+1)] = ",
+                 round(gap; sigdigits=3), " <= degeneracy_atol ", round(tol; sigdigits=3),
+                 "); the result depends on the basis chosen inside it. Truncate at a gap.")
+    return apply_gauge_policy(gauge, :svd_function, gap, tol, msg)
+end

@@ -1,0 +1,188 @@
+# SVD pullbacks: plain functions of arrays, no AD engine. Each adds its gradient to
+# `ΔA` (so a zeroed buffer gets the gradient) and leaves its other arguments alone.
+# A zero cotangent is `nothing` (or, with ChainRulesCore, an `AbstractZero`).
+
+_addmul!(ΔA, X, Y) = (ΔA .+= X * Y; ΔA)
+
+_skew(::Nothing) = nothing
+_skew(J) = J - J'
+
+_plus(::Nothing, ::Nothing) = nothing
+_plus(a, ::Nothing) = a
+_plus(::Nothing, b) = b
+_plus(a, b) = a + b
+
+_minus(::Nothing, ::Nothing) = nothing
+_minus(a, ::Nothing) = a
+_minus(::Nothing, b) = -b
+_minus(a, b) = a - b
+
+# max |P[i, j]| over the pairs of one degenerate cluster, |λⱼ - λᵢ| <= tol (i = j included).
+function _cluster_max(P, λ, tol)
+    viol = zero(real(eltype(P)))
+    for j in 1:length(λ), i in 1:length(λ)
+        abs(λ[j] - λ[i]) <= tol && (viol = max(viol, abs(P[i, j])))
+    end
+    return viol
+end
+
+function _add_diagonal!(M, Δλ)
+    iszerotangent(Δλ) && return M
+    length(Δλ) == size(M, 1) ||
+        throw(DimensionMismatch("cotangent of the spectrum has length $(length(Δλ)), " *
+                                "expected $(size(M, 1))"))
+    for (i, x) in enumerate(Δλ)
+        M[i, i] += real(x)  # the spectrum is real: only the real part of its cotangent acts
+    end
+    return M
+end
+
+_adjoint_matrix(x) = iszerotangent(x) ? nothing : Matrix(x')
+
+"""
+    svd_pullback!(ΔA, U, S, Vᴴ, ΔU, ΔS, ΔVᴴ; degeneracy_atol=nothing,
+                  broadening=nothing, gauge=:warn, gauge_atol=nothing) -> ΔA
+
+Add to `ΔA` (m×n) the gradient w.r.t. `A = U Diagonal(S) Vᴴ` given the cotangents
+`ΔU`, `ΔS`, `ΔVᴴ` of its thin (`U` m×k, `Vᴴ` k×n) or full (`U` m×m, `Vᴴ` n×n, `S`
+length k) SVD; any cotangent may be `nothing`. With `J = UᴴΔU`, `K = VᴴΔV`,
+`Jₐ = J - Jᴴ`, `Kₐ = K - Kᴴ`:
+
+    ΔA = U M Vᴴ + (ΔU - U J) Sinv Vᴴ + U Sinv (ΔVᴴ - Kᴴ Vᴴ)
+    Mᵢⱼ = (Jₐ + Kₐ)ᵢⱼ inv(sⱼ - sᵢ)/2 + (Jₐ - Kₐ)ᵢⱼ inv(sⱼ + sᵢ)/2 + δᵢⱼ ΔSᵢ
+
+where every `inv` is [`gap_inverse`](@ref)`(x, degeneracy_atol, broadening)` (0 inside
+a cluster, pseudo-inverse at zero singular values). The part of `Jₐ + Kₐ` inside
+clusters (diagonal included: complex phases) is gauge dependent and dropped; when it
+exceeds `gauge_atol` (default [`default_gauge_atol`](@ref)) the `gauge` policy applies
+(see [`check_gauge`](@ref)). For full factors the extra columns are folded in first,
+`ΔU_k -= Up (ΔUpᴴ U_k)` (likewise `V`). For the top `k` triplets, pass the full thin
+SVD with zero cotangent columns for the discarded ones.
+"""
+function svd_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVector,
+                       Vᴴ::AbstractMatrix, ΔU, ΔS, ΔVᴴ; degeneracy_atol=nothing,
+                       broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    # Derivation (Townsend 2016; Wan & Zhang 2019; PyTorch's svd_backward;
+    # MatrixAlgebraKit.jl's svd_pullback!). With dP = Uᴴ dA V, the anti-Hermitian
+    # Ω = Uᴴ dU solves dPᵢⱼ sⱼ + conj(dPⱼᵢ) sᵢ = (sⱼ² - sᵢ²) Ωᵢⱼ, and likewise for V.
+    # Pairing with the cotangents and splitting sⱼ/(sⱼ² - sᵢ²) into partial fractions
+    # gives M above: the first term has the small gaps sⱼ - sᵢ, and inside a cluster it
+    # is 0/0; a gauge-invariant loss has (Jₐ + Kₐ)ᵢⱼ = 0 there, so it is set to 0 and
+    # what is left is measured. The second term on the diagonal is the complex phase
+    # term i Im(Jᵢᵢ - Kᵢᵢ)/(2sᵢ). Projector terms as ΔU - U J, never I - U Uᴴ.
+    k = length(S)
+    m, n = size(U, 1), size(Vᴴ, 2)
+    size(ΔA) == (m, n) ||
+        throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($m, $n)"))
+    checks = _checks_gauge(gauge)
+    if size(U, 2) > k || size(Vᴴ, 1) > k
+        U, ΔU = _fold_complement(U, ΔU, k, gauge, gauge_atol, checks)
+        V, ΔV = _fold_complement(Matrix(Vᴴ'), _adjoint_matrix(ΔVᴴ), k, gauge, gauge_atol,
+                                 checks)
+        Vᴴ, ΔVᴴ = V', _adjoint_matrix(ΔV)
+    end
+    if iszerotangent(ΔU) && iszerotangent(ΔVᴴ)
+        iszerotangent(ΔS) && return ΔA
+        return _addmul!(ΔA, U .* transpose(real.(ΔS)), Vᴴ)
+    end
+
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(S) : degeneracy_atol
+    J = iszerotangent(ΔU) ? nothing : U' * ΔU
+    K = iszerotangent(ΔVᴴ) ? nothing : Vᴴ * ΔVᴴ'
+    Jₐ, Kₐ = _skew(J), _skew(K)
+    P, Q = _plus(Jₐ, Kₐ), _minus(Jₐ, Kₐ)
+    if checks
+        gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
+        check_gauge(:svd, _cluster_max(P, S, tol), gtol, gauge)
+    end
+
+    ginv(x) = gap_inverse(x, tol, broadening)
+    Sⱼ = transpose(S)
+    M = P .* (ginv.(Sⱼ .- S) ./ 2) .+ Q .* (ginv.(Sⱼ .+ S) ./ 2)
+    _add_diagonal!(M, ΔS)
+    _addmul!(ΔA, U, M * Vᴴ)
+    Sinv = transpose(ginv.(S))
+    m > k && J !== nothing && _addmul!(ΔA, (ΔU - U * J) .* Sinv, Vᴴ)
+    n > k && K !== nothing && _addmul!(ΔA, U .* Sinv, ΔVᴴ - K' * Vᴴ)
+    return ΔA
+end
+
+# Full factors: the complement Up = U[:, k+1:end] is arbitrary up to Up → Up Q, so a
+# loss that is exact here sees it through its span; its cotangent then acts on U_k
+# only through orthogonality, ΔU_k -= Up (ΔUpᴴ U_k). The basis-dependent part,
+# skew(Upᴴ ΔUp), is measured like any gauge dependence. Returns plain matrices.
+function _fold_complement(U, ΔU, k, gauge, gauge_atol, checks)
+    Uk = Matrix(view(U, :, 1:k))
+    iszerotangent(ΔU) && return Uk, nothing
+    size(ΔU, 2) == k && return Uk, ΔU
+    Up, ΔUp = view(U, :, k+1:size(U, 2)), view(ΔU, :, k+1:size(ΔU, 2))
+    if checks
+        B = Up' * ΔUp
+        gtol = gauge_atol === nothing ? default_gauge_atol(ΔU) : gauge_atol
+        check_gauge(:svd, _maxabs(B - B'), gtol, gauge)
+    end
+    return Uk, ΔU[:, 1:k] - Up * (ΔUp' * Uk)
+end
+
+"""
+    svdvals_pullback!(ΔA, U, S, Vᴴ, ΔS) -> ΔA
+
+Add `U Diagonal(ΔS) Vᴴ` (first `length(S)` columns/rows of `U`, `Vᴴ`) to `ΔA`: the
+gradient of the singular values, exact for symmetric functions of them at every
+spectrum.
+"""
+function svdvals_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVector,
+                           Vᴴ::AbstractMatrix, ΔS)
+    iszerotangent(ΔS) && return ΔA
+    k = length(S)
+    length(ΔS) == k || throw(DimensionMismatch("ΔS has length $(length(ΔS)), expected $k"))
+    return _addmul!(ΔA, view(U, :, 1:k) .* transpose(real.(ΔS)), view(Vᴴ, 1:k, :))
+end
+
+"""
+    svd_function_pullback!(ΔA, U, S, Vᴴ, f, ΔY; degeneracy_atol=nothing) -> ΔA
+
+Add to `ΔA` the gradient of `Y = U f(S) Vᴴ` (see [`svd_function`](@ref) for `f`) with
+cotangent `ΔY`. With `X = Uᴴ ΔY V`, `Lmᵢⱼ = divdiff(sᵢ, sⱼ, fᵢ, fⱼ, f′ᵢ, f′ⱼ)`,
+`Lpᵢⱼ = divdiff(sᵢ, -sⱼ, fᵢ, -fⱼ, f′ᵢ, f′ⱼ)` and `wᵢ = divdiff(sᵢ, 0, fᵢ, 0, f′ᵢ, f′ᵢ)`:
+
+    ΔA = U (Lm ∘ (X + Xᴴ)/2 + Lp ∘ (X - Xᴴ)/2) Vᴴ
+       + (ΔY V - U X) Diagonal(w) Vᴴ      (m > k)
+       + U Diagonal(w) (Uᴴ ΔY - X Vᴴ)      (n > k)
+
+Exact at every spectrum (only divided differences of `f` appear); no gauge check.
+"""
+function svd_function_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVector,
+                                 Vᴴ::AbstractMatrix, f, ΔY; degeneracy_atol=nothing)
+    # dY = U (Lm ∘ sym(dP) + Lp ∘ skew(dP)) Vᴴ + the one-sided complement terms, with
+    # dP = Uᴴ dA V and L± the divided differences of the odd extension of f. The map
+    # is self-adjoint entrywise, so the pullback has the same form in X = Uᴴ ΔY V.
+    iszerotangent(ΔY) && return ΔA
+    f = _fspec(f)
+    k = length(S)
+    U, Vᴴ = view(U, :, 1:k), view(Vᴴ, 1:k, :)
+    m, n = size(U, 1), size(Vᴴ, 2)
+    X = U' * ΔY * Vᴴ'
+    f === :normalize && return _normalize_pullback!(ΔA, U, S, Vᴴ, X, ΔY)
+    fS, dS = svd_function_values(f, S; degeneracy_atol)
+    Sⱼ, fⱼ, dⱼ = transpose(S), transpose(fS), transpose(dS)
+    Lm = divdiff.(S, Sⱼ, fS, fⱼ, dS, dⱼ)
+    Lp = divdiff.(S, .-Sⱼ, fS, .-fⱼ, dS, dⱼ)
+    _addmul!(ΔA, U, ((Lm .* (X .+ X') .+ Lp .* (X .- X')) ./ 2) * Vᴴ)
+    if m > k || n > k
+        w = transpose(divdiff.(S, zero(eltype(S)), fS, zero(eltype(fS)), dS, dS))
+        m > k && _addmul!(ΔA, (ΔY * Vᴴ' - U * X) .* w, Vᴴ)
+        n > k && _addmul!(ΔA, U .* w, U' * ΔY - X * Vᴴ)
+    end
+    return ΔA
+end
+
+# Y = A / s₁ with s₁ = maximum(S): ΔA = ΔY / s₁ - Re⟨A, ΔY⟩ / s₁² u₁v₁ᴴ, and
+# Re⟨A, ΔY⟩ = Σᵢ sᵢ Re Xᵢᵢ.
+function _normalize_pullback!(ΔA, U, S, Vᴴ, X, ΔY)
+    isempty(S) && return ΔA
+    s₁ = _smax(S)
+    c = sum(i -> S[i] * real(X[i, i]), 1:length(S)) / s₁^2
+    ΔA .+= ΔY ./ s₁ .- c .* view(U, :, 1) .* transpose(view(Vᴴ, 1, :))
+    return ΔA
+end

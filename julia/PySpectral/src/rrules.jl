@@ -1,0 +1,144 @@
+# ChainRulesCore rrules: the forward call, then the plain pullbacks of src/pullbacks.
+# Every pullback unthunks its cotangent, accepts every zero (`nothing`, `NoTangent`,
+# `ZeroTangent`), `Adjoint` arrays, and structural tangents with any subset of fields.
+#
+# Zygote and `F.U`, `F.S`, `F.V`, `F.Vt`: ChainRules.jl (loaded by Zygote) defines
+# `rrule(::typeof(getproperty), F::SVD, x::Symbol)`, giving `Tangent{SVD}` with field
+# `U`, `S` or `Vt` (for `F.V`: `Vt = Ȳ'`). We do not define that rule ourselves:
+# LinearAlgebra owns both `getproperty` and `SVD`, so it would be type piracy, and its
+# signature equals ChainRules' (a method overwrite, an error during precompilation).
+# Zygote turns those tangents into NamedTuples, adds them, and hands our pullback
+# `Tangent{Any}(U=…, S=…, Vt=…)`; `Eigen` has plain fields and arrives the same way.
+
+iszerotangent(::AbstractZero) = true
+
+_nothing_if_zero(x) = iszerotangent(x) ? nothing : x
+
+# One field of a structural cotangent; absent fields are zero.
+_field(t::Tangent, name::Symbol) = _nothing_if_zero(unthunk(getproperty(t, name)))
+_field(t::NamedTuple, name::Symbol) =
+    haskey(t, name) ? _nothing_if_zero(unthunk(getfield(t, name))) : nothing
+_field(t, ::Symbol) = throw(ArgumentError(
+    "PySpectral: a cotangent of type $(typeof(t)) is not supported; pass a Tangent, a " *
+    "NamedTuple or a zero"))
+
+_svd_cotangents(::Union{Nothing,AbstractZero}) = (nothing, nothing, nothing)
+function _svd_cotangents(ΔF)
+    ΔU, ΔS, ΔVᴴ, ΔV = _field(ΔF, :U), _field(ΔF, :S), _field(ΔF, :Vt), _field(ΔF, :V)
+    ΔV === nothing || (ΔVᴴ = ΔVᴴ === nothing ? ΔV' : ΔVᴴ + ΔV')
+    return ΔU, ΔS, ΔVᴴ
+end
+
+_eigen_cotangents(::Union{Nothing,AbstractZero}) = (nothing, nothing)
+_eigen_cotangents(ΔE) = (_field(ΔE, :values), _field(ΔE, :vectors))
+
+_allzero(xs...) = all(iszerotangent, xs)
+
+# Element type of a gradient buffer: the factors' type, widened by the cotangents'
+# (ProjectTo then maps it back onto the input's type).
+_grad_eltype(U, xs...) =
+    mapreduce(x -> iszerotangent(x) ? Bool : eltype(x), promote_type, xs; init=eltype(U))
+
+_pad_cols(x, K) = iszerotangent(x) ? nothing : hcat(x, zeros(eltype(x), size(x, 1), K - size(x, 2)))
+_pad_rows(x, K) = iszerotangent(x) ? nothing : vcat(x, zeros(eltype(x), K - size(x, 1), size(x, 2)))
+_pad_vec(x, K) = iszerotangent(x) ? nothing : vcat(x, zeros(eltype(x), K - length(x)))
+
+function ChainRulesCore.rrule(::typeof(svd), A::AbstractMatrix; full::Bool=false,
+                              k::Union{Nothing,Integer}=nothing, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    # Top-k pulls back through all triplets, with zero cotangents on the discarded
+    # ones: that is the exact coupling to the discarded spectrum.
+    _check_topk(k, full, min(size(A)...))
+    Fall = svd(A; full, degeneracy_atol, broadening, gauge, gauge_atol)
+    F = k === nothing ? Fall : _topk(Fall, k)  # exactly what svd(A; k) returns
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function svd_back(ΔF)
+        ΔU, ΔS, ΔVᴴ = _svd_cotangents(unthunk(ΔF))
+        _allzero(ΔU, ΔS, ΔVᴴ) && return NoTangent(), ZeroTangent()
+        if k !== nothing
+            K = length(Fall.S)
+            ΔU, ΔS, ΔVᴴ = _pad_cols(ΔU, K), _pad_vec(ΔS, K), _pad_rows(ΔVᴴ, K)
+        end
+        ΔA = zeros(_grad_eltype(Fall.U, ΔU, ΔS, ΔVᴴ), sz)
+        svd_pullback!(ΔA, Fall.U, Fall.S, Fall.Vt, ΔU, ΔS, ΔVᴴ;
+                      degeneracy_atol, broadening, gauge, gauge_atol)
+        return NoTangent(), project_A(ΔA)
+    end
+    return F, svd_back
+end
+
+function ChainRulesCore.rrule(::typeof(svdvals), A::AbstractMatrix)
+    F = svd(A)
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function svdvals_back(ΔS)
+        ΔS = unthunk(ΔS)
+        iszerotangent(ΔS) && return NoTangent(), ZeroTangent()
+        ΔA = zeros(_grad_eltype(F.U, ΔS), sz)
+        svdvals_pullback!(ΔA, F.U, F.S, F.Vt, ΔS)
+        return NoTangent(), project_A(ΔA)
+    end
+    return F.S, svdvals_back
+end
+
+function ChainRulesCore.rrule(::typeof(svd_function), A::AbstractMatrix, f;
+                              degeneracy_atol=nothing, gauge=:warn)
+    F = svd(A)
+    Y = _svd_function(A, F, f; degeneracy_atol, gauge)
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function svd_function_back(ΔY)
+        ΔY = unthunk(ΔY)
+        iszerotangent(ΔY) && return NoTangent(), ZeroTangent(), NoTangent()
+        ΔA = zeros(_grad_eltype(F.U, ΔY), sz)
+        svd_function_pullback!(ΔA, F.U, F.S, F.Vt, f, ΔY; degeneracy_atol)
+        return NoTangent(), project_A(ΔA), NoTangent()
+    end
+    return Y, svd_function_back
+end
+
+function ChainRulesCore.rrule(::typeof(eigh), A::AbstractMatrix; uplo::Symbol=:L,
+                              check_hermitian::Bool=false, hermitian_tol=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    E = eigh(A; uplo, check_hermitian, hermitian_tol, degeneracy_atol, broadening, gauge,
+             gauge_atol)
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function eigh_back(ΔE)
+        Δλ, ΔV = _eigen_cotangents(unthunk(ΔE))
+        _allzero(Δλ, ΔV) && return NoTangent(), ZeroTangent()
+        ΔA = zeros(_grad_eltype(E.vectors, Δλ, ΔV), sz)
+        eigh_pullback!(ΔA, E.values, E.vectors, Δλ, ΔV;
+                       uplo, degeneracy_atol, broadening, gauge, gauge_atol)
+        return NoTangent(), project_A(ΔA)
+    end
+    return E, eigh_back
+end
+
+function ChainRulesCore.rrule(::typeof(eigvalsh), A::AbstractMatrix; uplo::Symbol=:L,
+                              check_hermitian::Bool=false, hermitian_tol=nothing)
+    E = eigh(A; uplo, check_hermitian, hermitian_tol)
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function eigvalsh_back(Δλ)
+        Δλ = unthunk(Δλ)
+        iszerotangent(Δλ) && return NoTangent(), ZeroTangent()
+        ΔA = zeros(_grad_eltype(E.vectors, Δλ), sz)
+        eigh_pullback!(ΔA, E.values, E.vectors, Δλ, nothing; uplo)
+        return NoTangent(), project_A(ΔA)
+    end
+    return E.values, eigvalsh_back
+end
+
+function ChainRulesCore.rrule(::typeof(matrix_function), A::AbstractMatrix, f;
+                              uplo::Symbol=:L, check_hermitian::Bool=false,
+                              hermitian_tol=nothing, degeneracy_atol=nothing)
+    E = eigh(A; uplo, check_hermitian, hermitian_tol)
+    Y = matrix_function_apply(E, f; degeneracy_atol)
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function matrix_function_back(ΔY)
+        ΔY = unthunk(ΔY)
+        iszerotangent(ΔY) && return NoTangent(), ZeroTangent(), NoTangent()
+        ΔA = zeros(_grad_eltype(E.vectors, ΔY), sz)
+        matrix_function_pullback!(ΔA, E.values, E.vectors, f, ΔY; uplo, degeneracy_atol)
+        return NoTangent(), project_A(ΔA), NoTangent()
+    end
+    return Y, matrix_function_back
+end

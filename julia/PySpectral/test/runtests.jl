@@ -1,0 +1,474 @@
+# PySpectral tests. Each top-level @testset is self-contained (it seeds its own RNG):
+# pyspectral runs each one as its own pytest item. Gradients are checked against
+# finite differences (ChainRulesTestUtils.test_rrule, or Zygote vs FiniteDifferences on
+# losses), always on gauge-invariant cotangents or losses: a basis-dependent one has
+# no well-defined gradient to compare with.
+
+using PySpectral
+using PySpectral: GaugeError, check_gauge, default_degeneracy_atol, default_gauge_atol,
+    default_hermitian_tol, divdiff, gap_inverse, inv_lorentz, inv_safe
+using LinearAlgebra
+using ChainRulesCore
+using ChainRulesTestUtils
+using FiniteDifferences
+using Random
+using Test
+using Zygote
+
+# `svd`/`svdvals` are exported by both LinearAlgebra and PySpectral: always qualified.
+
+const RTOL = 1e-6
+const ATOL = 1e-8
+const WARN = Base.CoreLogging.Warn
+
+randunitary(T, n) = Matrix(qr(randn(T, n, n)).Q)
+
+# m×n matrix with the singular values `s` (length min(m, n)).
+function with_singular_values(T, m, n, s)
+    k = min(m, n)
+    return randunitary(T, m)[:, 1:k] * Diagonal(T.(s)) * randunitary(T, n)[:, 1:k]'
+end
+
+# Hermitian matrix with the eigenvalues `λ`.
+function with_eigenvalues(T, λ)
+    Q = randunitary(T, length(λ))
+    return Q * Diagonal(T.(λ)) * Q'
+end
+
+# Make U⊥ᴴ ΔU⊥ Hermitian: the cotangent of a loss that sees the complement columns
+# of a full SVD only through their span.
+function strip_complement!(ΔU, U, k)
+    size(U, 2) == k && return ΔU
+    Up, ΔUp = U[:, k+1:end], ΔU[:, k+1:end]
+    B = Up' * ΔUp
+    ΔU[:, k+1:end] .-= Up * ((B - B') / 2)
+    return ΔU
+end
+
+# Random SVD cotangent without its gauge-dependent parts: the phase part
+# Im diag(UᴴΔU + VᴴΔV) (complex) and the complement part (full factors).
+function invariant_svd_tangent(F)
+    k = length(F.S)
+    V = Matrix(F.Vt')
+    ΔU = strip_complement!(randn(eltype(F.U), size(F.U)), F.U, k)
+    ΔV = strip_complement!(randn(eltype(V), size(V)), V, k)
+    if eltype(F.U) <: Complex
+        Uk, Vk = F.U[:, 1:k], V[:, 1:k]
+        d = imag.(diag(Uk' * ΔU[:, 1:k]) .+ diag(Vk' * ΔV[:, 1:k])) ./ 2
+        ΔU[:, 1:k] .-= Uk .* transpose(im .* d)
+        ΔV[:, 1:k] .-= Vk .* transpose(im .* d)
+    end
+    return Tangent{typeof(F)}(; U=ΔU, S=randn(real(eltype(F.U)), k), Vt=Matrix(ΔV'))
+end
+
+# Random eigh cotangent without the phase part Im diag(VᴴΔV) (complex).
+function invariant_eigen_tangent(E)
+    V = E.vectors
+    ΔV = randn(eltype(V), size(V))
+    if eltype(V) <: Complex
+        ΔV .-= V .* transpose(im .* imag.(diag(V' * ΔV)))
+    end
+    return Tangent{typeof(E)}(; values=randn(real(eltype(V)), length(E.values)), vectors=ΔV)
+end
+
+# Zygote (through the rrules) against central finite differences of the same loss.
+function test_grad(f, A; rtol=RTOL, atol=ATOL)
+    g_ad = only(Zygote.gradient(f, A))
+    g_fd = only(FiniteDifferences.grad(central_fdm(5, 1), f, A))
+    @test g_ad ≈ g_fd rtol = rtol atol = atol
+end
+
+@testset "defaults" begin
+    Random.seed!(0)
+    for R in (Float32, Float64)
+        e = eps(R)^(R(3) / 4)
+        @test default_degeneracy_atol(R[3, 2, 1]) == 3 * e
+        @test default_degeneracy_atol(R[-5, 1, 2]) == 5 * e
+        @test default_degeneracy_atol(R[3, 2]) isa R
+        @test default_degeneracy_atol(R[]) == 0
+        ΔU, ΔVᴴ = R[1 -4; 2 0], R[0.5 3]
+        @test default_gauge_atol(ΔU, ΔVᴴ) == 4 * e
+        @test default_gauge_atol(nothing, ΔVᴴ) == 3 * e
+        @test default_gauge_atol(ΔU) == 4 * e
+        @test default_gauge_atol(Complex{R}[3+4im 0]) == 5 * e
+        @test default_hermitian_tol(R[1 -7; 2 3]) == 7 * e
+    end
+    @test default_gauge_atol(nothing, ZeroTangent()) == 0
+
+    @test inv_safe(2.0, 1.0) == 0.5
+    @test inv_safe(-0.5, 1.0) == 0
+    @test inv_safe(0.0, 0.0) == 0
+    @test inv_lorentz(-2.0, 1.0) == -0.4
+    @test inv_lorentz(0.0, 1.0) == 0
+    @test gap_inverse(0.5, 1.0, nothing) == 0
+    @test gap_inverse(2.0, 1.0, nothing) == 0.5
+    @test gap_inverse(2.0, 1.0, 1.0) == 0.4
+    @test gap_inverse(2.0f0, 1.0, 1.0) isa Float32
+
+    @test divdiff(3.0, 1.0, 9.0, 1.0, 6.0, 2.0) == 4.0
+    @test divdiff(2.0, 2.0, 4.0, 4.0, 4.0, 4.0) == 4.0
+    @test divdiff(0.0, 0.0, 0.0, 0.0, 1.0, 1.0) == 1.0
+    @test divdiff(2.0, -3.0, 2.0, -3.0, 1.0, 1.0) == 1.0
+    x, y = 1.0, 1.0 + 1e-12  # (y² - x²)/(y - x) = x + y, cancellation-free
+    @test divdiff(y, x, y^2, x^2, 2y, 2x) ≈ x + y rtol = 4 * eps()
+
+    # The pullbacks use these defaults when given `nothing`.
+    A = randn(5, 3)
+    F = PySpectral.svd(A)
+    Δ = invariant_svd_tangent(F)
+    g1 = svd_pullback!(zeros(5, 3), F.U, F.S, F.Vt, Δ.U, Δ.S, Δ.Vt)
+    g2 = svd_pullback!(zeros(5, 3), F.U, F.S, F.Vt, Δ.U, Δ.S, Δ.Vt;
+                       degeneracy_atol=default_degeneracy_atol(F.S),
+                       gauge_atol=default_gauge_atol(Δ.U, Δ.Vt))
+    @test g1 == g2
+
+    @test_throws ArgumentError PySpectral.svd(A; degeneracy_atol=-1.0)
+    @test_throws ArgumentError PySpectral.svd(A; broadening="wide")
+    @test_throws ArgumentError PySpectral.svd(A; gauge=:loud)
+    @test_throws ArgumentError PySpectral.eigh(A' * A; gauge_atol=-1)
+end
+
+@testset "svd rrule" begin
+    Random.seed!(1)
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (3, 5), (4, 4))
+        A = randn(T, m, n)
+        F = PySpectral.svd(A)
+        @test F.U isa Matrix{T} && F.S isa Vector{real(T)} && F.Vt isa Matrix{T}
+        @test F.U * Diagonal(F.S) * F.Vt ≈ A
+        @test issorted(F.S; rev=true)
+        test_rrule(PySpectral.svd, A; output_tangent=invariant_svd_tangent(F),
+                   check_inferred=false, rtol=RTOL, atol=ATOL)
+        Fk = PySpectral.svd(A; k=2)
+        @test size(Fk.U) == (m, 2) && Fk.S == F.S[1:2] && size(Fk.Vt) == (2, n)
+        test_rrule(PySpectral.svd, A; fkwargs=(; k=2), output_tangent=invariant_svd_tangent(Fk),
+                   check_inferred=false, rtol=RTOL, atol=ATOL)
+        test_rrule(PySpectral.svdvals, A; check_inferred=false, rtol=RTOL, atol=ATOL)
+        @test PySpectral.svdvals(A) ≈ F.S
+    end
+    for (m, n) in ((5, 3), (3, 5))
+        A = randn(m, n)
+        F = PySpectral.svd(A; full=true)
+        @test size(F.U) == (m, m) && size(F.Vt) == (n, n)
+        test_rrule(PySpectral.svd, A; fkwargs=(; full=true),
+                   output_tangent=invariant_svd_tangent(F), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+    end
+
+    # Any AbstractMatrix, e.g. a strided view (as of foreign memory); integers promote.
+    B = randn(9, 4)
+    Av = view(B, 1:2:9, :)
+    @test PySpectral.svd(Av).S ≈ LinearAlgebra.svdvals(Matrix(Av))
+    @test PySpectral.svdvals(Av) ≈ LinearAlgebra.svdvals(Matrix(Av))
+    @test PySpectral.svd([3 0; 0 4]).S ≈ [4.0, 3.0]
+
+    # Single precision: the gradient of a gauge-invariant loss matches double precision.
+    for T in (Float32, ComplexF32)
+        A, W = randn(T, 4, 3), randn(T, 4, 3)
+        loss(W) = X -> (F = PySpectral.svd(X); real(dot(W, F.U * F.Vt)) + sum(abs2, F.S))
+        g32 = only(Zygote.gradient(loss(W), A))
+        g64 = only(Zygote.gradient(loss(widen.(W)), widen.(A)))
+        @test eltype(g32) == T
+        @test g32 ≈ g64 rtol = 1e-3
+    end
+
+    A = randn(4, 3)
+    @test_throws ArgumentError PySpectral.svd(A; k=0)
+    @test_throws ArgumentError PySpectral.svd(A; k=4)
+    @test_throws ArgumentError PySpectral.svd(A; k=1, full=true)
+    @test_throws ArgumentError PySpectral.svd([1.0 NaN; 0.0 1.0])
+end
+
+@testset "svd degenerate" begin
+    Random.seed!(2)
+    for T in (Float64, ComplexF64)
+        # Polar factor and nuclear norm: gauge invariant and smooth at full rank, for
+        # exactly repeated, 1e-9 and 1e-13 apart, and all equal singular values.
+        # gauge=:raise asserts that no gauge dependence is detected.
+        for (m, n) in ((4, 3), (3, 4))
+            W = randn(T, m, n)
+            polar(X) = (F = PySpectral.svd(X; gauge=:raise); real(dot(W, F.U * F.Vt)) + sum(F.S))
+            for s in ([3.0, 2.0, 2.0], [3.0, 2.0 + 1e-9, 2.0], [3.0, 2.0 + 1e-13, 2.0],
+                      [2.0, 2.0, 2.0])
+                test_grad(polar, with_singular_values(T, m, n, s); rtol=1e-5)
+            end
+        end
+
+        # Rank deficient: the projector onto the top-2 left singular subspace (a
+        # complete cluster) and ‖A‖² through the singular values.
+        P = randn(T, 4, 4)
+        proj(X) = (F = PySpectral.svd(X; gauge=:raise); U2 = F.U[:, 1:2];
+                   real(dot(P, U2 * U2')) + sum(abs2, F.S))
+        A = with_singular_values(T, 4, 3, [3.0, 2.0, 0.0])
+        test_grad(proj, A; rtol=1e-5)
+        @test only(Zygote.gradient(X -> sum(abs2, PySpectral.svd(X).S), A)) ≈ 2A
+        @test all(isfinite, only(Zygote.gradient(proj, with_singular_values(T, 4, 3, [1.0, 1.0, 0.0]))))
+    end
+end
+
+@testset "svd_function" begin
+    Random.seed!(3)
+    fs = (:polar, (:truncate, 2), (:threshold, 1.5), (:pow, 3), (:pow, 0.5), (:pow, -1),
+          :normalize, (x -> x^3 + x, x -> 3x^2 + 1))
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (3, 5), (3, 3))
+        A = with_singular_values(T, m, n, [3.0, 2.0, 1.0])
+        for f in fs
+            test_rrule(PySpectral.svd_function, A, f ⊢ NoTangent(); check_inferred=false,
+                       rtol=RTOL, atol=ATOL)
+        end
+        @test PySpectral.svd_function(A, :normalize) ≈ A / opnorm(A)
+        @test PySpectral.svd_function(A, (:pow, 1)) ≈ A
+    end
+
+    # Exact at degenerate and zero singular values (all smooth functions there).
+    cases = ([2.0, 2.0, 1.0] => (:polar, (:pow, 3), (:truncate, 2), (:threshold, 1.5)),
+             [2.0, 2.0, 2.0] => (:polar, (:pow, 3), (:threshold, 1.0)),
+             [3.0, 1.0, 0.0] => ((:pow, 3), (:truncate, 2), (:threshold, 0.5)),
+             [2.0, 2.0, 0.0] => ((:pow, 3), (:truncate, 2), (:threshold, 1.0)),
+             [2.0, 0.0, 0.0] => ((:pow, 3), (:truncate, 1), (:threshold, 1.0)))
+    for T in (Float64, ComplexF64), (m, n) in ((4, 3), (3, 4)), (s, fs) in cases
+        A = with_singular_values(T, m, n, s)
+        for f in fs
+            test_rrule(PySpectral.svd_function, A, f ⊢ NoTangent(); check_inferred=false,
+                       rtol=1e-5, atol=1e-7)
+        end
+        # U S Vᴴ = A: the pullback is the identity at every spectrum.
+        ΔY = randn(T, m, n)
+        _, back = rrule(PySpectral.svd_function, A, (:pow, 1))
+        @test back(ΔY)[2] ≈ ΔY
+    end
+
+    # Single precision agrees with double precision.
+    A32, ΔY32 = randn(ComplexF32, 4, 3), randn(ComplexF32, 4, 3)
+    _, b32 = rrule(PySpectral.svd_function, A32, (:truncate, 2))
+    _, b64 = rrule(PySpectral.svd_function, widen.(A32), (:truncate, 2))
+    @test b32(ΔY32)[2] ≈ b64(widen.(ΔY32))[2] rtol = 1e-3
+
+    A = with_singular_values(Float64, 3, 3, [1.0, 1.0, 0.0])
+    @test_throws DomainError PySpectral.svd_function(A, (:pow, -1))
+    @test_throws DomainError PySpectral.svd_function(zeros(3, 2), :normalize)
+    @test_throws ArgumentError PySpectral.svd_function(A, (:truncate, 7))
+    @test_throws ArgumentError PySpectral.svd_function(A, (:threshold, -1.0))
+    @test_throws ArgumentError PySpectral.svd_function(A, :nonsense)
+end
+
+@testset "eigh rrule" begin
+    Random.seed!(4)
+    for T in (Float64, ComplexF64), uplo in (:L, :U)
+        A = randn(T, 4, 4)
+        E = PySpectral.eigh(A; uplo)
+        @test E.values isa Vector{real(T)} && E.vectors isa Matrix{T}
+        @test issorted(E.values)
+        @test E.vectors * Diagonal(E.values) * E.vectors' ≈ Hermitian(A, uplo)
+        @test PySpectral.eigvalsh(A; uplo) ≈ E.values
+        test_rrule(PySpectral.eigh, A; fkwargs=(; uplo), output_tangent=invariant_eigen_tangent(E),
+                   check_inferred=false, rtol=RTOL, atol=ATOL)
+        test_rrule(PySpectral.eigvalsh, A; fkwargs=(; uplo), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+    end
+
+    # Only the uplo triangle is read, so only it gets a gradient; through a Hermitian
+    # parametrisation the gradient is the usual one.
+    A = randn(4, 4)
+    cubes(uplo) = X -> sum(PySpectral.eigvalsh(X; uplo) .^ 3)
+    @test iszero(triu(only(Zygote.gradient(cubes(:L), A)), 1))
+    @test iszero(tril(only(Zygote.gradient(cubes(:U), A)), -1))
+    test_grad(X -> cubes(:L)(X + X'), A)
+
+    @test_throws ArgumentError PySpectral.eigh(A; check_hermitian=true)
+    @test PySpectral.eigh(A + A'; check_hermitian=true).values ≈ eigvals(Hermitian(A + A'))
+    @test_throws ArgumentError PySpectral.eigh(randn(3, 4))
+    @test_throws ArgumentError PySpectral.eigh(A; uplo=:X)
+end
+
+@testset "eigh degenerate" begin
+    Random.seed!(5)
+    for T in (Float64, ComplexF64)
+        # The projector onto the lowest (complete) cluster and symmetric functions of
+        # the eigenvalues: gauge invariant; gauge=:raise asserts none is detected.
+        W = randn(T, 4, 4)
+        proj(X) = (E = PySpectral.eigh(X; gauge=:raise); V2 = E.vectors[:, 1:2];
+                   real(dot(W, V2 * V2')) + sum(E.values .^ 2))
+        for λ in ([1.0, 1.0, 2.0, 3.0], [1.0, 1.0 + 1e-9, 2.0, 3.0],
+                  [1.0, 1.0 + 1e-13, 2.0, 3.0], [0.0, 0.0, 1.0, 2.0])
+            test_grad(proj, with_eigenvalues(T, λ); rtol=1e-5)
+        end
+        symmetric(X) = (E = PySpectral.eigh(X; gauge=:raise); sum(E.values .^ 2) + sum(exp, E.values))
+        test_grad(symmetric, with_eigenvalues(T, [2.0, 2.0, 2.0, 2.0]); rtol=1e-5)
+    end
+end
+
+@testset "matrix_function" begin
+    Random.seed!(6)
+    fs = (:sqrt, :invsqrt, :log, :exp, (:pow, 2), (:pow, 0.5), (:pow, -1), (sin, cos))
+    for T in (Float64, ComplexF64), uplo in (:L, :U)
+        B = randn(T, 4, 4)
+        A = B * B' + 4I
+        for f in fs
+            test_rrule(PySpectral.matrix_function, A, f ⊢ NoTangent(); fkwargs=(; uplo),
+                       check_inferred=false, rtol=RTOL, atol=ATOL)
+        end
+        R = PySpectral.matrix_function(A, :sqrt; uplo)
+        @test R * R ≈ A
+        @test PySpectral.matrix_function(A, :invsqrt; uplo) ≈ inv(R)
+        @test PySpectral.matrix_function(PySpectral.matrix_function(A, :log), :exp) ≈ A
+    end
+
+    # Exact (Daleckii–Krein) at degenerate spectra.
+    for T in (Float64, ComplexF64)
+        for λ in ([1.0, 1.0, 2.0, 3.0], [2.0, 2.0, 2.0, 2.0], [1.0, 1.0 + 1e-13, 2.0, 3.0])
+            A = with_eigenvalues(T, λ)
+            for f in (:exp, :log, :sqrt, (:pow, 3))
+                test_rrule(PySpectral.matrix_function, A, f ⊢ NoTangent();
+                           check_inferred=false, rtol=1e-5, atol=1e-7)
+            end
+        end
+        # f(x) = x: the gradient is the Hermitian part of ΔY folded onto the triangle.
+        A = with_eigenvalues(T, [1.0, 1.0, 0.0, -2.0])
+        ΔY = randn(T, 4, 4)
+        Y, back = rrule(PySpectral.matrix_function, A, (:pow, 1))
+        @test Y ≈ Hermitian(A, :L)
+        G = (ΔY + ΔY') / 2
+        @test back(ΔY)[2] ≈ 2tril(G, -1) + Diagonal(real(diag(G)))
+    end
+
+    Aneg = with_eigenvalues(Float64, [-1.0, 1.0, 2.0])
+    err = try
+        PySpectral.matrix_function(Aneg, :log)
+    catch e
+        e
+    end
+    @test err isa DomainError
+    @test occursin("λ[1]", sprint(showerror, err))
+    @test_throws DomainError PySpectral.matrix_function(Aneg, :sqrt)
+    @test_throws DomainError PySpectral.matrix_function(Aneg, :invsqrt)
+    @test_throws DomainError PySpectral.matrix_function(Aneg, (:pow, 0.5))
+    @test PySpectral.matrix_function(Aneg, (:pow, 2)) ≈ Aneg * Aneg
+    @test PySpectral.matrix_function([-1e-17 0; 0 4.0], :sqrt) ≈ [0 0; 0 2.0]
+    @test_throws ArgumentError PySpectral.matrix_function(Aneg, :cosh)
+end
+
+@testset "Zygote composition" begin
+    Random.seed!(7)
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (3, 5))
+        A, W = randn(T, m, n), randn(T, m, n)
+        w = randn(min(m, n))
+        # Every field of the returned SVD: F.U, F.S, F.V, F.Vt.
+        fields(X) = (F = PySpectral.svd(X);
+                     real(dot(W, F.U * Diagonal(F.S) * F.Vt)) + dot(w, F.S) +
+                     real(dot(W, F.U * F.V')))
+        test_grad(fields, A)
+        y, back = Zygote.pullback(fields, A)
+        @test y ≈ fields(A)
+        @test only(back(1.0)) ≈ only(Zygote.gradient(fields, A))
+        # Top-k polar factor (exact coupling to the discarded pair), and composites
+        # inside other operations.
+        topk(X) = (F = PySpectral.svd(X; k=2); real(dot(W, F.U * F.Vt)))
+        test_grad(topk, A)
+        B = randn(T, n, n)
+        mixed(X) = sum(abs2, PySpectral.svd_function(X * B, :polar) .- W) +
+                   sum(PySpectral.svdvals(2X))
+        test_grad(mixed, A)
+    end
+    for T in (Float64, ComplexF64)
+        H, W = randn(T, 4, 4), randn(T, 4, 4)
+        eigloss(X) = (E = PySpectral.eigh(X);
+                  sum(E.values .^ 3) + real(dot(W, E.vectors * Diagonal(E.values) * E.vectors')))
+        test_grad(eigloss, H)
+        logdet_like(X) = real(tr(PySpectral.matrix_function(X' * X + I, :log))) +
+                         sum(PySpectral.eigvalsh(X + X'))
+        test_grad(logdet_like, H)
+    end
+end
+
+@testset "cotangent forms" begin
+    Random.seed!(8)
+    A = randn(ComplexF64, 5, 3)
+    F, back = rrule(PySpectral.svd, A)
+    Δ = invariant_svd_tangent(F)
+    ref = back(Δ)[2]
+    @test back(Δ)[1] isa NoTangent
+    for z in (NoTangent(), ZeroTangent(), nothing)
+        @test back(z)[2] isa ChainRulesCore.AbstractZero
+    end
+    @test back(@thunk(Δ))[2] ≈ ref
+    @test back(ChainRulesCore.InplaceableThunk(x -> x .+= 0, @thunk(Δ)))[2] ≈ ref
+    @test back(Tangent{typeof(F)}(; U=copy(Δ.U')', S=Δ.S, Vt=copy(Δ.Vt')'))[2] ≈ ref
+    @test back(Tangent{typeof(F)}(; U=Δ.U, S=@thunk(Δ.S), Vt=Δ.Vt))[2] ≈ ref
+    @test back(Tangent{typeof(F)}(; U=Δ.U, S=Δ.S, V=Δ.Vt'))[2] ≈ ref
+    @test back(Tangent{typeof(F)}(; U=Δ.U, S=Δ.S, Vt=Δ.Vt / 2, V=Δ.Vt' / 2))[2] ≈ ref
+    @test back(Tangent{typeof(F)}(; S=Δ.S))[2] ≈ F.U * Diagonal(Δ.S) * F.Vt
+    @test back(Tangent{Any}(; U=Δ.U, S=ZeroTangent(), Vt=Δ.Vt))[2] ≈
+          back(Tangent{typeof(F)}(; U=Δ.U, Vt=Δ.Vt))[2]
+    @test back((U=Δ.U, S=Δ.S, Vt=Δ.Vt))[2] ≈ ref
+
+    H = randn(ComplexF64, 4, 4)
+    E, backE = rrule(PySpectral.eigh, H)
+    ΔE = invariant_eigen_tangent(E)
+    refE = backE(ΔE)[2]
+    @test backE(@thunk(ΔE))[2] ≈ refE
+    @test backE(ZeroTangent())[2] isa ChainRulesCore.AbstractZero
+    values_only = backE(Tangent{typeof(E)}(; values=ΔE.values))[2]
+    @test values_only + backE(Tangent{typeof(E)}(; vectors=ΔE.vectors))[2] ≈ refE
+    @test values_only ≈ rrule(PySpectral.eigvalsh, H)[2](ΔE.values)[2]
+    @test rrule(PySpectral.svd_function, A, :polar)[2](NoTangent())[2] isa ChainRulesCore.AbstractZero
+
+    # The plain pullbacks: they add into ΔA (here a view of a batch buffer), take
+    # `nothing` for absent cotangents and leave their inputs alone.
+    buf = zeros(ComplexF64, 5, 3, 2)
+    ΔU0 = copy(Δ.U)
+    svd_pullback!(view(buf, :, :, 2), F.U, F.S, F.Vt, Δ.U, Δ.S, Δ.Vt)
+    @test buf[:, :, 2] ≈ ref && iszero(buf[:, :, 1])
+    @test Δ.U == ΔU0
+    svd_pullback!(view(buf, :, :, 2), F.U, F.S, F.Vt, Δ.U, Δ.S, Δ.Vt)
+    @test buf[:, :, 2] ≈ 2ref
+    @test svd_pullback!(zeros(ComplexF64, 5, 3), F.U, F.S, F.Vt, nothing, Δ.S, nothing) ≈
+          F.U * Diagonal(Δ.S) * F.Vt
+    @test iszero(svd_pullback!(zeros(ComplexF64, 5, 3), F.U, F.S, F.Vt, nothing, nothing, nothing))
+
+    # Full factors with a zero cotangent on the complement = the thin pullback.
+    Ff = PySpectral.svd(A; full=true)
+    Fk = LinearAlgebra.SVD(Ff.U[:, 1:3], Ff.S, Ff.Vt[1:3, :])
+    Δk = invariant_svd_tangent(Fk)
+    thin = svd_pullback!(zeros(ComplexF64, 5, 3), Fk.U, Fk.S, Fk.Vt, Δk.U, Δk.S, Δk.Vt)
+    full = svd_pullback!(zeros(ComplexF64, 5, 3), Ff.U, Ff.S, Ff.Vt,
+                         hcat(Δk.U, zeros(ComplexF64, 5, 2)), Δk.S, Δk.Vt)
+    @test full ≈ thin
+end
+
+@testset "gauge warning" begin
+    Random.seed!(9)
+    A = with_singular_values(Float64, 4, 3, [2.0, 2.0, 1.0])
+    basis_dependent(X; kw...) = real(PySpectral.svd(X; kw...).U[1, 1])
+    @test_logs (:warn, r"^svd: ") Zygote.gradient(basis_dependent, A)
+    @test_throws GaugeError Zygote.gradient(X -> basis_dependent(X; gauge=:raise), A)
+    @test_logs min_level = WARN Zygote.gradient(X -> basis_dependent(X; gauge=:ignore), A)
+    records = Any[]
+    Zygote.gradient(X -> basis_dependent(X; gauge=(op, v, t) -> push!(records, (op, v, t))), A)
+    @test length(records) == 1
+    op, viol, tol = only(records)
+    @test op === :svd && viol > tol
+
+    # Complex phases: U[1, 1] depends on the phase of u₁, |U[1, 1]|² does not.
+    Ac = randn(ComplexF64, 4, 3)
+    @test_logs (:warn, r"^svd: ") Zygote.gradient(X -> real(PySpectral.svd(X).U[1, 1]), Ac)
+    @test_logs min_level = WARN Zygote.gradient(X -> abs2(PySpectral.svd(X).U[1, 1]), Ac)
+
+    # The complement of a full SVD counts through its span only.
+    @test_logs (:warn, r"^svd: ") Zygote.gradient(X -> PySpectral.svd(X; full=true).U[1, 5], randn(5, 3))
+
+    H = with_eigenvalues(Float64, [1.0, 1.0, 2.0])
+    @test_logs (:warn, r"^eigh: ") Zygote.gradient(X -> PySpectral.eigh(X).vectors[1, 1], H)
+    @test_throws GaugeError Zygote.gradient(X -> PySpectral.eigh(X; gauge=:raise).vectors[1, 1], H)
+
+    # Truncating inside a degenerate cluster makes the result itself basis dependent.
+    A3 = with_singular_values(Float64, 3, 3, [2.0, 2.0, 1.0])
+    @test_logs (:warn, r"^svd_function: ") PySpectral.svd_function(A3, (:truncate, 1))
+    @test_throws GaugeError PySpectral.svd_function(A3, (:truncate, 1); gauge=:raise)
+    @test_logs min_level = WARN PySpectral.svd_function(A3, (:truncate, 2))
+
+    @test check_gauge(:svd, 0.1, 0.5, :raise) === nothing
+    @test_throws GaugeError check_gauge(:svd, 1.0, 0.5, :raise)
+    @test_logs (:warn, r"^eigh: .*measured 1\.0 > gauge_atol 0\.5") check_gauge(:eigh, 1.0, 0.5, :warn)
+    @test check_gauge(:svd, 1.0, 0.5, "ignore") === nothing
+    @test_throws ArgumentError check_gauge(:svd, 1.0, 0.5, :loud)
+end

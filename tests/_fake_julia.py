@@ -1,0 +1,511 @@
+"""A numpy stand-in for pyspectral's Julia glue (``pyspectral/_glue.jl``).
+
+It sits behind the one seam of the bridge, ``pyspectral._julia.runtime``, and
+behaves like the real glue on Julia's side of the layout: it receives numpy
+arrays in Julia's column-major convention (a C-contiguous ``(B, m, n)`` batch
+arrives as the ``n x m x B`` array ``At`` of its transposes), decomposes the
+transposes with ``numpy.linalg`` and returns Fortran-ordered stacked arrays,
+as Julia would. The pullbacks run pyspectral's native torch pullbacks on the
+glue's own (transposed-role) data and write the result in place into the
+``dAt`` array they receive, so a test that compares against the native
+backend checks every role swap the bridge makes, and a test of pointers checks
+that the gradient buffer is shared.
+
+Everything it receives is recorded (:class:`Call`): array pointers, dtypes,
+shapes, strides, the calling thread and whether "Julia's" GC was enabled.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import threading
+import time
+import types
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from pyspectral import _common as C
+from pyspectral import _julia
+from pyspectral.eigh import _matfun, eigh_pullback, matrix_function_pullback
+from pyspectral.exceptions import (
+    DomainError,
+    GaugeError,
+    GaugeWarning,
+    InputError,
+    InputTypeError,
+    PySpectralError,
+)
+from pyspectral.svd import _svd_fn, svd_function_pullback, svd_pullback
+
+
+def pointer(a: np.ndarray) -> int:
+    """Address of the first element, as Julia's ``pointer(x)`` would report."""
+    return a.__array_interface__["data"][0]
+
+
+class FakeJuliaError(Exception):
+    """What ``juliacall.JuliaError`` is to the real runtime."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind, self.message = kind, message
+
+
+def _kind(err: PySpectralError) -> str:
+    # The real glue's exception_kind, applied to the native errors that the
+    # Julia package throws as GaugeError / DomainError / ArgumentError.
+    if isinstance(err, GaugeError):
+        return "gauge"
+    if isinstance(err, DomainError):
+        return "domain"
+    if isinstance(err, (InputError, InputTypeError)):
+        return "argument"
+    return "other"
+
+
+@dataclass
+class Seen:
+    """One array argument as the glue received it."""
+
+    pointer: int
+    dtype: np.dtype
+    shape: tuple
+    strides: tuple
+    f_contiguous: bool
+    c_contiguous: bool
+    writeable: bool
+
+    @classmethod
+    def of(cls, a: np.ndarray) -> Seen:
+        return cls(
+            pointer(a),
+            a.dtype,
+            a.shape,
+            a.strides,
+            a.flags.f_contiguous,
+            a.flags.c_contiguous,
+            a.flags.writeable,
+        )
+
+
+@dataclass
+class Call:
+    """One call of a glue function."""
+
+    name: str
+    args: list  # Seen for arrays, the value itself otherwise
+    kwargs: dict
+    thread: int
+    gc_enabled: bool
+    returned: list = field(default_factory=list)  # Seen of each array returned
+
+
+def _flatten(x: Any) -> Iterator[Any]:
+    if isinstance(x, (tuple, list)):
+        for y in x:
+            yield from _flatten(y)
+    else:
+        yield x
+
+
+def _stack(xs: list[np.ndarray]) -> np.ndarray:
+    """Julia's ``stack``: a trailing batch axis, column-major."""
+    return np.asfortranarray(np.stack(xs, axis=-1))
+
+
+def _t(x: np.ndarray | None, b: int) -> torch.Tensor | None:
+    """Batch element ``b`` of a glue argument as a tensor sharing its memory."""
+    return None if x is None else torch.from_numpy(x[..., b])
+
+
+def _options(
+    degeneracy_atol: Any = None,
+    broadening: Any = None,
+    gauge: str = "warn",
+    gauge_atol: Any = None,
+) -> C.Options:
+    return C.Options(degeneracy_atol, broadening, gauge, gauge_atol)
+
+
+_GAUGE_TEXT = re.compile(r"^(\w+): .*measured (\S+) > gauge_atol (\S+)\)", re.DOTALL)
+
+
+def _check_argument(name: str, x: Any) -> None:
+    """Only what juliacall converts to the types the glue's methods expect:
+    arrays (PyArray), None/bool/int/float/complex/str and tuples of them
+    (Julia values and Tuples), or handles the glue returned. A Python list
+    would arrive as ``PyList{Py}``, a dict as ``PyDict{Py,Py}``: wrong there."""
+    if isinstance(x, tuple):
+        for y in x:
+            _check_argument(name, y)
+        return
+    ok = (np.ndarray, type(None), bool, int, float, complex, str, FakeFunction)
+    if not (isinstance(x, ok) or callable(x)):
+        raise AssertionError(
+            f"{name}: a {type(x).__name__} argument would not arrive in Julia as "
+            "the glue expects"
+        )
+    if isinstance(x, np.ndarray) and x.dtype.kind not in "fc":
+        raise AssertionError(f"{name}: array of dtype {x.dtype} sent to Julia")
+
+
+# --------------------------------------------------------- user functions
+
+
+@dataclass
+class FakeFunction:
+    """A Julia function as ``user_eval`` returns it: forward, the cotangents
+    of its arguments given the output cotangent, and which rule Julia uses."""
+
+    source: str
+    forward: Callable[..., Any]
+    back: Callable[..., tuple]
+    rule: str
+
+
+def _inv_back(yb: np.ndarray, x: np.ndarray) -> tuple:
+    Y = np.linalg.inv(x)
+    return (-Y.conj().T @ yb @ Y.conj().T,)
+
+
+USER_FUNCTIONS = {
+    f.source: f
+    for f in (
+        FakeFunction(
+            "logdet",
+            lambda x: float(np.linalg.slogdet(x)[1]),
+            lambda yb, x: (yb * np.linalg.inv(x).T,),
+            "rrule",
+        ),
+        FakeFunction("inv", np.linalg.inv, _inv_back, "rrule"),
+        FakeFunction(
+            "x -> sum(abs2, x)",
+            lambda x: float(np.sum(np.abs(x) ** 2)),
+            lambda yb, x: (2 * yb * x,),
+            "zygote",
+        ),
+        FakeFunction(
+            "(x, y) -> x * y",
+            lambda x, y: x @ y,
+            lambda yb, x, y: (yb @ y.conj().T, x.conj().T @ yb),
+            "zygote",
+        ),
+        FakeFunction(
+            "x -> (sum(x), 2x)",
+            lambda x: (float(np.sum(x)), 2 * x),
+            lambda yb, x: (yb[0] * np.ones_like(x) + 2 * yb[1],),
+            "zygote",
+        ),
+        FakeFunction(
+            "(x, n) -> n * sum(x)",
+            lambda x, n: float(n * np.sum(x)),
+            lambda yb, x, n: (n * yb * np.ones_like(x), float(yb * np.sum(x))),
+            "zygote",
+        ),
+    )
+}
+
+
+def _julia_value(x: Any) -> Any:
+    # The glue's julia_value: arrays become plain (column-major) Arrays.
+    if isinstance(x, np.ndarray):
+        return np.array(x, order="F")
+    if isinstance(x, tuple):
+        return tuple(map(_julia_value, x))
+    return x
+
+
+def _python_value(y: Any) -> Any:
+    if isinstance(y, np.ndarray):
+        return np.asfortranarray(y)
+    if isinstance(y, tuple):
+        return tuple(map(_python_value, y))
+    return y
+
+
+# -------------------------------------------------------------- the glue
+
+
+class FakeJulia:
+    """The runtime seam (``probe``, ``start``, ``describe``) and, behind it,
+    the glue functions of ``_glue.jl`` with their exact argument conventions.
+
+    ``probe_reason``/``start_error`` simulate Julia missing / failing to start.
+    """
+
+    def __init__(
+        self, probe_reason: str | None = None, start_error: BaseException | None = None
+    ) -> None:
+        self.probe_reason, self.start_error = probe_reason, start_error
+        self.probes = self.starts = 0
+        self.calls: list[Call] = []
+        self.gc_on = True
+        self.gc_log: list[tuple[int, bool]] = []  # (thread, on) per gc_enable
+        self.gauge_log: list[tuple[str, float, float]] = []
+        self.delay = 0.0  # seconds each call takes (to provoke races)
+        self.reentered = False
+        self.failures: dict[str, BaseException] = {}
+        self.missing: list[str] = []
+        self.testsets: dict[str, tuple[int, list[str]]] = {}
+        self._active = False
+        self._guard = threading.Lock()
+
+    # ------------------------------------------------------------ the seam
+
+    def probe(self) -> str | None:
+        self.probes += 1
+        return self.probe_reason
+
+    def start(self) -> types.SimpleNamespace:
+        self.starts += 1
+        if self.start_error is not None:
+            raise self.start_error
+        glue = types.SimpleNamespace()
+        for name in GLUE_FUNCTIONS:
+            impl = getattr(self, name.replace("!", "_b"))
+            setattr(glue, name, functools.partial(self._run, name, impl))
+        return glue
+
+    def describe(self, err: BaseException) -> tuple[str, str] | None:
+        if isinstance(err, FakeJuliaError):
+            return err.kind, err.message
+        return None
+
+    # ---------------------------------------------------------- recording
+
+    def calls_to(self, name: str) -> list[Call]:
+        return [c for c in self.calls if c.name == name]
+
+    def fail(self, name: str, err: BaseException) -> None:
+        """Make the next call of glue function ``name`` raise ``err``."""
+        self.failures[name] = err
+
+    def _run(self, name: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        with self._guard:
+            if self._active:
+                self.reentered = True
+                raise AssertionError(f"fake Julia re-entered by {name}")
+            self._active = True
+        try:
+            for a in (*args, *kwargs.values()):
+                _check_argument(name, a)
+            seen = [Seen.of(a) if isinstance(a, np.ndarray) else a for a in args]
+            call = Call(name, seen, kwargs, threading.get_ident(), self.gc_on)
+            self.calls.append(call)
+            if self.delay:
+                time.sleep(self.delay)
+            if name in self.failures:
+                raise self.failures.pop(name)
+            try:
+                out = fn(*args, **kwargs)
+            except PySpectralError as err:
+                raise FakeJuliaError(
+                    _kind(err), f"{type(err).__name__}: {err}"
+                ) from err
+            call.returned = [
+                Seen.of(a) for a in _flatten(out) if isinstance(a, np.ndarray)
+            ]
+            return out
+        finally:
+            self._active = False
+
+    @contextlib.contextmanager
+    def _gauge_policy(self, opts: C.Options) -> Iterator[None]:
+        """The glue's gauge_policy: under "warn", record instead of warning."""
+        if opts.gauge != "warn":
+            yield
+            return
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GaugeWarning)
+            yield
+        for w in caught:
+            match = _GAUGE_TEXT.match(str(w.message))
+            if issubclass(w.category, GaugeWarning) and match:
+                op, measured, tol = match.groups()
+                self.gauge_log.append((op, float(measured), float(tol)))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+    # ------------------------------------------------------------ runtime
+
+    def gc_enable(self, on: bool) -> bool:
+        was, self.gc_on = self.gc_on, bool(on)
+        self.gc_log.append((threading.get_ident(), bool(on)))
+        return was
+
+    def take_gauge_log(self) -> list[tuple[str, float, float]]:
+        log, self.gauge_log = self.gauge_log, []
+        return log
+
+    def missing_packages(self, names: list[str]) -> list[str]:
+        return [n for n in names if n in self.missing]
+
+    def run_testset(self, path: str, name: str) -> tuple[int, list[str]]:
+        if name not in self.testsets:
+            raise FakeJuliaError(
+                "argument", f'ArgumentError: no top-level @testset "{name}" in {path}'
+            )
+        return self.testsets[name]
+
+    # ---------------------------------------------------------------- SVD
+
+    def svd_batched(self, At: np.ndarray, full: bool) -> tuple:
+        Us, Ss, Vts = [], [], []
+        for b in range(At.shape[2]):
+            U, S, Vt = np.linalg.svd(At[:, :, b], full_matrices=full)
+            Us.append(U)
+            Ss.append(S)
+            Vts.append(Vt)
+        return _stack(Us), _stack(Ss), _stack(Vts)
+
+    def svdvals_batched(self, At: np.ndarray) -> np.ndarray:
+        return _stack(
+            [np.linalg.svd(At[:, :, b], compute_uv=False) for b in range(At.shape[2])]
+        )
+
+    def svd_pullback_batched_b(self, dAt, U, S, Vt, dU, dS, dVt, **kw) -> np.ndarray:
+        opts = _options(**kw)
+        for b in range(dAt.shape[2]):
+            with self._gauge_policy(opts):
+                g = svd_pullback(
+                    _t(U, b),
+                    _t(S, b),
+                    _t(Vt, b),
+                    _t(dU, b),
+                    _t(dS, b),
+                    _t(dVt, b),
+                    opts,
+                )
+            dAt[:, :, b] = 0 if g is None else g.numpy()
+        return dAt
+
+    def svd_function_batched(self, At: np.ndarray, f: Any) -> tuple:
+        fn = _svd_fn(f, min(At.shape[:2]))
+        Ys, Us, Ss, Vts = [], [], [], []
+        for b in range(At.shape[2]):
+            U, S, Vt = np.linalg.svd(At[:, :, b], full_matrices=False)
+            with warnings.catch_warnings():  # Julia's @warn: its own logger
+                warnings.simplefilter("ignore", GaugeWarning)
+                fS = fn(torch.from_numpy(S), C.Options())[0].numpy()
+            Ys.append((U * fS) @ Vt)
+            Us.append(U)
+            Ss.append(S)
+            Vts.append(Vt)
+        return _stack(Ys), _stack(Us), _stack(Ss), _stack(Vts)
+
+    def svd_function_pullback_batched_b(self, dAt, U, S, Vt, f, dYt) -> np.ndarray:
+        fn = _svd_fn(f, min(dAt.shape[:2]))
+        for b in range(dAt.shape[2]):
+            g = svd_function_pullback(
+                _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), C.Options()
+            )
+            dAt[:, :, b] = g.numpy()
+        return dAt
+
+    # --------------------------------------------------------------- eigh
+
+    def eigh_batched(self, At: np.ndarray, uplo: str) -> tuple:
+        ws, Vs = [], []
+        for b in range(At.shape[2]):
+            w, V = np.linalg.eigh(At[:, :, b], UPLO=uplo)
+            ws.append(w)
+            Vs.append(V.conj())  # like the glue: conj!(vectors of conj(A)) = V
+        return _stack(ws), _stack(Vs)
+
+    def eigh_pullback_batched_b(self, dAt, w, V, dw, dV, uplo, **kw) -> np.ndarray:
+        opts = _options(**kw)
+        for b in range(dAt.shape[2]):
+            with self._gauge_policy(opts):
+                Vc = None if V is None else _t(V, b).conj()
+                dVc = None if dV is None else _t(dV, b).conj()
+                g = eigh_pullback(_t(w, b), Vc, _t(dw, b), dVc, uplo, opts)
+            dAt[:, :, b] = 0 if g is None else g.numpy()
+        return dAt
+
+    def matrix_function_batched(self, At: np.ndarray, f: Any, uplo: str) -> tuple:
+        fn = _matfun(f)
+        Ys, ws, Vs = [], [], []
+        for b in range(At.shape[2]):
+            w, V = np.linalg.eigh(At[:, :, b], UPLO=uplo)
+            fw = fn(torch.from_numpy(w), C.Options())[0].numpy()
+            Ys.append((V * fw) @ V.conj().T)
+            ws.append(w)
+            Vs.append(V)
+        return _stack(Ys), _stack(ws), _stack(Vs)
+
+    def matrix_function_pullback_batched_b(self, dAt, w, V, f, dYt, uplo) -> np.ndarray:
+        fn = _matfun(f)
+        for b in range(dAt.shape[2]):
+            g = matrix_function_pullback(
+                _t(w, b), _t(V, b), fn, _t(dYt, b), uplo, C.Options()
+            )
+            dAt[:, :, b] = g.numpy()
+        return dAt
+
+    # ----------------------------------------------------- user functions
+
+    def user_eval(self, src: str) -> FakeFunction:
+        if src not in USER_FUNCTIONS:
+            raise FakeJuliaError("other", f"UndefVarError: `{src}` not defined")
+        return USER_FUNCTIONS[src]
+
+    def user_include(self, path: str) -> None:
+        return None
+
+    def function_forward(self, f: FakeFunction, *args: Any) -> tuple:
+        xs = tuple(map(_julia_value, args))
+        y = f.forward(*xs)
+
+        def pullback(yb: Any) -> tuple:
+            return tuple(_python_value(g) for g in f.back(yb, *xs))
+
+        return _python_value(y), pullback, f.rule
+
+    def function_pullback(self, pullback: Callable, yb: Any) -> tuple:
+        return pullback(_julia_value(yb))
+
+
+GLUE_FUNCTIONS = (
+    "gc_enable",
+    "take_gauge_log",
+    "missing_packages",
+    "run_testset",
+    "svd_batched",
+    "svdvals_batched",
+    "svd_pullback_batched!",
+    "svd_function_batched",
+    "svd_function_pullback_batched!",
+    "eigh_batched",
+    "eigh_pullback_batched!",
+    "matrix_function_batched",
+    "matrix_function_pullback_batched!",
+    "user_eval",
+    "user_include",
+    "function_forward",
+    "function_pullback",
+)
+
+
+@contextlib.contextmanager
+def installed(fake: FakeJulia | None = None) -> Iterator[FakeJulia]:
+    """Replace the Julia runtime by ``fake`` (fresh bridge state), restoring
+    the real runtime and its state afterwards."""
+    fake = FakeJulia() if fake is None else fake
+    with _julia._lock:
+        saved = _julia.runtime, dict(_julia._state)
+        _julia.runtime = fake
+        _julia.reset()
+    try:
+        yield fake
+    finally:
+        with _julia._lock:
+            _julia.runtime = saved[0]
+            _julia._state.clear()
+            _julia._state.update(saved[1])

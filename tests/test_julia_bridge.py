@@ -1,0 +1,1177 @@
+"""The Julia bridge (pyspectral/_julia.py, julia.py and the backend dispatch),
+with the Julia runtime replaced at its one seam by a numpy stand-in
+(tests/_fake_julia.py) that receives what Julia would receive: column-major
+transposes of the batch. Runs everywhere; needs no Julia.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from _fake_julia import FakeJulia, FakeJuliaError, installed, pointer
+
+import pyspectral as ps
+from pyspectral import _common as C
+from pyspectral import _julia
+from pyspectral.exceptions import (
+    BackendError,
+    DomainError,
+    GaugeError,
+    GaugeWarning,
+    InputError,
+    InputTypeError,
+    JuliaError,
+)
+
+DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
+SHAPES = [(5, 3), (3, 5), (4, 4)]
+BATCHES = [(), (3,), (2, 3)]
+
+
+@pytest.fixture
+def fake():
+    with installed() as f:
+        yield f
+
+
+def tol(dtype: torch.dtype) -> float:
+    return 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-11
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g)
+
+
+def hermitian(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
+    X = randn(*shape, dtype=dtype, seed=seed)
+    return X + X.mH
+
+
+def spd(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
+    X = randn(*shape, dtype=dtype, seed=seed)
+    n = shape[-1]
+    return X @ X.mH + n * torch.eye(n, dtype=dtype)
+
+
+def assert_same_basis(Q: torch.Tensor, R: torch.Tensor, atol: float) -> None:
+    """Columns of Q and R equal up to a phase each: |Q^H R| = I."""
+    P = (Q.mH @ R).abs()
+    eye = torch.eye(P.shape[-1], dtype=P.dtype).expand_as(P)
+    torch.testing.assert_close(P, eye, atol=atol, rtol=0)
+
+
+def grad_of(loss_fn, A: torch.Tensor) -> torch.Tensor:
+    A = A.detach().clone().requires_grad_(True)
+    (g,) = torch.autograd.grad(loss_fn(A), A)
+    return g
+
+
+def weights(shape, dtype, seed):
+    return randn(*shape, dtype=dtype, seed=seed)
+
+
+# ------------------------------------------------------- layout, role swap
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_svd_matches_torch_linalg(fake, dtype, shape, batch):
+    A = randn(*batch, *shape, dtype=dtype)
+    U, S, Vh = ps.svd(A, backend="julia")
+    U0, S0, Vh0 = torch.linalg.svd(A, full_matrices=False)
+    assert len(fake.calls_to("svd_batched")) == 1
+    k = min(shape)
+    assert U.shape == (*batch, shape[0], k) and Vh.shape == (*batch, k, shape[1])
+    assert S.shape == (*batch, k) and S.dtype == S0.dtype and U.dtype == dtype
+    torch.testing.assert_close(S, S0, atol=tol(dtype), rtol=tol(dtype))
+    torch.testing.assert_close(
+        (U * S.unsqueeze(-2).to(dtype)) @ Vh, A, atol=tol(dtype) * 10, rtol=0
+    )
+    assert_same_basis(U, U0, tol(dtype) * 10)
+    assert_same_basis(Vh.mH, Vh0.mH, tol(dtype) * 10)
+    for t in (U, S, Vh):
+        assert t.is_contiguous()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+def test_svd_roles_are_swapped_exactly(fake, dtype, shape):
+    """U is Julia's Vt transposed (not conjugated), Vh is Julia's U transposed."""
+    A = randn(2, *shape, dtype=dtype)
+    (U, S, Vh), (Uj, Sj, Vtj) = _julia.svd(A, False)
+    for b in range(2):
+        assert torch.equal(U[b], torch.from_numpy(Vtj[:, :, b]).T)
+        assert torch.equal(Vh[b], torch.from_numpy(Uj[:, :, b]).T)
+        assert torch.equal(S[b], torch.from_numpy(Sj[:, b]))
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_svd_full_matrices(fake, dtype, shape):
+    m, n = shape
+    A = randn(3, m, n, dtype=dtype)
+    U, S, Vh = ps.svd(A, full_matrices=True, backend="julia")
+    assert U.shape == (3, m, m) and Vh.shape == (3, n, n)
+    assert fake.calls_to("svd_batched")[0].args[1] is True
+    k = min(m, n)
+    rec = (U[..., :k] * S.unsqueeze(-2).to(dtype)) @ Vh[..., :k, :]
+    torch.testing.assert_close(rec, A, atol=tol(dtype) * 10, rtol=0)
+    for Q in (U, Vh):
+        eye = torch.eye(Q.shape[-1], dtype=dtype).expand_as(Q)
+        torch.testing.assert_close(Q.mH @ Q, eye, atol=tol(dtype) * 10, rtol=0)
+        assert Q.is_contiguous()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_svd_top_k(fake, dtype):
+    A = randn(2, 6, 4, dtype=dtype)
+    U, S, Vh = ps.svd(A, k=2, backend="julia")
+    U0, S0, Vh0 = torch.linalg.svd(A, full_matrices=False)
+    assert U.shape == (2, 6, 2) and S.shape == (2, 2) and Vh.shape == (2, 2, 4)
+    torch.testing.assert_close(S, S0[..., :2], atol=tol(dtype), rtol=tol(dtype))
+    assert_same_basis(U, U0[..., :2], tol(dtype) * 10)
+    assert_same_basis(Vh.mH, Vh0[..., :2, :].mH, tol(dtype) * 10)
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_eigh_matches_torch_linalg(fake, dtype, uplo, batch):
+    """Only the UPLO triangle is read: the other one is garbage. Julia reads
+    the transpose, i.e. the other triangle of conj(A), and returns conj(V)."""
+    H = hermitian(*batch, 4, 4, dtype=dtype)
+    garbage = randn(*batch, 4, 4, dtype=dtype, seed=1) * 100
+    if uplo == "L":
+        A = torch.tril(H) + torch.triu(garbage, 1)
+    else:
+        A = torch.triu(H) + torch.tril(garbage, -1)
+    w, V = ps.eigh(A, uplo, backend="julia")
+    w0, V0 = torch.linalg.eigh(A, UPLO=uplo)
+    (call,) = fake.calls_to("eigh_batched")
+    assert call.args[1] == {"L": "U", "U": "L"}[uplo]
+    assert w.shape == (*batch, 4) and V.shape == (*batch, 4, 4) and V.dtype == dtype
+    torch.testing.assert_close(w, w0, atol=tol(dtype) * 10, rtol=tol(dtype))
+    rec = (V * w.unsqueeze(-2).to(dtype)) @ V.mH
+    torch.testing.assert_close(rec, H, atol=tol(dtype) * 100, rtol=0)
+    assert_same_basis(V, V0, tol(dtype) * 10)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_eigvalsh(fake, dtype):
+    A = hermitian(3, 4, 4, dtype=dtype)
+    w = ps.eigvalsh(A, backend="julia")
+    torch.testing.assert_close(
+        w, torch.linalg.eigvalsh(A), atol=tol(dtype) * 10, rtol=0
+    )
+    assert fake.calls_to("eigh_batched")
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_svdvals(fake, dtype, shape, batch):
+    A = randn(*batch, *shape, dtype=dtype)
+    S = ps.svdvals(A, backend="julia")
+    assert len(fake.calls_to("svdvals_batched")) == 1
+    assert S.is_contiguous() and S.shape == (*batch, min(shape))
+    torch.testing.assert_close(
+        S, torch.linalg.svdvals(A), atol=tol(dtype), rtol=tol(dtype)
+    )
+
+
+SVD_FUNCTIONS = ["polar", ("truncate", 2), ("pow", 3), ("pow", 0.5), "normalize"]
+
+
+@pytest.mark.parametrize("f", SVD_FUNCTIONS, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_svd_function(fake, dtype, shape, f):
+    A = randn(2, *shape, dtype=dtype)
+    Y = ps.svd_function(A, f, backend="julia")
+    Y0 = ps.svd_function(A, f, backend="torch")
+    assert Y.shape == A.shape and Y.dtype == dtype and Y.is_contiguous()
+    torch.testing.assert_close(Y, Y0, atol=tol(dtype) * 10, rtol=0)
+    name = "svd_batched" if f == "normalize" else "svd_function_batched"
+    assert len(fake.calls_to(name)) == 1
+
+
+MATRIX_FUNCTIONS = ["sqrt", "log", "exp", "invsqrt", ("pow", 2), ("pow", -1.5)]
+
+
+@pytest.mark.parametrize("f", MATRIX_FUNCTIONS, ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matrix_function(fake, dtype, uplo, f):
+    A = spd(2, 4, 4, dtype=dtype) / 4
+    Y = ps.matrix_function(A, f, uplo, backend="julia")
+    Y0 = ps.matrix_function(A, f, uplo, backend="torch")
+    assert Y.shape == A.shape and Y.dtype == dtype
+    torch.testing.assert_close(Y, Y0, atol=tol(dtype) * 100, rtol=tol(dtype))
+    (call,) = fake.calls_to("matrix_function_batched")
+    assert call.args[1] == f and call.args[2] == {"L": "U", "U": "L"}[uplo]
+
+
+# ------------------------------------------------------------- gradients
+
+
+def svd_loss(A: torch.Tensor, backend: str, full: bool = False, k=None) -> torch.Tensor:
+    """Gauge-invariant: symmetric in S, the polar factor, the projectors on
+    the top-2 singular subspaces (and on the complement with full matrices)."""
+    U, S, Vh = ps.svd(A, full_matrices=full, k=k, backend=backend)
+    r = min(A.shape[-2:])
+    W = weights(A.shape, A.dtype, 1)
+    loss = (S**2 * torch.arange(1, S.shape[-1] + 1)).sum()
+    loss = loss + ((U[..., :r] @ Vh[..., :r, :]) * W).real.sum()
+    Pu = U[..., :2] @ U[..., :2].mH
+    Pv = Vh[..., :2, :].mH @ Vh[..., :2, :]
+    loss = loss + (Pu * weights(Pu.shape, A.dtype, 2)).real.sum()
+    loss = loss + (Pv * weights(Pv.shape, A.dtype, 3)).real.sum()
+    if full:
+        Qu = U[..., r:] @ U[..., r:].mH
+        Qv = Vh[..., r:, :].mH @ Vh[..., r:, :]
+        loss = loss + (Qu * weights(Qu.shape, A.dtype, 4)).real.sum()
+        loss = loss + (Qv * weights(Qv.shape, A.dtype, 5)).real.sum()
+    return loss
+
+
+GRAD_DTYPES = [torch.float64, torch.complex128]
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_svd_gradient_matches_native(fake, dtype, shape, batch):
+    A = randn(*batch, *shape, dtype=dtype)
+    g = grad_of(lambda X: svd_loss(X, "julia"), A)
+    g0 = grad_of(lambda X: svd_loss(X, "torch"), A)
+    assert len(fake.calls_to("svd_pullback_batched!")) == 1
+    torch.testing.assert_close(g, g0, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_svd_gradient_full_matrices_and_top_k(fake, dtype, shape):
+    A = randn(2, *shape, dtype=dtype)
+    for kw in ({"full": True}, {"k": 2}):
+        g = grad_of(lambda X, kw=kw: svd_loss(X, "julia", **kw), A)
+        g0 = grad_of(lambda X, kw=kw: svd_loss(X, "torch", **kw), A)
+        torch.testing.assert_close(g, g0, atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("which", ["U", "S", "Vh"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_svd_single_cotangent(fake, dtype, which):
+    """Only one output used: the others' cotangents reach Julia as nothing,
+    and gU/gVh land on Julia's Vt/U."""
+    A = randn(2, 5, 3, dtype=dtype)
+
+    def loss(X, backend):
+        U, S, Vh = ps.svd(X, backend=backend)
+        if which == "S":
+            return S.sum()
+        Q = U if which == "U" else Vh.mH
+        P = Q[..., :1] @ Q[..., :1].mH
+        return (P * weights(P.shape, dtype, 7)).real.sum()
+
+    g = grad_of(lambda X: loss(X, "julia"), A)
+    torch.testing.assert_close(
+        g, grad_of(lambda X: loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+    )
+    (call,) = fake.calls_to("svd_pullback_batched!")
+    dU, dS, dVt = call.args[4:7]  # Julia's U = Vh^T, Vt = U^T
+    assert (dU is None) == (which != "Vh")
+    assert (dS is None) == (which != "S")
+    assert (dVt is None) == (which != "U")
+
+
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_svdvals_gradient(fake, dtype):
+    A = randn(3, 5, 4, dtype=dtype)
+    g = grad_of(lambda X: (ps.svdvals(X, backend="julia") ** 3).sum(), A)
+    g0 = grad_of(lambda X: (torch.linalg.svdvals(X) ** 3).sum(), A)
+    torch.testing.assert_close(g, g0, atol=1e-10, rtol=1e-10)
+
+
+def eigh_loss(A, uplo, backend):
+    w, V = ps.eigh(A, uplo, backend=backend)
+    P = V[..., :2] @ V[..., :2].mH
+    return (w * torch.arange(1.0, w.shape[-1] + 1, dtype=w.dtype)).sum() + (
+        P * weights(P.shape, A.dtype, 4)
+    ).real.sum()
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_eigh_gradient_matches_native(fake, dtype, uplo, batch):
+    """A general (non-Hermitian) leaf: the gradient lands on the UPLO triangle."""
+    A = randn(*batch, 4, 4, dtype=dtype)
+    g = grad_of(lambda X: eigh_loss(X, uplo, "julia"), A)
+    g0 = grad_of(lambda X: eigh_loss(X, uplo, "torch"), A)
+    torch.testing.assert_close(g, g0, atol=1e-10, rtol=1e-10)
+    other = torch.triu(g, 1) if uplo == "L" else torch.tril(g, -1)
+    assert not other.any()
+    assert (
+        fake.calls_to("eigh_pullback_batched!")[0].args[-1]
+        == {"L": "U", "U": "L"}[uplo]
+    )
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_eigvalsh_gradient(fake, dtype, uplo):
+    """Eigenvalues only: the eigenvector cotangent reaches Julia as nothing."""
+    A = randn(3, 4, 4, dtype=dtype)
+
+    def loss(X, backend):
+        return (ps.eigvalsh(X, uplo, backend=backend) ** 3).sum()
+
+    g = grad_of(lambda X: loss(X, "julia"), A)
+    torch.testing.assert_close(
+        g, grad_of(lambda X: loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+    )
+    (call,) = fake.calls_to("eigh_pullback_batched!")
+    assert call.args[4] is None and call.args[3].shape == (4, 3)
+
+
+@pytest.mark.parametrize("f", ["polar", ("truncate", 2), ("pow", 3)], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_svd_function_gradient(fake, dtype, shape, f):
+    A = randn(2, *shape, dtype=dtype)
+    W = weights(A.shape, dtype, 5)
+
+    def loss(X, backend):
+        return (ps.svd_function(X, f, backend=backend) * W).real.sum()
+
+    g = grad_of(lambda X: loss(X, "julia"), A)
+    torch.testing.assert_close(
+        g, grad_of(lambda X: loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+    )
+    assert len(fake.calls_to("svd_function_pullback_batched!")) == 1
+
+
+@pytest.mark.parametrize("f", ["sqrt", "log", "exp", ("pow", 2)], ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_matrix_function_gradient(fake, dtype, uplo, f):
+    A = spd(2, 4, 4, dtype=dtype) / 4
+    W = weights(A.shape, dtype, 6)
+
+    def loss(X, backend):
+        return (ps.matrix_function(X, f, uplo, backend=backend) * W).real.sum()
+
+    g = grad_of(lambda X: loss(X, "julia"), A)
+    torch.testing.assert_close(
+        g, grad_of(lambda X: loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+    )
+    assert len(fake.calls_to("matrix_function_pullback_batched!")) == 1
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda X: svd_loss(X, "julia"),
+        lambda X: eigh_loss(X + X.mH, "L", "julia"),
+        lambda X: ps.svd_function(X, ("pow", 3), backend="julia").sum(),
+        lambda X: ps.matrix_function(
+            X @ X.mT + 3 * torch.eye(3, dtype=X.dtype), "log", backend="julia"
+        ).sum(),
+    ],
+    ids=["svd", "eigh", "svd_function", "matrix_function"],
+)
+def test_double_backward_falls_back_to_native(fake, op):
+    A = randn(3, 3, dtype=torch.float64).requires_grad_(True)
+    assert torch.autograd.gradcheck(op, (A,))
+    assert torch.autograd.gradgradcheck(op, (A,))
+    # With create_graph the first backward ran the native (differentiable)
+    # pullback; the second-order terms went through Julia's pullback again.
+    n = len(fake.calls)
+    (g,) = torch.autograd.grad(op(A), A, create_graph=True)
+    assert g.requires_grad
+    assert not [c for c in fake.calls[n:] if "pullback" in c.name]
+
+
+# ------------------------------------------------------------- zero copy
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_zero_copy_svd(fake, dtype, batch):
+    A = randn(*batch, 5, 3, dtype=dtype).requires_grad_(True)
+    U, S, Vh = ps.svd(A, backend="julia")
+    (call,) = fake.calls_to("svd_batched")  # one call for the whole batch
+    assert call.args[0].pointer == A.data_ptr()
+    Uj, Sj, Vtj = call.returned
+    assert U.data_ptr() == Vtj.pointer
+    assert S.data_ptr() == Sj.pointer
+    assert Vh.data_ptr() == Uj.pointer
+
+    (gA,) = torch.autograd.grad(svd_loss(A, "julia"), A)
+    (pb,) = fake.calls_to("svd_pullback_batched!")
+    assert pb.args[0].pointer == gA.data_ptr()  # Julia wrote into the gradient
+    assert pb.args[0].writeable
+    # the handles passed back are the very arrays returned by the forward
+    Uj2, Sj2, Vtj2 = fake.calls_to("svd_batched")[1].returned
+    assert [a.pointer for a in pb.args[1:4]] == [Uj2.pointer, Sj2.pointer, Vtj2.pointer]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_zero_copy_eigh_and_functions(fake, dtype):
+    A = hermitian(2, 3, 4, 4, dtype=dtype)
+    w, V = ps.eigh(A, backend="julia")
+    (call,) = fake.calls_to("eigh_batched")
+    assert call.args[0].pointer == A.data_ptr()
+    assert [w.data_ptr(), V.data_ptr()] == [a.pointer for a in call.returned]
+
+    Y = ps.matrix_function(A, "exp", backend="julia")
+    (call,) = fake.calls_to("matrix_function_batched")
+    assert call.args[0].pointer == A.data_ptr()
+    assert Y.data_ptr() == call.returned[0].pointer
+
+    B = randn(2, 3, 5, 4, dtype=dtype)
+    Y = ps.svd_function(B, "polar", backend="julia")
+    (call,) = fake.calls_to("svd_function_batched")
+    assert call.args[0].pointer == B.data_ptr()
+    assert Y.data_ptr() == call.returned[0].pointer
+
+    S = ps.svdvals(B, backend="julia")
+    (call,) = fake.calls_to("svdvals_batched")
+    assert call.args[0].pointer == B.data_ptr()
+    assert S.data_ptr() == call.returned[0].pointer
+
+
+@pytest.mark.parametrize(
+    "name, run",
+    [
+        ("eigh_pullback_batched!", lambda X: eigh_loss(X, "L", "julia")),
+        (
+            "svd_function_pullback_batched!",
+            lambda X: ps.svd_function(X, "polar", backend="julia").sum(),
+        ),
+        (
+            "matrix_function_pullback_batched!",
+            lambda X: ps.matrix_function(X, "exp", backend="julia").sum(),
+        ),
+    ],
+)
+def test_zero_copy_gradient_buffers(fake, name, run):
+    A = hermitian(2, 4, 4).requires_grad_(True)
+    (gA,) = torch.autograd.grad(run(A), A)
+    (call,) = fake.calls_to(name)
+    assert call.args[0].pointer == gA.data_ptr()
+
+
+def test_gradient_buffer_shared_at_bridge_level(fake):
+    A = randn(2, 5, 3)
+    (U, S, Vh), handles = _julia.svd(A, False)
+    gA = _julia.svd_pullback(
+        (A.shape, A.dtype), handles, None, torch.ones_like(S), None, C.options()
+    )
+    (call,) = fake.calls_to("svd_pullback_batched!")
+    assert call.args[0].pointer == gA.data_ptr()
+    torch.testing.assert_close(gA, U @ Vh, atol=1e-12, rtol=0)
+
+
+def test_non_contiguous_input_is_copied_not_misread(fake):
+    A = randn(3, 5, dtype=torch.complex128).mT  # a (5, 3) view, not contiguous
+    U, S, Vh = ps.svd(A, backend="julia")
+    assert fake.calls_to("svd_batched")[0].args[0].pointer != A.data_ptr()
+    torch.testing.assert_close(U * S.to(A.dtype) @ Vh, A, atol=1e-12, rtol=0)
+    B = randn(4, 4, dtype=torch.complex128).conj()  # lazy conjugate bit
+    w, V = ps.eigh(B + B.mH, backend="julia")
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(B + B.mH), atol=1e-12, rtol=0)
+
+
+# --------------------------------------------------- dtype, batch mapping
+
+
+NUMPY = {
+    torch.float32: np.float32,
+    torch.float64: np.float64,
+    torch.complex64: np.complex64,
+    torch.complex128: np.complex128,
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_dtype_mapping(fake, dtype):
+    A = randn(5, 3, dtype=dtype)
+    ps.svd(A, backend="julia")
+    ps.eigh(hermitian(3, 3, dtype=dtype), backend="julia")
+    for name in ("svd_batched", "eigh_batched"):
+        (call,) = fake.calls_to(name)
+        assert call.args[0].dtype == np.dtype(NUMPY[dtype])
+    Uj, Sj, Vtj = fake.calls_to("svd_batched")[0].returned
+    assert Uj.dtype == np.dtype(NUMPY[dtype])
+    assert Sj.dtype == np.dtype(NUMPY[dtype]).type(0).real.dtype
+
+
+@pytest.mark.parametrize(
+    "batch, B", [((), 1), ((1,), 1), ((3,), 3), ((2, 3), 6), ((2, 1, 2), 4)], ids=str
+)
+def test_batch_mapping(fake, batch, B):
+    """(*batch, m, n) is the column-major (n, m, B) array of the transposes."""
+    A = randn(*batch, 5, 3)
+    U, S, Vh = ps.svd(A, backend="julia")
+    (call,) = fake.calls_to("svd_batched")
+    At = call.args[0]
+    assert At.shape == (3, 5, B)
+    assert At.f_contiguous and At.strides == (8, 3 * 8, 15 * 8)
+    assert [a.shape for a in call.returned] == [(3, 3, B), (3, B), (3, 5, B)]
+    assert U.shape == (*batch, 5, 3) and S.shape == (*batch, 3)
+    assert Vh.shape == (*batch, 3, 3)
+    # the numpy view the bridge hands to Julia indexes the transposes
+    Aj = _julia.to_julia(A)
+    flat = A.reshape(B, 5, 3)
+    for b in range(B):
+        assert np.array_equal(Aj[:, :, b], flat[b].numpy().T)
+
+
+def test_vector_and_matrix_conversions():
+    t = randn(2, 3, 4)
+    v = _julia.to_julia_vectors(t)
+    assert v.shape == (4, 6) and pointer(v) == t.data_ptr()
+    back = _julia.from_julia_vectors(np.asfortranarray(v), (2, 3))
+    assert torch.equal(back, t)
+    M = randn(2, 3, 4)
+    Mj = _julia.to_julia_matrices(M)
+    assert Mj.shape == (3, 4, 2) and Mj.flags.f_contiguous
+    assert torch.equal(_julia.julia_matrices(Mj), M)
+
+
+# ------------------------------------------------------ error translation
+
+
+@pytest.mark.parametrize(
+    "kind, error",
+    [
+        ("domain", DomainError),
+        ("argument", InputError),
+        ("gauge", GaugeError),
+        ("other", JuliaError),
+        ("something new", JuliaError),
+    ],
+)
+def test_julia_errors_become_pyspectral_errors(fake, kind, error):
+    text = "DomainError with -1.0:\nsqrt was called with a negative real argument"
+    fake.fail("svd_batched", FakeJuliaError(kind, text))
+    with pytest.raises(error) as info:
+        ps.svd(randn(3, 3), backend="julia")
+    assert type(info.value) is error
+    assert "svd (Julia): " in str(info.value) and text in str(info.value)
+    assert isinstance(info.value.__cause__, FakeJuliaError)
+
+
+def test_non_julia_exceptions_propagate_unchanged(fake):
+    err = ValueError("not from Julia")
+    fake.fail("eigh_batched", err)
+    with pytest.raises(ValueError) as info:
+        ps.eigh(hermitian(3, 3), backend="julia")
+    assert info.value is err
+    assert _julia.status()[0]  # still usable
+    ps.eigh(hermitian(3, 3), backend="julia")
+
+
+def test_errors_thrown_by_the_julia_rules(fake):
+    with pytest.raises(DomainError, match=r"matrix_function \(Julia\): .*log"):
+        ps.matrix_function(-spd(3, 3), "log", backend="julia")
+    with pytest.raises(JuliaError, match="UndefVarError"):
+        ps.julia.function("no_such_function")
+    # errors in a pullback too
+    A = randn(4, 3).requires_grad_(True)
+    U, S, Vh = ps.svd(A, backend="julia")
+    fake.fail("svd_pullback_batched!", FakeJuliaError("argument", "DimensionMismatch"))
+    with pytest.raises(InputError, match=r"svd \(Julia\): DimensionMismatch"):
+        S.sum().backward()
+
+
+# ------------------------------------------------------------------ gauge
+
+
+def degenerate(dtype=torch.float64):
+    """5x4 with singular values (3, 1, 1, 0.5): an exactly degenerate pair."""
+    Q1 = torch.linalg.qr(randn(5, 5, dtype=dtype, seed=8))[0]
+    Q2 = torch.linalg.qr(randn(4, 4, dtype=dtype, seed=9))[0]
+    S = torch.tensor([3.0, 1.0, 1.0, 0.5], dtype=torch.float64).to(dtype)
+    return Q1[:, :4] @ torch.diag(S) @ Q2.mH
+
+
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_gauge_warning_surfaces_from_julia(fake, dtype):
+    A = degenerate(dtype).requires_grad_(True)
+    U, S, Vh = ps.svd(A, backend="julia", gauge="warn")
+    r = weights((5,), dtype, 3)
+    with pytest.warns(GaugeWarning, match=r"^svd: .*degenerate") as record:
+        (U[:, 1] * r).real.sum().backward()
+    assert len(record) == 1
+    assert fake.calls_to("take_gauge_log") and not fake.gauge_log
+    # the same loss on the native backend warns the same way (the gradients
+    # differ: they depend on the basis each backend picked in the cluster)
+    A2 = A.detach().clone().requires_grad_(True)
+    U, S, Vh = ps.svd(A2, backend="torch", gauge="warn")
+    with pytest.warns(GaugeWarning, match=r"^svd: "):
+        (U[:, 1] * r).real.sum().backward()
+
+
+def test_gauge_raise_and_ignore_through_julia(fake):
+    A = degenerate().requires_grad_(True)
+    U, S, Vh = ps.svd(A, backend="julia", gauge="raise")
+    with pytest.raises(GaugeError, match=r"^svd \(Julia\): "):
+        U[:, 1].sum().backward()
+    U, S, Vh = ps.svd(A, backend="julia", gauge="ignore")
+    U[:, 1].sum().backward()  # no warning (pytest turns GaugeWarning into errors)
+    assert fake.calls_to("svd_pullback_batched!")[-1].kwargs["gauge"] == "ignore"
+
+
+def test_eigh_gauge_warning(fake):
+    Q = torch.linalg.qr(randn(4, 4))[0]
+    H = Q @ torch.diag(torch.tensor([1.0, 2.0, 2.0, 3.0], dtype=torch.float64)) @ Q.T
+    A = H.requires_grad_(True)
+    w, V = ps.eigh(A, backend="julia")
+    with pytest.warns(GaugeWarning, match=r"^eigh: "):
+        V[:, 1].sum().backward()
+
+
+def test_options_reach_julia(fake):
+    A = randn(4, 3).requires_grad_(True)
+    U, S, Vh = ps.svd(
+        A,
+        backend="julia",
+        degeneracy_atol=1e-3,
+        broadening=1e-6,
+        gauge="ignore",
+        gauge_atol=0.5,
+    )
+    (U @ Vh).sum().backward()
+    call = fake.calls_to("svd_pullback_batched!")[0]
+    assert call.kwargs == {
+        "degeneracy_atol": 1e-3,
+        "broadening": 1e-6,
+        "gauge": "ignore",
+        "gauge_atol": 0.5,
+    }
+
+
+# -------------------------------------------------------- lock and threads
+
+
+def run_in_thread(fn):
+    out = {}
+
+    def target():
+        try:
+            out["value"] = fn()
+        except BaseException as err:  # noqa: BLE001 - re-raised below
+            out["error"] = err
+
+    t = threading.Thread(target=target)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    if "error" in out:
+        raise out["error"]
+    return out.get("value"), t.ident
+
+
+def test_owner_thread_does_not_touch_gc(fake):
+    ps.svd(randn(3, 3), backend="julia")
+    assert fake.gc_log == []
+    assert fake.calls_to("svd_batched")[0].gc_enabled
+
+
+def test_foreign_thread_runs_with_gc_paused(fake):
+    ps.svd(randn(3, 3), backend="julia")  # Julia started on this thread
+    (U, S, Vh), ident = run_in_thread(lambda: ps.svd(randn(4, 3), backend="julia"))
+    call = fake.calls_to("svd_batched")[-1]
+    assert call.thread == ident and not call.gc_enabled
+    assert fake.gc_log == [(ident, False), (ident, True)]
+    assert fake.gc_on
+    torch.testing.assert_close(U * S @ Vh, randn(4, 3), atol=1e-12, rtol=0)
+
+
+def test_foreign_thread_restores_gc_after_an_error(fake):
+    ps.svd(randn(3, 3), backend="julia")
+    fake.fail("svd_batched", FakeJuliaError("domain", "boom"))
+    with pytest.raises(DomainError, match="boom"):
+        run_in_thread(lambda: ps.svd(randn(3, 3), backend="julia"))
+    assert fake.gc_on and [on for _, on in fake.gc_log] == [False, True]
+
+
+def test_foreign_thread_leaves_gc_disabled_if_it_was(fake):
+    ps.svd(randn(3, 3), backend="julia")
+    fake.gc_on = False
+    run_in_thread(lambda: ps.svdvals(randn(3, 3), backend="julia"))
+    assert fake.gc_on is False
+
+
+def test_backward_from_a_worker_thread(fake):
+    A = randn(2, 5, 3, dtype=torch.complex128).requires_grad_(True)
+    loss = svd_loss(A, "julia")  # forward on the owner thread
+    _, ident = run_in_thread(loss.backward)
+    (call,) = fake.calls_to("svd_pullback_batched!")
+    assert call.thread == ident and not call.gc_enabled
+    assert fake.gc_on
+    torch.testing.assert_close(
+        A.grad, grad_of(lambda X: svd_loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+    )
+
+
+def test_julia_started_from_a_worker_thread(fake):
+    _, ident = run_in_thread(lambda: ps.svd(randn(3, 3), backend="julia"))
+    assert _julia._state["owner"].ident == ident
+    ps.svd(randn(3, 3), backend="julia")  # now the main thread is the foreign one
+    assert not fake.calls_to("svd_batched")[-1].gc_enabled and fake.gc_on
+
+
+def test_concurrent_calls_are_serialized(fake):
+    ps.svd(randn(3, 3), backend="julia")
+    fake.delay = 0.002
+    results, errors = [], []
+
+    def work(seed):
+        try:
+            A = randn(2, 5, 3, dtype=torch.float64, seed=seed).requires_grad_(True)
+            g = grad_of(lambda X: svd_loss(X, "julia"), A)
+            w = ps.eigvalsh(hermitian(4, 4, seed=seed), backend="julia")
+            results.append((seed, g, w))
+        except BaseException as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors and not fake.reentered and len(results) == 8
+    for seed, g, w in results:
+        A = randn(2, 5, 3, dtype=torch.float64, seed=seed)
+        torch.testing.assert_close(
+            g, grad_of(lambda X: svd_loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+        )
+        torch.testing.assert_close(w, torch.linalg.eigvalsh(hermitian(4, 4, seed=seed)))
+    assert fake.gc_on
+
+
+def test_the_lock_is_held_during_a_call(fake):
+    held = []
+    original = fake.svdvals_batched
+
+    def try_lock():
+        got = _julia._lock.acquire(blocking=False)
+        if got:
+            _julia._lock.release()
+        held.append(got)
+
+    def svdvals_batched(At):
+        run_in_thread(try_lock)
+        return original(At)
+
+    fake.svdvals_batched = svdvals_batched  # bound when the glue starts
+    ps.svdvals(randn(3, 3), backend="julia")
+    run_in_thread(try_lock)
+    assert held == [False, True]
+
+
+# ------------------------------------------------------ backend selection
+
+
+def test_auto_uses_julia_for_cpu_tensors(fake):
+    A = randn(4, 3)
+    ps.svd(A)
+    ps.eigh(hermitian(3, 3))
+    ps.svd_function(A, "polar")
+    ps.matrix_function(spd(3, 3), "sqrt")
+    ps.svdvals(A)
+    names = {c.name for c in fake.calls}
+    assert {
+        "svd_batched",
+        "eigh_batched",
+        "svd_function_batched",
+        "matrix_function_batched",
+        "svdvals_batched",
+    } <= names
+    assert C.resolve_backend("svd", "auto", A) == "julia"
+    assert C.resolve_backend("svd", "torch", A) == "torch"
+
+
+def test_auto_uses_torch_under_torch_func(fake):
+    A = randn(3, 4, 3)
+    S = torch.func.vmap(lambda X: ps.svd(X)[1])(A)
+    torch.testing.assert_close(S, torch.linalg.svdvals(A))
+    g = torch.func.grad(lambda X: ps.svdvals(X).sum())(A[0])
+    torch.testing.assert_close(
+        g, grad_of(lambda X: torch.linalg.svdvals(X).sum(), A[0])
+    )
+    torch.func.grad(lambda X: eigh_loss(X + X.mT, "L", "auto"))(A[0][:3])
+    assert fake.calls == []
+    with pytest.raises(BackendError, match="torch.func"):
+        torch.func.vmap(lambda X: ps.svd(X, backend="julia")[1])(A)
+
+
+def test_auto_uses_torch_for_user_pairs(fake):
+    A = randn(4, 3)
+    pair = (torch.tanh, lambda s: 1 - torch.tanh(s) ** 2)
+    ps.svd_function(A, pair)
+    ps.matrix_function(spd(3, 3), pair)
+    assert fake.calls == []
+    with pytest.raises(BackendError, match="user .* pairs are Python functions"):
+        ps.svd_function(A, pair, backend="julia")
+    with pytest.raises(BackendError, match="user .* pairs are Python functions"):
+        ps.matrix_function(spd(3, 3), pair, backend="julia")
+
+
+def test_non_cpu_tensors(fake):
+    A = torch.empty(4, 3, device="meta", dtype=torch.float64)
+    assert C.resolve_backend("svd", "auto", A) == "torch"
+    with pytest.raises(BackendError, match="CPU tensors only.*meta.*backend='torch'"):
+        C.resolve_backend("svd", "julia", A)
+    with pytest.raises(BackendError, match="CPU tensors only"):
+        _julia.check_tensor("svd", A)
+    assert fake.starts == 0  # refused before starting Julia
+
+
+def test_empty_tensors_run_natively(fake):
+    for A in (torch.zeros(0, 4, 3, dtype=torch.float64), torch.zeros(2, 0, 3)):
+        U, S, Vh = ps.svd(A)
+        assert S.shape == (*A.shape[:-2], 0 if 0 in A.shape[-2:] else 3)
+        with pytest.raises(BackendError, match="empty tensors"):
+            ps.svd(A, backend="julia")
+    assert fake.calls == []
+
+
+def test_unknown_backend(fake):
+    with pytest.raises(BackendError, match="backend must be one of"):
+        ps.svd(randn(3, 3), backend="jl")
+
+
+def test_julia_not_installed():
+    with installed(FakeJulia(probe_reason="Julia is not installed here")) as fake:
+        A = randn(4, 3)
+        U, S, Vh = ps.svd(A)  # auto: native
+        torch.testing.assert_close(S, torch.linalg.svdvals(A))
+        t0 = time.perf_counter()
+        with pytest.raises(BackendError, match="Julia is not installed here"):
+            ps.svd(A, backend="julia")
+        with pytest.raises(BackendError, match="Julia is not installed here"):
+            ps.julia.function("logdet")
+        assert time.perf_counter() - t0 < 0.5
+        assert _julia.status() == (False, "Julia is not installed here")
+        assert fake.starts == 0 and fake.probes == 1  # probed once per process
+
+
+def test_julia_fails_to_start():
+    err = RuntimeError("juliapkg: could not resolve")
+    with installed(FakeJulia(start_error=err)) as fake:
+        A = randn(4, 3)
+        with pytest.raises(BackendError, match="could not resolve") as info:
+            ps.svd(A, backend="julia")
+        assert "python -m pyspectral install-julia" in str(info.value)
+        assert "PYTHON_JULIAPKG_EXE" in str(info.value)
+        assert info.value.__cause__ is err
+        ok, why = _julia.status()
+        assert not ok and why.startswith("Julia failed to start: juliapkg")
+        ps.svd(A)  # auto falls back without retrying
+        with pytest.raises(BackendError, match="could not resolve"):
+            ps.eigh(hermitian(3, 3), backend="julia")
+        assert fake.starts == 1
+
+
+def test_status_when_loaded(fake):
+    assert _julia.status() == (True, "installed (not started yet)")
+    ps.svd(randn(3, 3), backend="julia")
+    assert _julia.status() == (True, "Julia backend loaded")
+
+
+# ---------------------------------------------------- ps.julia.function
+
+
+def test_function_scalar_output(fake):
+    f = ps.julia.function("logdet")
+    for dtype in (torch.float64, torch.float32):
+        x = spd(4, 4, dtype=dtype)
+        y = f(x)
+        assert y.dim() == 0 and y.dtype == dtype
+        torch.testing.assert_close(y, torch.logdet(x))
+    assert f.last_rule == "rrule"
+    (call,) = fake.calls_to("user_eval")
+    assert call.args == ["logdet"]
+    fwd = fake.calls_to("function_forward")[-1]
+    assert fwd.args[1].pointer == x.data_ptr() and fwd.args[1].c_contiguous
+    assert fwd.args[1].shape == (4, 4)  # logical layout, not transposed
+
+
+@pytest.mark.parametrize("source", ["logdet", "inv", "x -> sum(abs2, x)"])
+def test_function_gradcheck(fake, source):
+    f = ps.julia.function(source)
+    x = spd(4, 4).requires_grad_(True)
+    assert torch.autograd.gradcheck(f, (x,))
+    assert f.last_rule == ("zygote" if "->" in source else "rrule")
+    assert fake.calls_to("function_pullback")
+
+
+def test_function_array_output_and_gradient(fake):
+    f = ps.julia.function("inv")
+    x = spd(3, 3).requires_grad_(True)
+    y = f(x)
+    assert isinstance(y, torch.Tensor) and y.shape == (3, 3) and y.dtype == x.dtype
+    torch.testing.assert_close(y, torch.linalg.inv(x))
+    (y * randn(3, 3)).sum().backward()
+    g0 = grad_of(lambda X: (torch.linalg.inv(X) * randn(3, 3)).sum(), x)
+    torch.testing.assert_close(x.grad, g0)
+
+
+def test_function_several_arguments(fake):
+    f = ps.julia.function("(x, y) -> x * y")
+    x = randn(3, 4).requires_grad_(True)
+    y = randn(4, 2, seed=1).requires_grad_(True)
+    torch.testing.assert_close(f(x, y), x @ y)
+    assert torch.autograd.gradcheck(f, (x, y))
+    assert f.last_rule == "zygote"
+
+
+def test_function_tuple_output(fake):
+    f = ps.julia.function("x -> (sum(x), 2x)")
+    x = randn(3, 3).requires_grad_(True)
+    s, y = f(x)
+    assert s.dim() == 0 and y.shape == (3, 3)
+    torch.testing.assert_close(s, x.sum())
+    torch.testing.assert_close(y, 2 * x)
+    assert torch.autograd.gradcheck(f, (x,))
+
+
+def test_function_non_tensor_argument(fake):
+    f = ps.julia.function("(x, n) -> n * sum(x)")
+    x = randn(3, 3).requires_grad_(True)
+    y = f(x, 3.0)
+    y.backward()
+    torch.testing.assert_close(x.grad, torch.full((3, 3), 3.0, dtype=torch.float64))
+
+
+def test_function_errors(fake):
+    with pytest.raises(InputTypeError, match="Julia source text"):
+        ps.julia.function(torch.logdet)
+    f = ps.julia.function("logdet")
+    with pytest.raises(BackendError, match="CPU tensors only"):
+        f(torch.empty(3, 3, device="meta"))
+
+
+def test_include(fake, tmp_path):
+    path = tmp_path / "rules.jl"
+    path.write_text("f(x) = 2x\n")
+    ps.julia.include(path)
+    (call,) = fake.calls_to("user_include")
+    assert call.args == [str(path.resolve())]
+    with pytest.raises(FileNotFoundError, match="no file"):
+        ps.julia.include(tmp_path / "missing.jl")
+
+
+# ------------------------------------------------------ Julia test items
+
+
+def test_testset_runner_reports_julia_failures(fake, tmp_path):
+    from test_julia_rules import check_testset
+
+    path = tmp_path / "runtests.jl"
+    path.write_text('@testset "good" begin end\n@testset "bad" begin end\n')
+    assert ps.julia.testset_names(path) == ["good", "bad"]
+    failure = (
+        "Test Failed at /pkg/test/runtests.jl:12\n  Expression: svd_pullback(A) ≈ fd\n"
+        "   Evaluated: [1.0] ≈ [2.0]"
+    )
+    fake.testsets = {"good": (7, []), "bad": (3, [failure, "Error During Test"])}
+    check_testset(path, "good")  # passes
+    with pytest.raises(pytest.fail.Exception) as info:
+        check_testset(path, "bad")
+    text = str(info.value)
+    assert "runtests.jl:12" in text and "Evaluated: [1.0] ≈ [2.0]" in text
+    assert "Error During Test" in text and "2 failure" in text
+    calls = fake.calls_to("run_testset")
+    assert [c.args for c in calls] == [
+        [str(path.resolve()), "good"],
+        [str(path.resolve()), "bad"],
+    ]
+
+    fake.missing = ["ChainRulesTestUtils"]
+    with pytest.raises(pytest.skip.Exception, match="install-julia --tests"):
+        check_testset(path, "good")
+
+
+def test_testset_runner_skips_without_julia(tmp_path):
+    from test_julia_rules import check_testset
+
+    path = tmp_path / "runtests.jl"
+    path.write_text('@testset "good" begin end\n')
+    with installed(FakeJulia(probe_reason="no Julia here")):
+        with pytest.raises(
+            pytest.skip.Exception, match="Julia is not installed: no Julia"
+        ):
+            check_testset(path, "good")
+
+
+def test_run_tests_summary(fake, tmp_path, capsys):
+    path = tmp_path / "runtests.jl"
+    path.write_text('@testset "a" begin end\n@testset "b \\"q\\"" begin end\n')
+    fake.testsets = {"a": (2, []), 'b "q"': (1, ["Test Failed at x.jl:1"])}
+    assert ps.julia.run_tests(path) is False
+    out = capsys.readouterr().out
+    assert "a: 2 passed, ok" in out and "1 FAILED" in out and "x.jl:1" in out
+    assert [c.args[1] for c in fake.calls_to("run_testset")] == ["a", 'b "q"']
+
+
+def test_testset_names_are_julia_strings(tmp_path):
+    path = tmp_path / "runtests.jl"
+    path.write_text(
+        '@testset "plain" begin end\n'
+        '@testset "esc \\"q\\" \\\\ \\$x" begin end\n'
+        '@testset "n = $n" for n in 1:2 end\n'  # interpolated: not a literal name
+        '    @testset "nested" begin end\n'
+        '# @testset "comment"\n'
+    )
+    assert ps.julia.testset_names(path) == ["plain", 'esc "q" \\ $x']
+
+
+def test_missing_test_packages_sends_a_tuple(fake):
+    fake.missing = ["Zygote"]
+    assert ps.julia.missing_test_packages() == ["Zygote"]
+    (call,) = fake.calls_to("missing_packages")
+    assert isinstance(call.args[0], tuple) and "ChainRulesTestUtils" in call.args[0]
+
+
+# --------------------------------------- import, and Julia really missing
+
+
+def test_import_does_not_import_juliacall():
+    env = {k: v for k, v in os.environ.items() if k != "PYSPECTRAL_START_JULIA"}
+    code = (
+        "import sys, pyspectral, pyspectral.julia\n"
+        "assert 'juliacall' not in sys.modules, 'juliacall imported'\n"
+        "assert 'juliapkg' not in sys.modules, 'juliapkg imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+@pytest.mark.skipif(_julia.status()[0], reason="Julia is installed here")
+def test_backend_julia_without_julia_raises_quickly():
+    with _julia._lock:
+        saved = dict(_julia._state)
+        _julia.reset()
+    try:
+        t0 = time.perf_counter()
+        with pytest.raises(BackendError) as info:
+            ps.svd(randn(3, 3), backend="julia")
+        elapsed = time.perf_counter() - t0
+        assert elapsed < 5, f"took {elapsed:.1f} s"
+        assert "python -m pyspectral install-julia" in str(info.value)
+        assert "PYTHON_JULIAPKG_EXE" in str(info.value)
+        assert "juliacall" not in sys.modules or _julia.status()[0]
+        # auto quietly uses the native backend
+        ps.svd(randn(3, 3))
+    finally:
+        with _julia._lock:
+            _julia._state.update(saved)
+
+
+def test_gauge_log_is_read_by_the_thread_that_wrote_it(fake):
+    """A pullback's gauge records are taken before any other thread enters
+    Julia, so each backward applies its own gauge policy to its own records."""
+    ps.svd(randn(3, 3), backend="julia")
+    fake.delay = 0.001
+    errors = []
+
+    def work(seed):
+        try:
+            for _ in range(3):
+                A = randn(5, 3, seed=seed).requires_grad_(True)
+                U, S, Vh = ps.svd(A, backend="julia", gauge="ignore")
+                (U @ Vh).sum().backward()
+        except BaseException as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors
+    calls = [c for c in fake.calls if c.name != "gc_enable"]
+    for i, c in enumerate(calls):
+        if c.name == "svd_pullback_batched!":
+            after = calls[i + 1]
+            assert after.name == "take_gauge_log" and after.thread == c.thread
+
+
+STUB_JULIACALL = """
+import warnings
+
+warnings.warn("torch was imported before juliacall. This may cause a segfault.")
+warnings.warn("an unrelated note from juliacall", FutureWarning)
+
+
+class JuliaError(Exception):
+    def __init__(self, exception, message):
+        super().__init__(message)
+        self.exception = exception
+
+
+class _Glue:
+    def exception_kind(self, e):
+        return {"DomainError": "domain", "ArgumentError": "argument"}.get(e, "other")
+
+
+class _Main:
+    def __init__(self):
+        self.evals, self.includes = [], []
+        self.PySpectralGlue = _Glue()
+
+    def seval(self, src):
+        self.evals.append(src)
+
+    def include(self, path):
+        self.includes.append(path)
+
+
+Main = _Main()
+"""
+
+
+def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
+    """JuliaRuntime itself, against a stub juliacall module: what it evaluates,
+    the import-order warning, the signal-handling default, error description."""
+    if "juliacall" in sys.modules:
+        pytest.skip("the real juliacall is loaded in this process")
+    (tmp_path / "juliacall.py").write_text(STUB_JULIACALL)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHON_JULIACALL_HANDLE_SIGNALS", "placeholder")
+    monkeypatch.delenv("PYTHON_JULIACALL_HANDLE_SIGNALS")
+    rt = _julia.JuliaRuntime()
+    try:
+        with warnings.catch_warnings(record=True) as record:
+            warnings.simplefilter("always")
+            glue = rt.start()
+        texts = {w.category: str(w.message) for w in record}
+        assert "PYSPECTRAL_START_JULIA" in texts[RuntimeWarning]  # ours, instead of
+        assert UserWarning not in texts  # juliacall's own torch warning
+        assert texts[FutureWarning] == "an unrelated note from juliacall"  # passed on
+        jc = sys.modules["juliacall"]
+        assert glue is jc.Main.PySpectralGlue
+        assert jc.Main.evals == ["using PySpectral"]
+        assert jc.Main.includes == [str(_julia.GLUE)]
+        assert os.environ["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
+        err = jc.JuliaError("DomainError", "DomainError with -1.0: log")
+        assert rt.describe(err) == ("domain", "DomainError with -1.0: log")
+        assert rt.describe(ValueError("not Julia")) is None
+        assert rt.probe() is None  # juliacall loaded: installed
+    finally:
+        sys.modules.pop("juliacall", None)
+    assert rt.describe(err) is None  # juliacall gone: nothing is a Julia error
