@@ -1,4 +1,5 @@
-"""Command line: ``python -m pyspectral info | demo | bench`` (also ``pyspectral``)."""
+"""Command line: ``python -m pyspectral info | demo | bench | install-julia |
+test-julia`` (also ``pyspectral``)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,22 @@ def bench(which: str, argv: list[str]) -> int:
     return 0
 
 
+def install_julia(tests: bool) -> int:
+    """Install Julia and the Julia packages (juliapkg prints its progress)."""
+    from . import _julia
+
+    _julia.install(tests=tests)
+    print("pyspectral: the Julia backend is installed and loads:", _julia.status()[1])
+    return 0
+
+
+def test_julia(path: str | None) -> int:
+    """Run the top-level @testsets of a Julia test file (default: PySpectral's)."""
+    from . import julia
+
+    return 0 if julia.run_tests(path) else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="pyspectral",
@@ -89,7 +106,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--sizes", help="e.g. 64,256,512,1024,4096x8 (BxN: a batch)")
     b.add_argument("--repeat", type=int, help="timed rounds per size")
     b.add_argument("--threads", type=int, help="torch threads (default: all)")
+    i = sub.add_parser(
+        "install-julia",
+        help="install Julia and the Julia packages (once; needs network, or "
+        "PYTHON_JULIAPKG_EXE / PYTHON_JULIAPKG_OFFLINE for an existing Julia)",
+    )
+    i.add_argument(
+        "--tests", action="store_true", help="also the Julia test packages"
+    )
+    t = sub.add_parser(
+        "test-julia", help="run the @testsets of a Julia rule test file in Julia"
+    )
+    t.add_argument("path", nargs="?", help="a .jl file (default: PySpectral's tests)")
     args = p.parse_args(argv)
+    try:
+        return _run(args)
+    except pyspectral.PySpectralError as err:
+        print(f"pyspectral: {err}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "install-julia":
+        return install_julia(args.tests)
+    if args.command == "test-julia":
+        return test_julia(args.path)
     if args.command == "info":
         return info()
     if args.command == "demo":

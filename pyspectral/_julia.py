@@ -382,9 +382,12 @@ def install(tests: bool = False) -> None:
         )
     import juliapkg
 
-    if tests:
-        for name, uuid in TEST_PACKAGES.items():
-            juliapkg.add(name, uuid)
-    juliapkg.resolve()
+    try:
+        if tests:
+            for name, uuid in TEST_PACKAGES.items():
+                juliapkg.add(name, uuid)
+        juliapkg.resolve()
+    except Exception as err:  # noqa: BLE001 - juliapkg raises many kinds
+        raise BackendError(f"juliapkg could not install Julia: {err}. " + INSTALL_HINT) from err
     reset()
     glue()
