@@ -111,9 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="install Julia and the Julia packages (once; needs network, or "
         "PYTHON_JULIAPKG_EXE / PYTHON_JULIAPKG_OFFLINE for an existing Julia)",
     )
-    i.add_argument(
-        "--tests", action="store_true", help="also the Julia test packages"
-    )
+    i.add_argument("--tests", action="store_true", help="also the Julia test packages")
     t = sub.add_parser(
         "test-julia", help="run the @testsets of a Julia rule test file in Julia"
     )

@@ -17,7 +17,13 @@ from typing import Any
 import torch
 from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
 
-from .exceptions import BackendError, GaugeError, GaugeWarning, InputError, InputTypeError
+from .exceptions import (
+    BackendError,
+    GaugeError,
+    GaugeWarning,
+    InputError,
+    InputTypeError,
+)
 
 GAUGE_POLICIES = ("warn", "raise", "ignore")
 BACKENDS = ("auto", "torch", "julia")
@@ -84,9 +90,7 @@ def _known(settings: dict[str, Any]) -> dict[str, Any]:
 
 def _check_options(opts: Options) -> Options:
     if opts.gauge not in GAUGE_POLICIES:
-        raise InputError(
-            f"gauge must be one of {GAUGE_POLICIES}, got {opts.gauge!r}"
-        )
+        raise InputError(f"gauge must be one of {GAUGE_POLICIES}, got {opts.gauge!r}")
     for name in ("degeneracy_atol", "broadening", "gauge_atol"):
         value = getattr(opts, name)
         if value is not None and not (isinstance(value, (int, float)) and value >= 0):
@@ -106,7 +110,8 @@ def options(
     d = _defaults
     return _check_options(
         Options(
-            degeneracy_atol=d.degeneracy_atol if degeneracy_atol is None
+            degeneracy_atol=d.degeneracy_atol
+            if degeneracy_atol is None
             else degeneracy_atol,
             broadening=d.broadening if broadening is None else broadening,
             gauge=d.gauge if gauge is None else gauge,
@@ -301,7 +306,9 @@ def backend_status() -> dict[str, tuple[bool, str]]:
     return {"torch": (True, "native PyTorch backend"), "julia": _julia.status()}
 
 
-def resolve_backend(op: str, backend: str, A: torch.Tensor, native_only: str = "") -> str:
+def resolve_backend(
+    op: str, backend: str, A: torch.Tensor, native_only: str = ""
+) -> str:
     """Map ``backend`` to the one that runs: ``"torch"`` or ``"julia"``.
 
     ``"auto"`` takes Julia only where it can run this call (installed and
@@ -317,7 +324,9 @@ def resolve_backend(op: str, backend: str, A: torch.Tensor, native_only: str = "
     why_not = native_only or (
         "torch.func transforms (vmap, grad, jacrev) run on the native backend"
         if is_functorch_wrapped_tensor(A)
-        else "empty tensors run on the native backend" if A.numel() == 0 else ""
+        else "empty tensors run on the native backend"
+        if A.numel() == 0
+        else ""
     )
     if backend == "julia":
         if why_not:

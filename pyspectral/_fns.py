@@ -34,7 +34,6 @@ def divided_difference(
     return torch.where(quotient_ok, df / safe_d, (da + db) / 2)
 
 
-
 class SpectralFn:
     """``f`` applied to a descending spectrum: ``fn(S, opts) -> (f(S), f'(S))``.
 
@@ -65,12 +64,7 @@ def power(p: float) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
 
 def user_pair(f: Any) -> Callable[[Tensor], tuple[Tensor, Tensor]] | None:
     """``(f, f_prime)`` of elementwise torch callables, or None if ``f`` is not one."""
-    if (
-        isinstance(f, tuple)
-        and len(f) == 2
-        and callable(f[0])
-        and callable(f[1])
-    ):
+    if isinstance(f, tuple) and len(f) == 2 and callable(f[0]) and callable(f[1]):
         return lambda s: (f[0](s), f[1](s))
     return None
 
@@ -86,5 +80,3 @@ def named_argument(f: Any, names: tuple[str, ...]) -> tuple[str, float] | None:
     ):
         return f[0], float(f[1])
     return None
-
-

@@ -13,8 +13,8 @@ Crossing conventions (stated once, used by every op below):
   the transposes and we swap roles: ``A^T = conj(V) S conj(U)^H``, so Julia's
   ``U`` is our ``Vh^T`` and Julia's ``Vt`` our ``U^T``; for Hermitian ``A``,
   ``A^T = conj(A)``, so Julia's eigenvectors are ``conj(V)`` (the glue
-  conjugates them in place) and our lower triangle is Julia's upper one. Julia-allocated results are wrapped by
-  ``np.asarray`` and ``torch.from_numpy`` without copies; the Julia arrays stay
+  conjugates them in place) and our lower triangle is Julia's upper one.
+  Julia-allocated results are wrapped by ``np.asarray`` and ``torch.from_numpy`` without copies; the Julia arrays stay
   alive as long as the tensors do (numpy holds the juliacall wrapper).
 
 Julia is entered by one Python thread at a time (``_lock``). Calls from a
@@ -127,7 +127,7 @@ def status() -> tuple[bool, str]:
 
 
 def glue() -> Any:
-    """The glue module, starting Julia on first use; raise BackendError if not possible."""
+    """The glue module, starting Julia on first use (BackendError if it cannot)."""
     with _lock:
         if _state["glue"] is not None:
             return _state["glue"]
@@ -175,7 +175,9 @@ def call(op: str, name: str, *args: Any, **kwargs: Any) -> Any:
 
 def gauge_records() -> list[tuple[str, float, float]]:
     """Gauge violations recorded by the last pullbacks under ``gauge="warn"``."""
-    return [(str(op), float(v), float(t)) for op, v, t in call("gauge", "take_gauge_log")]
+    return [
+        (str(op), float(v), float(t)) for op, v, t in call("gauge", "take_gauge_log")
+    ]
 
 
 # ------------------------------------------------------------ conversions
@@ -283,7 +285,9 @@ def svd_pullback(
 
 def svdvals(A: torch.Tensor) -> torch.Tensor:
     check_tensor("svdvals", A)
-    return from_julia_vectors(call("svdvals", "svdvals_batched", to_julia(A)), A.shape[:-2])
+    return from_julia_vectors(
+        call("svdvals", "svdvals_batched", to_julia(A)), A.shape[:-2]
+    )
 
 
 def svd_function(A: torch.Tensor, f: Any) -> tuple:
@@ -388,6 +392,8 @@ def install(tests: bool = False) -> None:
                 juliapkg.add(name, uuid)
         juliapkg.resolve()
     except Exception as err:  # noqa: BLE001 - juliapkg raises many kinds
-        raise BackendError(f"juliapkg could not install Julia: {err}. " + INSTALL_HINT) from err
+        raise BackendError(
+            f"juliapkg could not install Julia: {err}. " + INSTALL_HINT
+        ) from err
     reset()
     glue()

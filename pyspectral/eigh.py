@@ -78,8 +78,12 @@ def matrix_function_pullback(
     of ``f``, then folded onto the triangle the forward read."""
     f, d = fn(w, opts)
     L = divided_difference(
-        w.unsqueeze(-1), w.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2),
-        d.unsqueeze(-1), d.unsqueeze(-2),
+        w.unsqueeze(-1),
+        w.unsqueeze(-2),
+        f.unsqueeze(-1),
+        f.unsqueeze(-2),
+        d.unsqueeze(-1),
+        d.unsqueeze(-2),
     )
     X = V.mH @ gY @ V
     return fold_triangle(V @ (L * (X + X.mH) * 0.5) @ V.mH, uplo)
@@ -139,7 +143,9 @@ class _MatrixFunctionJulia(torch.autograd.Function):
     """``_MatrixFunction`` on the Julia backend."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: C.Options) -> Tensor:
+    def forward(
+        ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: C.Options
+    ) -> Tensor:
         Y, ctx.handles = _julia.matrix_function(A, f, uplo)
         ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
         ctx.shape_dtype = (A.shape, A.dtype)
@@ -231,8 +237,7 @@ def _named(name: str, p: float = 1.0) -> SpectralFn:
     return SpectralFn(f"pow {p}", lambda w, o: power(p)(dom(w, o)))
 
 
-_MATFUN_NAMES = ('"sqrt"', '"invsqrt"', '"log"', '"exp"', '("pow", p)',
-                 "(f, f_prime)")
+_MATFUN_NAMES = ('"sqrt"', '"invsqrt"', '"log"', '"exp"', '("pow", p)', "(f, f_prime)")
 
 
 def _matfun(f: Any) -> SpectralFn:
@@ -244,8 +249,7 @@ def _matfun(f: Any) -> SpectralFn:
     named = named_argument(f, ("pow",))
     if named is None:
         raise InputTypeError(
-            f"matrix_function: f must be one of {', '.join(_MATFUN_NAMES)}, "
-            f"got {f!r}"
+            f"matrix_function: f must be one of {', '.join(_MATFUN_NAMES)}, got {f!r}"
         )
     return _named("pow", named[1])
 

@@ -22,7 +22,7 @@ class PySpectralError(Exception):
 
 
 class InputError(PySpectralError, ValueError):
-    """An argument has the wrong value or shape (``k`` out of range, NaN entries, ...)."""
+    """An argument has the wrong value or shape (``k`` out of range, NaN, ...)."""
 
 
 class InputTypeError(PySpectralError, TypeError):

@@ -38,6 +38,7 @@ __all__ = [
     "missing_test_packages",
 ]
 
+
 def _package_dir() -> Path:
     """The bundled Julia package: inside an installed wheel, or the checkout's."""
     here = Path(__file__).resolve().parent
@@ -105,8 +106,10 @@ def _to_julia(x: Any) -> Any:
 
 def _to_torch(y: Any, like: torch.dtype) -> torch.Tensor:
     if isinstance(y, (bool, int, float, complex)):
-        dtype = like if not isinstance(y, complex) or like.is_complex else (
-            torch.complex128 if like == torch.float64 else torch.complex64
+        dtype = (
+            like
+            if not isinstance(y, complex) or like.is_complex
+            else (torch.complex128 if like == torch.float64 else torch.complex64)
         )
         return torch.tensor(y, dtype=dtype)
     return torch.from_numpy(np.asarray(y))
@@ -123,7 +126,9 @@ class _JuliaFunction(torch.autograd.Function):
         like = tensors[0].dtype if tensors else torch.get_default_dtype()
         jf._tuple = isinstance(y, tuple)
         ys = y if jf._tuple else (y,)
-        ctx.inputs = [(a.shape, a.dtype) if isinstance(a, torch.Tensor) else None for a in args]
+        ctx.inputs = [
+            (a.shape, a.dtype) if isinstance(a, torch.Tensor) else None for a in args
+        ]
         ctx.source, ctx.single = jf.source, not jf._tuple
         return tuple(_to_torch(v, like) for v in ys)
 
@@ -135,7 +140,10 @@ class _JuliaFunction(torch.autograd.Function):
             for g in gys
         ]
         gs = _julia.call(
-            ctx.source, "function_pullback", ctx.pullback, cot[0] if ctx.single else tuple(cot)
+            ctx.source,
+            "function_pullback",
+            ctx.pullback,
+            cot[0] if ctx.single else tuple(cot),
         )
         grads = []
         for g, meta in zip(gs, ctx.inputs):

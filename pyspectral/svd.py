@@ -4,7 +4,6 @@ the composite ``svd_function`` (``U f(S) Vh``) with an exact pullback.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
@@ -241,13 +240,21 @@ def svd_function_pullback(
 # ------------------------------------------------- singular value functions
 
 
-_SVD_NAMES = ('"polar"', '"normalize"', '("truncate", k)', '("threshold", tau)',
-              '("pow", p)', "(f, f_prime)")
+_SVD_NAMES = (
+    '"polar"',
+    '"normalize"',
+    '("truncate", k)',
+    '("threshold", tau)',
+    '("pow", p)',
+    "(f, f_prime)",
+)
 
 
 def _svd_fn(f: Any, k: int) -> SpectralFn:
     if f == "polar":
-        return SpectralFn("polar", lambda S, o: (torch.ones_like(S), torch.zeros_like(S)))
+        return SpectralFn(
+            "polar", lambda S, o: (torch.ones_like(S), torch.zeros_like(S))
+        )
     pair = user_pair(f)
     if pair is not None:
         return SpectralFn("user", lambda S, o: pair(S))
@@ -422,7 +429,11 @@ def svd_function(
     """
     C.check_matrix("svd_function", A)
     fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
-    user = "user (f, f_prime) pairs are Python functions" if fn and fn.name == "user" else ""
+    user = (
+        "user (f, f_prime) pairs are Python functions"
+        if fn and fn.name == "user"
+        else ""
+    )
     julia = C.resolve_backend("svd_function", backend, A, native_only=user) == "julia"
     opts = C.options(degeneracy_atol, None, gauge, None)
     if fn is None:

@@ -52,7 +52,7 @@ def fd_grad(loss: Callable[[Tensor], Tensor], A: Tensor, h: float = 1e-5) -> Ten
             E[idx] = d
             E = E.view_as(A)
 
-            def f(t: float) -> float:
+            def f(t: float, E: Tensor = E) -> float:
                 return float(loss(A + t * E))
 
             g = (8 * (f(h) - f(-h)) - (f(2 * h) - f(-2 * h))) / (12 * h)

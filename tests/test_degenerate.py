@@ -45,7 +45,9 @@ def check(loss, A: torch.Tensor) -> None:
     # relative to max(|grad|, 1e-3): some losses are constant (a projector onto
     # the whole space), and their gradient is then 0 up to rounding.
     exact = fd_grad(loss, A)
-    err = float((grad(loss, A) - exact).abs().max()) / max(float(exact.abs().max()), 1e-3)
+    err = float((grad(loss, A) - exact).abs().max()) / max(
+        float(exact.abs().max()), 1e-3
+    )
     assert err <= TOL, f"relative error {err:.2e}"
 
 
@@ -192,8 +194,15 @@ def test_matrix_function_exact_everywhere(name: str, dtype: torch.dtype) -> None
     w, _ = EIGEN[name]
     A = hermitian_with_eigenvalues([x + 1.6 for x in w], dtype=dtype, seed=8)
     W = random_like(A, seed=9)
-    for f in ("sqrt", "invsqrt", "log", "exp", ("pow", 1.5), ("pow", -2),
-              (torch.tanh, lambda x: 1 - torch.tanh(x) ** 2)):
+    for f in (
+        "sqrt",
+        "invsqrt",
+        "log",
+        "exp",
+        ("pow", 1.5),
+        ("pow", -2),
+        (torch.tanh, lambda x: 1 - torch.tanh(x) ** 2),
+    ):
         check(lambda X, f=f: inner(ps.matrix_function(X, f), W), A)
 
 

@@ -22,7 +22,12 @@ except ImportError:  # Python < 3.11
 
 
 def jl_files() -> list[Path]:
-    return sorted([*ROOT.joinpath("julia").rglob("*.jl"), *ROOT.joinpath("pyspectral").rglob("*.jl")])
+    return sorted(
+        [
+            *ROOT.joinpath("julia").rglob("*.jl"),
+            *ROOT.joinpath("pyspectral").rglob("*.jl"),
+        ]
+    )
 
 
 @pytest.mark.parametrize("path", jl_files(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -88,7 +93,13 @@ def test_project_toml() -> None:
     assert "PythonCall" not in deps, "the Julia package must not depend on Python"
     extras = p.get("extras", {})
     test_deps = set(p.get("targets", {}).get("test", []))
-    for name in ("Test", "ChainRulesTestUtils", "FiniteDifferences", "Zygote", "Random"):
+    for name in (
+        "Test",
+        "ChainRulesTestUtils",
+        "FiniteDifferences",
+        "Zygote",
+        "Random",
+    ):
         assert name in test_deps and name in extras, name
 
 
@@ -120,8 +131,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("hatchling")
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-         "-q", "-w", str(out), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(out),
+            str(ROOT),
+        ],
         check=True,
     )
     (whl,) = out.glob("pyspectral-*.whl")
