@@ -14,8 +14,9 @@ Crossing conventions (stated once, used by every op below):
   ``U`` is our ``Vh^T`` and Julia's ``Vt`` our ``U^T``; for Hermitian ``A``,
   ``A^T = conj(A)``, so Julia's eigenvectors are ``conj(V)`` (the glue
   conjugates them in place) and our lower triangle is Julia's upper one.
-  Julia-allocated results are wrapped by ``np.asarray`` and ``torch.from_numpy`` without copies; the Julia arrays stay
-  alive as long as the tensors do (numpy holds the juliacall wrapper).
+  Julia-allocated results are wrapped by ``np.asarray`` and
+  ``torch.from_numpy`` without copies; the Julia arrays stay alive as long as
+  the tensors do (numpy holds the juliacall wrapper).
 
 Julia is entered by one Python thread at a time (``_lock``). Calls from a
 thread other than the one that started Julia run with Julia's GC paused, the
