@@ -76,18 +76,20 @@ function svd_pullback_batched!(ΔAt, U, S, Vt, ΔU, ΔS, ΔVt; kw...)
     return ΔAt
 end
 
-function svd_function_batched(At::AbstractArray{<:Any,3}, f)
+# The truncation-inside-a-cluster check runs on the Python side (gauge=:ignore
+# here), so both backends warn with the same message and policy.
+function svd_function_batched(At::AbstractArray{<:Any,3}, f; degeneracy_atol=nothing)
     g = fspec(f)
     Fs = [PySpectral.svd(view(At, :, :, b)) for b in axes(At, 3)]
-    Ys = [PySpectral.svd_function_apply(F, g) for F in Fs]
+    Ys = [PySpectral.svd_function_apply(F, g; degeneracy_atol, gauge=:ignore) for F in Fs]
     return batch(Ys), batch([F.U for F in Fs]), batch([F.S for F in Fs]), batch([F.Vt for F in Fs])
 end
 
-function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt)
+function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt; degeneracy_atol=nothing)
     g = fspec(f)
     for b in axes(ΔAt, 3)
         PySpectral.svd_function_pullback!(slice(ΔAt, b), slice(U, b), slice(S, b), slice(Vt, b),
-                                          g, slice(ΔYt, b))
+                                          g, slice(ΔYt, b); degeneracy_atol)
     end
     return ΔAt
 end
@@ -115,18 +117,21 @@ end
 conjugate(::Nothing) = nothing
 conjugate(x) = conj(x)
 
-function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractString)
+function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractString;
+                                 degeneracy_atol=nothing)
     g = fspec(f)
     Es = [PySpectral.eigh(view(At, :, :, b); uplo=Symbol(uplo)) for b in axes(At, 3)]
-    Ys = [PySpectral.matrix_function_apply(E, g) for E in Es]
+    Ys = [PySpectral.matrix_function_apply(E, g; degeneracy_atol) for E in Es]
     return batch(Ys), batch([E.values for E in Es]), batch([E.vectors for E in Es])
 end
 
-function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractString)
+function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractString;
+                                           degeneracy_atol=nothing)
     g = fspec(f)
     for b in axes(ΔAt, 3)
         PySpectral.matrix_function_pullback!(slice(ΔAt, b), slice(λ, b), slice(V, b), g,
-                                             slice(ΔYt, b); uplo=Symbol(uplo))
+                                             slice(ΔYt, b); uplo=Symbol(uplo),
+                                             degeneracy_atol)
     end
     return ΔAt
 end

@@ -291,14 +291,23 @@ def svdvals(A: torch.Tensor) -> torch.Tensor:
     )
 
 
-def svd_function(A: torch.Tensor, f: Any) -> tuple:
+def svd_function(A: torch.Tensor, f: Any, opts: Any) -> tuple:
+    """``(Y, S, handles)``; ``S`` (sharing Julia's memory) lets the caller run
+    the truncation check of the native backend, with the same message."""
     check_tensor("svd_function", A)
-    Yj, *handles = call("svd_function", "svd_function_batched", to_julia(A), f)
-    return from_julia(Yj, A.shape[:-2]), tuple(handles)
+    Yj, *handles = call(
+        "svd_function",
+        "svd_function_batched",
+        to_julia(A),
+        f,
+        degeneracy_atol=opts.degeneracy_atol,
+    )
+    batch = A.shape[:-2]
+    return from_julia(Yj, batch), from_julia_vectors(handles[1], batch), tuple(handles)
 
 
 def svd_function_pullback(
-    shape_dtype: tuple, handles: tuple, f: Any, gY: torch.Tensor
+    shape_dtype: tuple, handles: tuple, f: Any, gY: torch.Tensor, opts: Any
 ) -> torch.Tensor:
     gA = gradient_buffer(shape_dtype)
     call(
@@ -308,6 +317,7 @@ def svd_function_pullback(
         *handles,
         f,
         to_julia(gY),
+        degeneracy_atol=opts.degeneracy_atol,
     )
     return gA
 
@@ -342,16 +352,21 @@ def eigh_pullback(
     return gA
 
 
-def matrix_function(A: torch.Tensor, f: Any, uplo: str) -> tuple:
+def matrix_function(A: torch.Tensor, f: Any, uplo: str, opts: Any) -> tuple:
     check_tensor("matrix_function", A)
     Yj, *handles = call(
-        "matrix_function", "matrix_function_batched", to_julia(A), f, _SWAP[uplo]
+        "matrix_function",
+        "matrix_function_batched",
+        to_julia(A),
+        f,
+        _SWAP[uplo],
+        degeneracy_atol=opts.degeneracy_atol,
     )
     return from_julia(Yj, A.shape[:-2]), tuple(handles)
 
 
 def matrix_function_pullback(
-    shape_dtype: tuple, handles: tuple, f: Any, gY: torch.Tensor, uplo: str
+    shape_dtype: tuple, handles: tuple, f: Any, gY: torch.Tensor, uplo: str, opts: Any
 ) -> torch.Tensor:
     gA = gradient_buffer(shape_dtype)
     call(
@@ -362,6 +377,7 @@ def matrix_function_pullback(
         f,
         to_julia(gY),
         _SWAP[uplo],
+        degeneracy_atol=opts.degeneracy_atol,
     )
     return gA
 

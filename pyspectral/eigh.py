@@ -146,7 +146,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
     def forward(
         ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: C.Options
     ) -> Tensor:
-        Y, ctx.handles = _julia.matrix_function(A, f, uplo)
+        Y, ctx.handles = _julia.matrix_function(A, f, uplo, opts)
         ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
         ctx.shape_dtype = (A.shape, A.dtype)
         ctx.save_for_backward(A)
@@ -160,7 +160,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
             gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
         else:
             gA = _julia.matrix_function_pullback(
-                ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.uplo
+                ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.uplo, ctx.opts
             )
         return gA, None, None, None, None
 

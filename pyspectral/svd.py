@@ -166,9 +166,10 @@ class _SVDFunctionJulia(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, f: Any, opts: C.Options) -> Tensor:
-        Y, ctx.handles = _julia.svd_function(A, f)
+        Y, S, ctx.handles = _julia.svd_function(A, f, opts)
         ctx.f, ctx.opts, ctx.shape_dtype = f, opts, (A.shape, A.dtype)
         ctx.fn = _svd_fn(f, min(A.shape[-2:]))
+        ctx.fn(S, opts)  # the native checks: truncation inside a cluster
         ctx.save_for_backward(A)
         return Y
 
@@ -178,7 +179,9 @@ class _SVDFunctionJulia(torch.autograd.Function):
             (A,) = ctx.saved_tensors
             U, S, Vh = _SVD.apply(A, False, ctx.opts)
             return svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts), None, None
-        gA = _julia.svd_function_pullback(ctx.shape_dtype, ctx.handles, ctx.f, gY)
+        gA = _julia.svd_function_pullback(
+            ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.opts
+        )
         return gA, None, None
 
 

@@ -386,25 +386,29 @@ class FakeJulia:
             dAt[:, :, b] = 0 if g is None else g.numpy()
         return dAt
 
-    def svd_function_batched(self, At: np.ndarray, f: Any) -> tuple:
+    def svd_function_batched(
+        self, At: np.ndarray, f: Any, degeneracy_atol: Any = None
+    ) -> tuple:
         fn = _svd_fn(f, min(At.shape[:2]))
+        opts = C.Options(degeneracy_atol=degeneracy_atol, gauge="ignore")
         Ys, Us, Ss, Vts = [], [], [], []
         for b in range(At.shape[2]):
             U, S, Vt = np.linalg.svd(At[:, :, b], full_matrices=False)
-            with warnings.catch_warnings():  # Julia's @warn: its own logger
-                warnings.simplefilter("ignore", GaugeWarning)
-                fS = fn(torch.from_numpy(S), C.Options())[0].numpy()
+            fS = fn(torch.from_numpy(S), opts)[0].numpy()
             Ys.append((U * fS) @ Vt)
             Us.append(U)
             Ss.append(S)
             Vts.append(Vt)
         return _stack(Ys), _stack(Us), _stack(Ss), _stack(Vts)
 
-    def svd_function_pullback_batched_b(self, dAt, U, S, Vt, f, dYt) -> np.ndarray:
+    def svd_function_pullback_batched_b(
+        self, dAt, U, S, Vt, f, dYt, degeneracy_atol: Any = None
+    ) -> np.ndarray:
         fn = _svd_fn(f, min(dAt.shape[:2]))
+        opts = C.Options(degeneracy_atol=degeneracy_atol)
         for b in range(dAt.shape[2]):
             g = svd_function_pullback(
-                _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), C.Options()
+                _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), opts
             )
             dAt[:, :, b] = g.numpy()
         return dAt
@@ -429,23 +433,27 @@ class FakeJulia:
             dAt[:, :, b] = 0 if g is None else g.numpy()
         return dAt
 
-    def matrix_function_batched(self, At: np.ndarray, f: Any, uplo: str) -> tuple:
+    def matrix_function_batched(
+        self, At: np.ndarray, f: Any, uplo: str, degeneracy_atol: Any = None
+    ) -> tuple:
         fn = _matfun(f)
+        opts = C.Options(degeneracy_atol=degeneracy_atol)
         Ys, ws, Vs = [], [], []
         for b in range(At.shape[2]):
             w, V = np.linalg.eigh(At[:, :, b], UPLO=uplo)
-            fw = fn(torch.from_numpy(w), C.Options())[0].numpy()
+            fw = fn(torch.from_numpy(w), opts)[0].numpy()
             Ys.append((V * fw) @ V.conj().T)
             ws.append(w)
             Vs.append(V)
         return _stack(Ys), _stack(ws), _stack(Vs)
 
-    def matrix_function_pullback_batched_b(self, dAt, w, V, f, dYt, uplo) -> np.ndarray:
+    def matrix_function_pullback_batched_b(
+        self, dAt, w, V, f, dYt, uplo, degeneracy_atol: Any = None
+    ) -> np.ndarray:
         fn = _matfun(f)
+        opts = C.Options(degeneracy_atol=degeneracy_atol)
         for b in range(dAt.shape[2]):
-            g = matrix_function_pullback(
-                _t(w, b), _t(V, b), fn, _t(dYt, b), uplo, C.Options()
-            )
+            g = matrix_function_pullback(_t(w, b), _t(V, b), fn, _t(dYt, b), uplo, opts)
             dAt[:, :, b] = g.numpy()
         return dAt
 

@@ -1175,3 +1175,21 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
     finally:
         sys.modules.pop("juliacall", None)
     assert rt.describe(err) is None  # juliacall gone: nothing is a Julia error
+
+
+def test_truncation_inside_cluster_warns_through_julia(fake):
+    A = degenerate()  # a repeated singular value at positions 1, 2
+    with pytest.warns(GaugeWarning, match=r"^svd_function: \('truncate', 2\)"):
+        ps.svd_function(A, ("truncate", 2), backend="julia")
+    with pytest.raises(GaugeError):
+        ps.svd_function(A, ("truncate", 2), backend="julia", gauge="raise")
+    call = fake.calls_to("svd_function_batched")[-1]
+    assert call.kwargs == {"degeneracy_atol": None}
+
+
+def test_degeneracy_atol_reaches_julia_matrix_function(fake):
+    A = spd(4, 4)
+    ps.matrix_function(A, "sqrt", backend="julia", degeneracy_atol=1e-6)
+    assert fake.calls_to("matrix_function_batched")[-1].kwargs == {
+        "degeneracy_atol": 1e-6
+    }
