@@ -73,3 +73,19 @@ def rel_err(a: Tensor, b: Tensor) -> float:
 def random_like(A: Tensor, seed: int = 1, shape: Sequence[int] | None = None) -> Tensor:
     gen = torch.Generator().manual_seed(seed)
     return torch.randn(*(shape or A.shape), dtype=A.dtype, generator=gen)
+
+
+def randn(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g)
+
+
+def hermitian(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
+    X = randn(*shape, dtype=dtype, seed=seed)
+    return X + X.mH
+
+
+def spd(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
+    X = randn(*shape, dtype=dtype, seed=seed)
+    n = shape[-1]
+    return X @ X.mH + n * torch.eye(n, dtype=dtype)

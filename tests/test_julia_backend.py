@@ -16,6 +16,7 @@ import threading
 
 import pytest
 import torch
+from _spectra import hermitian, randn, spd
 
 import pyspectral as ps
 from pyspectral import _common as C
@@ -33,22 +34,6 @@ GRAD_DTYPES = [torch.float64, torch.complex128]
 
 def tol(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-10
-
-
-def randn(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g)
-
-
-def hermitian(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
-    X = randn(*shape, dtype=dtype, seed=seed)
-    return X + X.mH
-
-
-def spd(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
-    X = randn(*shape, dtype=dtype, seed=seed)
-    n = shape[-1]
-    return X @ X.mH + n * torch.eye(n, dtype=dtype)
 
 
 def with_spectrum(m, n, s, dtype=torch.float64, seed=0):

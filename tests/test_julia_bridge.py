@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from _fake_julia import FakeJulia, FakeJuliaError, installed, pointer
+from _spectra import hermitian, randn, spd
 
 import pyspectral as ps
 from pyspectral import _common as C
@@ -44,22 +45,6 @@ def fake():
 
 def tol(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-11
-
-
-def randn(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g)
-
-
-def hermitian(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
-    X = randn(*shape, dtype=dtype, seed=seed)
-    return X + X.mH
-
-
-def spd(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
-    X = randn(*shape, dtype=dtype, seed=seed)
-    n = shape[-1]
-    return X @ X.mH + n * torch.eye(n, dtype=dtype)
 
 
 def assert_same_basis(Q: torch.Tensor, R: torch.Tensor, atol: float) -> None:

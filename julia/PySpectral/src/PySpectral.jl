@@ -7,8 +7,8 @@ and complex phases; the source of truth for pyspectral's rules (see MATH in the
 pyspectral README). Forward functions return plain arrays; `src/pullbacks` holds the
 pullbacks as plain functions; `src/rrules.jl` is the ChainRulesCore glue.
 
-`PySpectral.svd` and `PySpectral.svdvals` are not `LinearAlgebra.svd`/`svdvals`: with
-both packages loaded, call them qualified.
+`PySpectral.svd` and `PySpectral.svdvals` are not `LinearAlgebra.svd`/`svdvals` and
+are not exported (that would clash with LinearAlgebra's exports): call them qualified.
 """
 module PySpectral
 
@@ -17,7 +17,7 @@ using ChainRulesCore: ChainRulesCore, AbstractZero, NoTangent, ProjectTo, Tangen
     ZeroTangent, unthunk
 using PrecompileTools: @compile_workload, @setup_workload
 
-export svd, svdvals, svd_function, eigh, eigvalsh, matrix_function
+export svd_function, eigh, eigvalsh, matrix_function
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
 export GaugeError

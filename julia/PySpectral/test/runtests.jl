@@ -15,7 +15,8 @@ using Random
 using Test
 using Zygote
 
-# `svd`/`svdvals` are exported by both LinearAlgebra and PySpectral: always qualified.
+# `PySpectral.svd`/`PySpectral.svdvals` are not exported (LinearAlgebra exports those
+# names): always qualified.
 
 const RTOL = 1e-6
 const ATOL = 1e-8
