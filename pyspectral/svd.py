@@ -10,9 +10,9 @@ import torch
 from torch import Tensor
 
 from . import _common as C
-from . import _julia
+from . import _julia, _lowrank
 from ._fns import SpectralFn, divided_difference, named_argument, power, user_pair
-from .exceptions import DomainError, InputError, InputTypeError
+from .exceptions import BackendError, DomainError, InputError, InputTypeError
 
 __all__ = ["SVDResult", "svd", "svdvals", "svd_function", "svd_pullback"]
 
@@ -38,11 +38,14 @@ def svd_pullback(
     gS: Tensor | None,
     gVh: Tensor | None,
     opts: C.Options,
+    projectors: bool = True,
 ) -> Tensor | None:
     """Gradient w.r.t. ``A = U diag(S) Vh`` from the cotangents of U, S, Vh.
 
     ``U``/``Vh`` may be thin (``k = len(S)`` columns/rows) or full; ``None``
-    cotangents are zero. Nothing is modified in place.
+    cotangents are zero. Nothing is modified in place. ``projectors=False``
+    leaves out the terms in the complement of ``U``/``V`` (the truncated
+    pullback of ``_lowrank`` supplies them).
     """
     # Derivation (Townsend 2016; Wan & Zhang 2019; torch's svd_backward;
     # MatrixAlgebraKit.jl's svd_pullback!). With dP = U^H dA V, the skew part of
@@ -84,9 +87,9 @@ def svd_pullback(
         M = C.add_diagonal(M, gS)
     gA = U @ M @ Vh
     Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
-    if U.shape[-2] > k and J is not None:
+    if projectors and U.shape[-2] > k and J is not None:
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
-    if Vh.shape[-1] > k and K is not None:
+    if projectors and Vh.shape[-1] > k and K is not None:
         gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
     return gA
 
@@ -326,6 +329,11 @@ def svd(
     broadening: float | None = None,
     gauge: str | None = None,
     gauge_atol: float | None = None,
+    method: str = "auto",
+    oversample: int = 10,
+    n_iter: int = 4,
+    backward_rtol: float | None = None,
+    backward_maxiter: int = 500,
 ) -> SVDResult:
     r"""svd(A, *, full_matrices=False, k=None, backend="auto", ...) -> (U, S, Vh)
 
@@ -350,6 +358,16 @@ def svd(
         triggers the ``gauge`` policy (``"warn"``, ``"raise"`` or ``"ignore"``).
         ``broadening=eta`` replaces the hard cutoff ``1/x`` by ``x/(x^2+eta^2)``.
         With ``full_matrices=True`` the extra columns count through their span.
+
+    Top-k methods (with ``k``): ``method="full"`` slices the full thin SVD;
+    ``"randomized"`` finds the range with ``k + oversample`` random probes and
+    ``n_iter`` power iterations (O(mnk), approximate: accurate when the
+    spectrum decays past ``k``) and pulls back through the Sylvester system of
+    the discarded spectrum, solved by conjugate gradients to ``backward_rtol``
+    (default ``eps**0.75``) in at most ``backward_maxiter`` steps, using only
+    products by ``A`` and ``A^H`` (``GaugeWarning`` if it does not converge:
+    no gap at ``k``). ``"auto"`` takes ``"randomized"`` when
+    ``min(m, n) >= 512`` and ``k + oversample <= min(m, n) / 8``.
 
     Returns:
         ``(U, S, Vh)``, a named tuple; ``S`` is real and descending.
@@ -377,6 +395,22 @@ def svd(
             f"svd: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
             f"A of shape {tuple(A.shape)}, got {k!r}"
         )
+    if method not in ("auto", "full", "randomized"):
+        raise InputError(
+            f"svd: method must be 'auto', 'full' or 'randomized', got {method!r}"
+        )
+    if method == "auto":
+        big = kmax >= 512 and k + oversample <= kmax // 8
+        method = "randomized" if big and impl is _SVD else "full"
+    if method == "randomized":
+        if impl is not _SVD:
+            raise BackendError(
+                "svd: method='randomized' runs on the native backend only (the "
+                "Julia rule is not written yet); use backend='torch'"
+            )
+        rtol = C.eps(A.dtype) ** 0.75 if backward_rtol is None else backward_rtol
+        params = (oversample, n_iter, rtol, backward_maxiter)
+        return SVDResult(*_lowrank.SVDTopK.apply(A, k, params, opts))
     U, S, Vh = impl.apply(A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 

@@ -1,0 +1,61 @@
+"""Top-k SVD by the randomized method: its gradient (truncated Sylvester
+pullback) equals the full path's, and a missing gap at k warns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _spectra import random_like, rel_err, with_singular_values
+
+import pyspectral as ps
+
+
+def decaying(m, n, dtype, seed=1, ratio=0.7):
+    return with_singular_values(
+        [10 * ratio**i for i in range(min(m, n))], m, n, dtype, seed
+    )
+
+
+def loss(U, S, Vh, W):
+    P = U @ U.mH
+    return ((U @ Vh) * W.conj()).real.sum() + (S**2).sum() + (P[:3].abs() ** 2).sum()
+
+
+def grads(A, k, method, **kw):
+    X = A.clone().requires_grad_()
+    U, S, Vh = ps.svd(X, k=k, method=method, **kw)
+    loss(U, S, Vh, random_like(A, seed=2)).backward()
+    return (U, S, Vh), X.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+@pytest.mark.parametrize("shape", [(40, 30), (30, 40), (2, 24, 20)])
+def test_randomized_gradient_equals_full(shape, dtype) -> None:
+    *batch, m, n = shape
+    A = decaying(m, n, dtype).expand(*batch, m, n).clone()
+    k = 5
+    (U, S, Vh), g_rand = grads(A, k, "randomized", n_iter=8)
+    (U0, S0, Vh0), g_full = grads(A, k, "full")
+    assert torch.allclose(S, S0, rtol=1e-10)
+    assert torch.allclose(U @ Vh, U0 @ Vh0, atol=1e-10)
+    assert rel_err(g_rand, g_full) < 1e-8
+
+
+def test_no_gap_at_k_warns_and_stays_finite() -> None:
+    s = [5, 4, 3, 3, 3, 1, 0.5, 0.1]
+    A = with_singular_values(s, 10, 8, seed=3)
+    X = A.clone().requires_grad_()
+    U, S, Vh = ps.svd(X, k=3, method="randomized", n_iter=6, backward_maxiter=30)
+    with pytest.warns(ps.GaugeWarning, match="did not converge"):
+        (S.sum() + (U @ U.mT).trace() + ((U @ Vh) ** 2).sum()).backward()
+    assert torch.isfinite(X.grad).all()
+
+
+def test_auto_method_and_errors() -> None:
+    A = decaying(20, 16, torch.float64)
+    U, S, Vh = ps.svd(A, k=3)  # small: auto takes the full path (exact)
+    assert torch.allclose(S, torch.linalg.svdvals(A)[:3])
+    with pytest.raises(ps.InputError, match="method must be"):
+        ps.svd(A, k=3, method="lanczos")
+    with pytest.raises(ps.InputError, match="k must be"):
+        ps.svd(A, k=17, method="randomized")
