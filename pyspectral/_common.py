@@ -288,6 +288,7 @@ def check_matrix(op: str, A: Any, *, square: bool = False) -> None:
 def check_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
     """Raise if ``A`` is not Hermitian to ``tol`` (default ``eps**0.75 max|A|``)."""
     P = _peek(A)
+    P = P.detach()
     err = float((P - P.mH).abs().max()) if P.numel() else 0.0
     if tol is None:
         tol = eps(A.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)

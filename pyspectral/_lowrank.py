@@ -12,7 +12,43 @@ import torch
 from torch import Tensor
 
 from . import _common as C
-from .exceptions import GaugeWarning
+from .exceptions import BackendError, GaugeWarning, InputError
+
+
+def top_k_method(
+    op: str,
+    A: Tensor,
+    k: Any,
+    method: str,
+    oversample: int,
+    n_iter: int,
+    rtol: float | None,
+    maxiter: int,
+    julia: bool,
+) -> tuple[str, tuple]:
+    """Validate ``k`` and ``method``; resolve ``"auto"``: randomized when
+    ``min(m, n) >= 512`` and ``k + oversample <= min(m, n) / 8`` (native backend
+    only). Returns the method and the parameters of the randomized one."""
+    kmax = min(A.shape[-2:])
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= kmax:
+        raise InputError(
+            f"{op}: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
+            f"A of shape {tuple(A.shape)}, got {k!r}"
+        )
+    if method not in ("auto", "full", "randomized"):
+        raise InputError(
+            f"{op}: method must be 'auto', 'full' or 'randomized', got {method!r}"
+        )
+    if method == "auto":
+        big = kmax >= 512 and k + oversample <= kmax // 8
+        method = "randomized" if big and not julia else "full"
+    if method == "randomized" and julia:
+        raise BackendError(
+            f"{op}: method='randomized' runs on the native backend only (the "
+            "Julia rule is not written yet); use backend='torch'"
+        )
+    rtol = C.eps(A.dtype) ** 0.75 if rtol is None else rtol
+    return method, (oversample, n_iter, rtol, maxiter)
 
 
 def randomized_svd(A: Tensor, k: int, oversample: int, n_iter: int) -> tuple:
@@ -112,9 +148,9 @@ def _cg(op: Any, b: Tensor, rtol: float, maxiter: int) -> Tensor:
     if not bool(C._peek(rr <= target).all()):
         residual = float(C._peek(rr / target).max()) ** 0.5 * rtol
         warnings.warn(
-            f"svd(k=...): the truncated backward did not converge in {maxiter} "
+            f"top-k backward: the Sylvester solve did not converge in {maxiter} "
             f"iterations (relative residual {residual:.2g}): the gap between the "
-            "kept and discarded singular values is too small. The gradient is "
+            "kept and discarded spectrum is too small. The gradient is "
             "finite but approximate; use method='full' or a k at a gap.",
             GaugeWarning,
             stacklevel=3,
@@ -142,3 +178,99 @@ class SVDTopK(torch.autograd.Function):
             A, U, S, Vh, gU, gS, gVh, ctx.opts, ctx.rtol, ctx.maxiter
         )
         return gA, None, None, None
+
+
+# ------------------------------------------------------------------- eigh
+
+
+def randomized_eigh(A: Tensor, k: int, oversample: int, n_iter: int) -> tuple:
+    """The ``k`` largest eigenpairs of a Hermitian ``A`` whose largest
+    eigenvalues are also its largest in magnitude (positive semidefinite
+    matrices: covariances, Gram matrices), ascending, by subspace iteration and
+    a Rayleigh-Ritz step. Warns when the Ritz pairs' residual shows that they
+    have not converged (e.g. large negative eigenvalues)."""
+    n = A.shape[-1]
+    p = min(k + oversample, n)
+    gen = torch.Generator(device=A.device).manual_seed(0)
+    X = torch.randn(*A.shape[:-1], p, dtype=A.dtype, device=A.device, generator=gen)
+    Q = torch.linalg.qr(A @ X).Q
+    for _ in range(2 * n_iter):
+        Q = torch.linalg.qr(A @ Q).Q
+    T = Q.mH @ (A @ Q)
+    w, Z = torch.linalg.eigh((T + T.mH) / 2)
+    w, V = w[..., p - k :], Q @ Z[..., p - k :]
+    residual = (A @ V - V * w.to(A.dtype).unsqueeze(-2)).abs().amax((-2, -1))
+    scale = w.abs().amax(-1).clamp_min(torch.finfo(w.dtype).tiny)
+    if bool(C._peek(residual > C.eps(A.dtype) ** 0.5 * scale).any()):
+        warnings.warn(
+            "eigh(k=..., method='randomized'): the Ritz pairs have not converged "
+            f"(residual {float(C._peek(residual / scale).max()):.2g} relative); the "
+            "k largest eigenvalues must be the largest in magnitude and separated "
+            "from the rest. Raise n_iter or use method='full'.",
+            GaugeWarning,
+            stacklevel=4,
+        )
+    return w, V
+
+
+def truncated_eigh_pullback(
+    A: Tensor,
+    w: Tensor,
+    V: Tensor,
+    gw: Tensor | None,
+    gV: Tensor | None,
+    uplo: str,
+    largest: bool,
+    opts: C.Options,
+    rtol: float,
+    maxiter: int,
+) -> Tensor:
+    """Exact gradient of ``k`` extreme eigenpairs: the kept block as in
+    ``eigh_pullback``, plus ``(X V^H + V X^H) / 2`` where ``X`` solves
+    ``X diag(w) - A_perp X = (I - V V^H) gV`` (``A_perp = A - V diag(w) V^H``),
+    positive definite column by column for the largest eigenvalues (negated
+    for the smallest); folded onto the ``uplo`` triangle like ``eigh``."""
+    from .eigh import eigh_pullback, fold_triangle
+
+    gA = eigh_pullback(w, V, gw, gV, uplo, opts)
+    if gV is None:
+        return gA
+    W = w.to(A.dtype).unsqueeze(-2)
+    sign = 1.0 if largest else -1.0
+
+    def op(X: Tensor) -> Tensor:  # +-(X diag(w) - A_perp X)
+        return sign * (X * W - (A @ X - V @ (W.mT * (V.mH @ X))))
+
+    rhs = sign * (gV - V @ (V.mH @ gV))
+    X = _cg(op, rhs, rtol, maxiter)
+    return gA + fold_triangle((X @ V.mH + V @ X.mH) / 2, uplo)
+
+
+class EighTopK(torch.autograd.Function):
+    """Randomized k extreme eigenpairs forward, Sylvester (CG) backward."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        A: Tensor,
+        k: int,
+        largest: bool,
+        uplo: str,
+        params: tuple,
+        opts: C.Options,
+    ) -> tuple:
+        oversample, n_iter, ctx.rtol, ctx.maxiter = params
+        w, V = randomized_eigh(A, k, oversample, n_iter)
+        ctx.largest, ctx.uplo, ctx.opts = largest, uplo, opts
+        ctx.save_for_backward(A, w, V)
+        ctx.set_materialize_grads(False)
+        return w, V
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
+        A, w, V = ctx.saved_tensors
+        gA = truncated_eigh_pullback(
+            A, w, V, gw, gV, ctx.uplo, ctx.largest, ctx.opts, ctx.rtol, ctx.maxiter
+        )
+        return gA, None, None, None, None, None

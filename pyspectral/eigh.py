@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _common as C
-from . import _julia
+from . import _julia, _lowrank
 from ._fns import SpectralFn, divided_difference, named_argument, power, user_pair
 from .exceptions import DomainError, InputError, InputTypeError
 
@@ -276,6 +276,13 @@ def eigh(
     broadening: float | None = None,
     gauge: str | None = None,
     gauge_atol: float | None = None,
+    k: int | None = None,
+    largest: bool = True,
+    method: str = "auto",
+    oversample: int = 10,
+    n_iter: int = 4,
+    backward_rtol: float | None = None,
+    backward_maxiter: int = 500,
 ) -> EighResult:
     r"""eigh(A, UPLO="L", *, backend="auto", ...) -> (eigenvalues, eigenvectors)
 
@@ -300,6 +307,14 @@ def eigh(
         ``max|Lambda| * eps**0.75``); for ``V f(Lambda) V^H`` use
         :func:`matrix_function`. Basis-dependent losses trigger ``gauge``.
 
+    With ``k``: the ``k`` largest (``largest=True``) or smallest eigenpairs,
+    ascending, with the exact coupling to the rest of the spectrum in the
+    gradient; ``method`` (``"full"``, ``"randomized"``, ``"auto"``) and its
+    parameters as in :func:`svd`; the randomized method finds the largest
+    eigenpairs of a Hermitian ``A`` (checked to ``hermitian_tol``) whose
+    largest eigenvalues are also the largest in magnitude, e.g. positive
+    semidefinite ``A``, and warns when its Ritz pairs have not converged.
+
     Returns:
         ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues are real
         and ascending.
@@ -314,7 +329,31 @@ def eigh(
     _check("eigh", A, UPLO, check_hermitian, hermitian_tol)
     impl = _EighJulia if C.resolve_backend("eigh", backend, A) == "julia" else _Eigh
     opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
-    return EighResult(*impl.apply(A, UPLO, opts))
+    if k is None:
+        return EighResult(*impl.apply(A, UPLO, opts))
+    method, params = _lowrank.top_k_method(
+        "eigh",
+        A,
+        k,
+        method,
+        oversample,
+        n_iter,
+        backward_rtol,
+        backward_maxiter,
+        julia=impl is not _Eigh,
+    )
+    if method == "randomized":
+        if not largest:
+            raise InputError(
+                "eigh: method='randomized' finds the largest eigenpairs; for the "
+                "smallest use method='full'"
+            )
+        # products with A read both triangles: A must be Hermitian
+        C.check_hermitian("eigh", A, hermitian_tol)
+        return EighResult(*_lowrank.EighTopK.apply(A, k, largest, UPLO, params, opts))
+    w, V = impl.apply(A, UPLO, opts)
+    sel = slice(-k, None) if largest else slice(0, k)
+    return EighResult(w[..., sel], V[..., sel])
 
 
 def eigvalsh(A: Tensor, UPLO: str = "L", *, backend: str = "auto") -> Tensor:

@@ -12,7 +12,7 @@ from torch import Tensor
 from . import _common as C
 from . import _julia, _lowrank
 from ._fns import SpectralFn, divided_difference, named_argument, power, user_pair
-from .exceptions import BackendError, DomainError, InputError, InputTypeError
+from .exceptions import DomainError, InputError, InputTypeError
 
 __all__ = ["SVDResult", "svd", "svdvals", "svd_function", "svd_pullback"]
 
@@ -384,32 +384,23 @@ def svd(
     opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
     if k is None:
         return SVDResult(*impl.apply(A, full_matrices, opts))
-    kmax = min(A.shape[-2:])
     if full_matrices:
         raise InputError(
             "svd: k (top-k triplets) cannot be combined with full_matrices=True; "
             "pass one of them"
         )
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= kmax:
-        raise InputError(
-            f"svd: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
-            f"A of shape {tuple(A.shape)}, got {k!r}"
-        )
-    if method not in ("auto", "full", "randomized"):
-        raise InputError(
-            f"svd: method must be 'auto', 'full' or 'randomized', got {method!r}"
-        )
-    if method == "auto":
-        big = kmax >= 512 and k + oversample <= kmax // 8
-        method = "randomized" if big and impl is _SVD else "full"
+    method, params = _lowrank.top_k_method(
+        "svd",
+        A,
+        k,
+        method,
+        oversample,
+        n_iter,
+        backward_rtol,
+        backward_maxiter,
+        julia=impl is not _SVD,
+    )
     if method == "randomized":
-        if impl is not _SVD:
-            raise BackendError(
-                "svd: method='randomized' runs on the native backend only (the "
-                "Julia rule is not written yet); use backend='torch'"
-            )
-        rtol = C.eps(A.dtype) ** 0.75 if backward_rtol is None else backward_rtol
-        params = (oversample, n_iter, rtol, backward_maxiter)
         return SVDResult(*_lowrank.SVDTopK.apply(A, k, params, opts))
     U, S, Vh = impl.apply(A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])

@@ -59,3 +59,52 @@ def test_auto_method_and_errors() -> None:
         ps.svd(A, k=3, method="lanczos")
     with pytest.raises(ps.InputError, match="k must be"):
         ps.svd(A, k=17, method="randomized")
+
+
+def hermitian_decaying(n, dtype, seed=4):
+    from _spectra import hermitian_with_eigenvalues
+
+    w = [10 * 0.7**i for i in range(n)]  # positive definite, decaying
+    return hermitian_with_eigenvalues(w, dtype=dtype, seed=seed)
+
+
+def eigh_grad(A, k, largest, method, uplo="L"):
+    X = A.clone().requires_grad_()
+    w, V = ps.eigh(X, uplo, k=k, largest=largest, method=method, n_iter=10)
+    Wt = random_like(A, seed=5)
+    ((V @ V.mH * Wt.conj()).real.sum() + (w**2).sum()).backward()
+    return w, X.grad
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_randomized_eigh_gradient_equals_full(dtype, uplo) -> None:
+    A = hermitian_decaying(30, dtype)
+    w, g_rand = eigh_grad(A, 4, True, "randomized", uplo)
+    w0, g_full = eigh_grad(A, 4, True, "full", uplo)
+    assert torch.allclose(w, w0, atol=1e-10)
+    assert torch.allclose(w0, torch.linalg.eigvalsh(A)[-4:])
+    assert rel_err(g_rand, g_full) < 1e-8
+
+
+def test_smallest_eigenpairs_full_path() -> None:
+    A = hermitian_decaying(12, torch.float64)
+    w, _ = eigh_grad(A, 3, False, "full")
+    assert torch.allclose(w, torch.linalg.eigvalsh(A)[:3])
+    with pytest.raises(ps.InputError, match="largest"):
+        ps.eigh(A, k=3, largest=False, method="randomized")
+
+
+def test_randomized_eigh_warns_when_not_converged() -> None:
+    from _spectra import hermitian_with_eigenvalues
+
+    # the largest algebraic eigenvalues are not the largest in magnitude
+    A = hermitian_with_eigenvalues([-10, -9, -8, 1, 0.9, 0.5, 0.1, 0.05], seed=2)
+    with pytest.warns(ps.GaugeWarning, match="not converged"):
+        ps.eigh(A, k=2, method="randomized", oversample=0, n_iter=1)
+
+
+def test_randomized_eigh_needs_hermitian_input() -> None:
+    A = torch.randn(12, 12, dtype=torch.float64)
+    with pytest.raises(ps.InputError, match="not Hermitian"):
+        ps.eigh(A, k=2, method="randomized")
