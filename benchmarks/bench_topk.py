@@ -49,6 +49,22 @@ def lowrank(k):
     return f
 
 
+def allocations_of_mn(fn, A) -> int:
+    """How many allocations of at least m*n elements one forward+backward of
+    ``fn`` makes (torch.profiler, per op), with cotangents given directly so
+    that no loss of ours allocates one. The gradient itself is one."""
+    from torch.profiler import ProfilerActivity, profile
+
+    X = A.clone().requires_grad_()
+    U, S, Vh = fn(X)
+    cot = [torch.randn_like(t) for t in (U, S, Vh)]
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        U, S, Vh = fn(X)
+        torch.autograd.grad((U, S, Vh), X, cot)
+    size = A.numel() * A.element_size()
+    return sum(e.self_cpu_memory_usage >= size for e in prof.events())
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--n", type=int, default=4096)
@@ -76,6 +92,13 @@ def main(argv=None) -> None:
     for name, (t, g) in res.items():
         err = float((g - g_full).abs().max() / g_full.abs().max())
         print(f"| {name} | {t:.2f} s | {t_full / t:.1f}x | {err:.1e} |")
+    count = allocations_of_mn(
+        lambda X: ps.svd(X, k=k, method="randomized", gauge="ignore"), A
+    )
+    print(
+        f"\nallocations of >= {n}x{n} elements in randomized fwd+bwd: {count} "
+        "(the gradient itself)"
+    )
     print(
         f"\n## gradient error of the randomized method vs the gap ({args.gap_n}x"
         f"{args.gap_n}, k = {k})\n"

@@ -96,9 +96,9 @@ def truncated_svd_pullback(
     """
     from .svd import svd_pullback
 
-    gA = svd_pullback(U, S, Vh, gU, gS, gVh, opts, projectors=False)
     if gU is None and gVh is None:
-        return gA
+        return svd_pullback(U, S, Vh, gU, gS, gVh, opts)
+    M = svd_pullback(U, S, Vh, gU, gS, gVh, opts, middle_only=True)
     V = Vh.mH
     Sc = S.to(A.dtype).unsqueeze(-2)
 
@@ -118,7 +118,8 @@ def truncated_svd_pullback(
 
     X = _cg(op, rhs, rtol, maxiter)
     Y = (PV + perp_h(X)) / Sc
-    return gA + X @ Vh + U @ Y.mH
+    # U M Vh + X Vh + U Y^H as one product: a single m x n allocation
+    return torch.cat([U, X], -1) @ torch.cat([M.to(A.dtype) @ Vh + Y.mH, Vh], -2)
 
 
 def _cg(op: Any, b: Tensor, rtol: float, maxiter: int) -> Tensor:
@@ -232,9 +233,8 @@ def truncated_eigh_pullback(
     for the smallest); folded onto the ``uplo`` triangle like ``eigh``."""
     from .eigh import eigh_pullback, fold_triangle
 
-    gA = eigh_pullback(w, V, gw, gV, uplo, opts)
     if gV is None:
-        return gA
+        return eigh_pullback(w, V, gw, gV, uplo, opts)
     W = w.to(A.dtype).unsqueeze(-2)
     sign = 1.0 if largest else -1.0
 
@@ -243,7 +243,10 @@ def truncated_eigh_pullback(
 
     rhs = sign * (gV - V @ (V.mH @ gV))
     X = _cg(op, rhs, rtol, maxiter)
-    return gA + fold_triangle((X @ V.mH + V @ X.mH) / 2, uplo)
+    M = eigh_pullback(w, V, gw, gV, uplo, opts, middle_only=True)
+    # V M V^H + (X V^H + V X^H) / 2 as one product, then the triangle fold
+    G = torch.cat([V, X], -1) @ torch.cat([M @ V.mH + X.mH / 2, V.mH / 2], -2)
+    return fold_triangle(G, uplo)
 
 
 class EighTopK(torch.autograd.Function):

@@ -46,8 +46,11 @@ def eigh_pullback(
     gV: Tensor | None,
     uplo: str,
     opts: C.Options,
+    middle_only: bool = False,
 ) -> Tensor | None:
-    """Gradient w.r.t. the input of ``eigh`` from the cotangents of ``w, V``."""
+    """Gradient w.r.t. the input of ``eigh`` from the cotangents of ``w, V``
+    (``middle_only=True``: the middle matrix ``M`` of ``fold(V M V^H)``, for
+    ``gV`` given)."""
     # With dP = V^H dA V (Hermitian) and Omega = V^H dV (anti-Hermitian),
     # dP_ij = Omega_ij (w_j - w_i) off the diagonal; pairing with K = V^H gV and
     # keeping the Hermitian part (dP is Hermitian) gives
@@ -67,6 +70,8 @@ def eigh_pullback(
     M = Ka * (0.5 * C.gap_inverse(gap, tol, opts))
     if gw is not None:
         M = C.add_diagonal(M, gw)
+    if middle_only:
+        return M
     return fold_triangle(V @ M @ V.mH, uplo)
 
 

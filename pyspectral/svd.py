@@ -38,14 +38,14 @@ def svd_pullback(
     gS: Tensor | None,
     gVh: Tensor | None,
     opts: C.Options,
-    projectors: bool = True,
+    middle_only: bool = False,
 ) -> Tensor | None:
     """Gradient w.r.t. ``A = U diag(S) Vh`` from the cotangents of U, S, Vh.
 
     ``U``/``Vh`` may be thin (``k = len(S)`` columns/rows) or full; ``None``
-    cotangents are zero. Nothing is modified in place. ``projectors=False``
-    leaves out the terms in the complement of ``U``/``V`` (the truncated
-    pullback of ``_lowrank`` supplies them).
+    cotangents are zero. Nothing is modified in place. ``middle_only=True``
+    returns the ``k x k`` middle matrix ``M`` of ``U M Vh`` instead (for the
+    truncated pullback of ``_lowrank``, which adds its own complement terms).
     """
     # Derivation (Townsend 2016; Wan & Zhang 2019; torch's svd_backward;
     # MatrixAlgebraKit.jl's svd_pullback!). With dP = U^H dA V, the skew part of
@@ -85,11 +85,13 @@ def svd_pullback(
     )
     if gS is not None:
         M = C.add_diagonal(M, gS)
+    if middle_only:
+        return M
     gA = U @ M @ Vh
     Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
-    if projectors and U.shape[-2] > k and J is not None:
+    if U.shape[-2] > k and J is not None:
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
-    if projectors and Vh.shape[-1] > k and K is not None:
+    if Vh.shape[-1] > k and K is not None:
         gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
     return gA
 
