@@ -16,10 +16,12 @@ using LinearAlgebra: LinearAlgebra, Eigen, Hermitian, I, SVD
 using ChainRulesCore: ChainRulesCore, AbstractZero, NoTangent, ProjectTo, Tangent,
     ZeroTangent, unthunk
 using PrecompileTools: @compile_workload, @setup_workload
+using Random: Random
 
-export svd_function, eigh, eigvalsh, matrix_function
+export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
+export svd_trunc_pullback!, eigh_trunc_pullback!
 export GaugeError
 
 include("common/defaults.jl")
@@ -27,9 +29,11 @@ include("common/safemethods.jl")
 include("common/gauge.jl")
 include("forward/svd.jl")
 include("forward/eigh.jl")
+include("forward/topk.jl")
 include("pullbacks/svd.jl")
 include("pullbacks/eigh.jl")
 include("pullbacks/matfun.jl")
+include("pullbacks/truncated.jl")
 include("rrules.jl")
 include("precompile.jl")
 

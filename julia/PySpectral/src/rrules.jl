@@ -142,3 +142,38 @@ function ChainRulesCore.rrule(::typeof(matrix_function), A::AbstractMatrix, f;
     end
     return Y, matrix_function_back
 end
+
+# Top-k: the closures keep A, since the truncated pullbacks multiply by it.
+function ChainRulesCore.rrule(::typeof(svd_topk), A::AbstractMatrix, k::Integer;
+                              oversample::Integer=10, n_iter::Integer=4, rtol=nothing,
+                              maxiter::Integer=500, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    F = svd_topk(A, k; oversample, n_iter)
+    project_A = ProjectTo(A)
+    function svd_topk_back(ΔF)
+        ΔU, ΔS, ΔVᴴ = _svd_cotangents(unthunk(ΔF))
+        _allzero(ΔU, ΔS, ΔVᴴ) && return NoTangent(), ZeroTangent(), NoTangent()
+        ΔA = zeros(_grad_eltype(F.U, ΔU, ΔS, ΔVᴴ), size(A))
+        svd_trunc_pullback!(ΔA, A, F.U, F.S, F.Vt, ΔU, ΔS, ΔVᴴ; rtol, maxiter,
+                            degeneracy_atol, broadening, gauge, gauge_atol)
+        return NoTangent(), project_A(ΔA), NoTangent()
+    end
+    return F, svd_topk_back
+end
+
+function ChainRulesCore.rrule(::typeof(eigh_topk), A::AbstractMatrix, k::Integer;
+                              uplo::Symbol=:L, oversample::Integer=10, n_iter::Integer=4,
+                              rtol=nothing, maxiter::Integer=500, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    E = eigh_topk(A, k; uplo, oversample, n_iter)
+    project_A = ProjectTo(A)
+    function eigh_topk_back(ΔE)
+        Δλ, ΔV = _eigen_cotangents(unthunk(ΔE))
+        _allzero(Δλ, ΔV) && return NoTangent(), ZeroTangent(), NoTangent()
+        ΔA = zeros(_grad_eltype(E.vectors, Δλ, ΔV), size(A))
+        eigh_trunc_pullback!(ΔA, A, E.values, E.vectors, Δλ, ΔV; uplo, rtol, maxiter,
+                             degeneracy_atol, broadening, gauge, gauge_atol)
+        return NoTangent(), project_A(ΔA), NoTangent()
+    end
+    return E, eigh_topk_back
+end

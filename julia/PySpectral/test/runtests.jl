@@ -473,3 +473,34 @@ end
     @test check_gauge(:svd, 1.0, 0.5, "ignore") === nothing
     @test_throws ArgumentError check_gauge(:svd, 1.0, 0.5, :loud)
 end
+
+@testset "top-k" begin
+    Random.seed!(11)
+    for T in (Float64, ComplexF64), (m, n) in ((40, 30), (30, 40))
+        A = with_singular_values(T, m, n, [10 * 0.7^i for i in 0:min(m, n)-1])
+        W = randn(T, m, n)
+        k = 5
+        # a gauge-invariant loss of the top-k triplets
+        loss(U, S, Vᴴ) = real(sum(conj.(W) .* (U * Vᴴ))) + sum(abs2, S)
+        F = PySpectral.svd_topk(A, k; n_iter=8)
+        Fk = PySpectral.svd(A; k)
+        @test F.S ≈ Fk.S rtol = 1e-10
+        g_topk = only(Zygote.gradient(X -> (G = PySpectral.svd_topk(X, k; n_iter=8);
+                                            loss(G.U, G.S, G.Vt)), A))
+        g_full = only(Zygote.gradient(X -> (G = PySpectral.svd(X; k);
+                                            loss(G.U, G.S, G.Vt)), A))
+        @test g_topk ≈ g_full rtol = 1e-8
+    end
+    H = with_eigenvalues(Float64, [10 * 0.7^i for i in 0:29])
+    Wh = randn(30, 30)
+    E = eigh_topk(H, 4; n_iter=10)
+    @test E.values ≈ eigvals(Symmetric(H))[end-3:end] rtol = 1e-10
+    projloss(V) = sum(Wh .* (V * V'))
+    g_topk = only(Zygote.gradient(X -> projloss(eigh_topk(X, 4; n_iter=10).vectors), H))
+    g_full = only(Zygote.gradient(X -> projloss(PySpectral.eigh(X).vectors[:, end-3:end]), H))
+    @test g_topk ≈ g_full rtol = 1e-8
+    # no gap at k: the Sylvester solve does not converge, and says so
+    B = with_singular_values(Float64, 10, 8, [5, 4, 3, 3, 3, 1, 0.5, 0.1])
+    @test_logs (:warn, r"did not converge") match_mode = :any Zygote.gradient(
+        X -> sum(PySpectral.svd_topk(X, 3; n_iter=6, maxiter=30).U[:, 1:2] .^ 2), B)
+end
