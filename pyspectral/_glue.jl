@@ -94,6 +94,23 @@ function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt; degeneracy_atol
     return ΔAt
 end
 
+# Top-k: Julia's svd_topk of the transposes; the truncated pullbacks multiply by
+# the input again, which the bridge passes back (the same zero-copy view).
+function svd_topk_batched(At::AbstractArray{<:Any,3}, k::Integer; oversample, n_iter)
+    Fs = [PySpectral.svd_topk(view(At, :, :, b), k; oversample, n_iter) for b in axes(At, 3)]
+    return batch([F.U for F in Fs]), batch([F.S for F in Fs]), batch([F.Vt for F in Fs])
+end
+
+function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, ΔU, ΔS, ΔVt; rtol, maxiter, kw...)
+    opts = options(; kw...)
+    for b in axes(ΔAt, 3)
+        PySpectral.svd_trunc_pullback!(slice(ΔAt, b), slice(At, b), slice(U, b), slice(S, b),
+                                       slice(Vt, b), slice(ΔU, b), slice(ΔS, b),
+                                       slice(ΔVt, b); rtol, maxiter, opts...)
+    end
+    return ΔAt
+end
+
 # ------------------------------------------------------------------ eigh
 
 # Julia decomposes conj(A), whose eigenvectors are conj(V): conjugate them in
@@ -116,6 +133,25 @@ end
 
 conjugate(::Nothing) = nothing
 conjugate(x) = conj(x)
+
+function eigh_topk_batched(At::AbstractArray{<:Any,3}, k::Integer, uplo::AbstractString;
+                           oversample, n_iter)
+    Es = [PySpectral.eigh_topk(view(At, :, :, b), k; uplo=Symbol(uplo), oversample, n_iter)
+          for b in axes(At, 3)]
+    return batch([E.values for E in Es]), conj!(batch([E.vectors for E in Es]))
+end
+
+function eigh_trunc_pullback_batched!(ΔAt, At, λ, V, Δλ, ΔV, uplo::AbstractString;
+                                      rtol, maxiter, kw...)
+    opts = options(; kw...)
+    for b in axes(ΔAt, 3)
+        PySpectral.eigh_trunc_pullback!(slice(ΔAt, b), slice(At, b), slice(λ, b),
+                                        conj(slice(V, b)), slice(Δλ, b),
+                                        conjugate(slice(ΔV, b)); uplo=Symbol(uplo), rtol,
+                                        maxiter, opts...)
+    end
+    return ΔAt
+end
 
 function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractString;
                                  degeneracy_atol=nothing)

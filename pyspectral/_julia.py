@@ -322,6 +322,43 @@ def svd_function_pullback(
     return gA
 
 
+def svd_topk(A: torch.Tensor, k: int, oversample: int, n_iter: int) -> tuple:
+    check_tensor("svd", A)
+    batch = A.shape[:-2]
+    Uj, Sj, Vtj = call(
+        "svd", "svd_topk_batched", to_julia(A), k, oversample=oversample, n_iter=n_iter
+    )
+    U, Vh = from_julia(Vtj, batch), from_julia(Uj, batch)
+    return (U, from_julia_vectors(Sj, batch), Vh), (Uj, Sj, Vtj)
+
+
+def svd_trunc_pullback(
+    A: torch.Tensor,
+    handles: tuple,
+    gU: Any,
+    gS: Any,
+    gVh: Any,
+    opts: Any,
+    rtol: float,
+    maxiter: int,
+) -> torch.Tensor:
+    gA = gradient_buffer((A.shape, A.dtype))
+    call(
+        "svd",
+        "svd_trunc_pullback_batched!",
+        to_julia(gA),
+        to_julia(A),
+        *handles,
+        None if gVh is None else to_julia(gVh),  # cotangent of Julia's U = Vh^T
+        None if gS is None else to_julia_vectors(gS),
+        None if gU is None else to_julia(gU),  # cotangent of Julia's Vt = U^T
+        rtol=rtol,
+        maxiter=maxiter,
+        **options(opts),
+    )
+    return gA
+
+
 _SWAP = {"L": "U", "U": "L"}
 
 
@@ -347,6 +384,53 @@ def eigh_pullback(
         None if gw is None else to_julia_vectors(gw),
         None if gV is None else to_julia_matrices(gV),
         _SWAP[uplo],
+        **options(opts),
+    )
+    return gA
+
+
+def eigh_topk(
+    A: torch.Tensor, k: int, uplo: str, oversample: int, n_iter: int
+) -> tuple:
+    check_tensor("eigh", A)
+    batch = A.shape[:-2]
+    wj, Vj = call(
+        "eigh",
+        "eigh_topk_batched",
+        to_julia(A),
+        k,
+        _SWAP[uplo],
+        oversample=oversample,
+        n_iter=n_iter,
+    )
+    V = julia_matrices(Vj)  # conjugated in place by the glue, as for eigh
+    return (from_julia_vectors(wj, batch), V.reshape(*batch, *V.shape[-2:])), (wj, Vj)
+
+
+def eigh_trunc_pullback(
+    A: torch.Tensor,
+    handles: tuple,
+    gw: Any,
+    gV: Any,
+    uplo: str,
+    opts: Any,
+    rtol: float,
+    maxiter: int,
+) -> torch.Tensor:
+    wj, Vj = handles
+    gA = gradient_buffer((A.shape, A.dtype))
+    call(
+        "eigh",
+        "eigh_trunc_pullback_batched!",
+        to_julia(gA),
+        to_julia(A),
+        wj,
+        Vj,
+        None if gw is None else to_julia_vectors(gw),
+        None if gV is None else to_julia_matrices(gV),
+        _SWAP[uplo],
+        rtol=rtol,
+        maxiter=maxiter,
         **options(opts),
     )
     return gA

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from . import _common as C
-from .exceptions import BackendError, GaugeWarning, InputError
+from . import _julia
+from .exceptions import GaugeWarning, InputError
 
 
 def top_k_method(
@@ -24,11 +25,10 @@ def top_k_method(
     n_iter: int,
     rtol: float | None,
     maxiter: int,
-    julia: bool,
 ) -> tuple[str, tuple]:
     """Validate ``k`` and ``method``; resolve ``"auto"``: randomized when
-    ``min(m, n) >= 512`` and ``k + oversample <= min(m, n) / 8`` (native backend
-    only). Returns the method and the parameters of the randomized one."""
+    ``min(m, n) >= 512`` and ``k + oversample <= min(m, n) / 8``. Returns the
+    method and the parameters of the randomized one."""
     kmax = min(A.shape[-2:])
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= kmax:
         raise InputError(
@@ -41,12 +41,7 @@ def top_k_method(
         )
     if method == "auto":
         big = kmax >= 512 and k + oversample <= kmax // 8
-        method = "randomized" if big and not julia else "full"
-    if method == "randomized" and julia:
-        raise BackendError(
-            f"{op}: method='randomized' runs on the native backend only (the "
-            "Julia rule is not written yet); use backend='torch'"
-        )
+        method = "randomized" if big else "full"
     rtol = C.eps(A.dtype) ** 0.75 if rtol is None else rtol
     return method, (oversample, n_iter, rtol, maxiter)
 
@@ -276,4 +271,60 @@ class EighTopK(torch.autograd.Function):
         gA = truncated_eigh_pullback(
             A, w, V, gw, gV, ctx.uplo, ctx.largest, ctx.opts, ctx.rtol, ctx.maxiter
         )
+        return gA, None, None, None, None, None
+
+
+class SVDTopKJulia(torch.autograd.Function):
+    """``SVDTopK`` on the Julia backend (PySpectral.svd_topk and its pullback)."""
+
+    @staticmethod
+    def forward(ctx: Any, A: Tensor, k: int, params: tuple, opts: C.Options) -> tuple:
+        oversample, n_iter, ctx.rtol, ctx.maxiter = params
+        out, ctx.handles = _julia.svd_topk(A, k, oversample, n_iter)
+        ctx.opts = opts
+        ctx.save_for_backward(A)
+        ctx.set_materialize_grads(False)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
+        (A,) = ctx.saved_tensors
+        with _julia._lock:  # read our own gauge records, not another thread's
+            gA = _julia.svd_trunc_pullback(
+                A, ctx.handles, gU, gS, gVh, ctx.opts, ctx.rtol, ctx.maxiter
+            )
+            C.report_julia_gauge(ctx.opts)
+        return gA, None, None, None
+
+
+class EighTopKJulia(torch.autograd.Function):
+    """``EighTopK`` on the Julia backend (PySpectral.eigh_topk and its pullback)."""
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        A: Tensor,
+        k: int,
+        largest: bool,
+        uplo: str,
+        params: tuple,
+        opts: C.Options,
+    ) -> tuple:
+        oversample, n_iter, ctx.rtol, ctx.maxiter = params
+        out, ctx.handles = _julia.eigh_topk(A, k, uplo, oversample, n_iter)
+        ctx.uplo, ctx.opts = uplo, opts
+        ctx.save_for_backward(A)
+        ctx.set_materialize_grads(False)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
+        (A,) = ctx.saved_tensors
+        with _julia._lock:
+            gA = _julia.eigh_trunc_pullback(
+                A, ctx.handles, gw, gV, ctx.uplo, ctx.opts, ctx.rtol, ctx.maxiter
+            )
+            C.report_julia_gauge(ctx.opts)
         return gA, None, None, None, None, None

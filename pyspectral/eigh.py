@@ -337,15 +337,7 @@ def eigh(
     if k is None:
         return EighResult(*impl.apply(A, UPLO, opts))
     method, params = _lowrank.top_k_method(
-        "eigh",
-        A,
-        k,
-        method,
-        oversample,
-        n_iter,
-        backward_rtol,
-        backward_maxiter,
-        julia=impl is not _Eigh,
+        "eigh", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
     )
     if method == "randomized":
         if not largest:
@@ -355,7 +347,8 @@ def eigh(
             )
         # products with A read both triangles: A must be Hermitian
         C.check_hermitian("eigh", A, hermitian_tol)
-        return EighResult(*_lowrank.EighTopK.apply(A, k, largest, UPLO, params, opts))
+        topk = _lowrank.EighTopK if impl is _Eigh else _lowrank.EighTopKJulia
+        return EighResult(*topk.apply(A, k, largest, UPLO, params, opts))
     w, V = impl.apply(A, UPLO, opts)
     sel = slice(-k, None) if largest else slice(0, k)
     return EighResult(w[..., sel], V[..., sel])

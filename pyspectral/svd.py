@@ -392,18 +392,11 @@ def svd(
             "pass one of them"
         )
     method, params = _lowrank.top_k_method(
-        "svd",
-        A,
-        k,
-        method,
-        oversample,
-        n_iter,
-        backward_rtol,
-        backward_maxiter,
-        julia=impl is not _SVD,
+        "svd", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
     )
     if method == "randomized":
-        return SVDResult(*_lowrank.SVDTopK.apply(A, k, params, opts))
+        topk = _lowrank.SVDTopK if impl is _SVD else _lowrank.SVDTopKJulia
+        return SVDResult(*topk.apply(A, k, params, opts))
     U, S, Vh = impl.apply(A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 

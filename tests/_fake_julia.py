@@ -33,6 +33,12 @@ import torch
 
 from pyspectral import _common as C
 from pyspectral import _julia
+from pyspectral._lowrank import (
+    randomized_eigh,
+    randomized_svd,
+    truncated_eigh_pullback,
+    truncated_svd_pullback,
+)
 from pyspectral.eigh import _matfun, eigh_pullback, matrix_function_pullback
 from pyspectral.exceptions import (
     DomainError,
@@ -413,6 +419,74 @@ class FakeJulia:
             dAt[:, :, b] = g.numpy()
         return dAt
 
+    # -------------------------------------------------------------- top-k
+    # Julia's svd_topk / eigh_topk and truncated pullbacks, on Julia's side of
+    # the layout, by pyspectral's own native implementation.
+
+    def svd_topk_batched(self, At, k, oversample=10, n_iter=4) -> tuple:
+        A = torch.from_numpy(np.ascontiguousarray(At.transpose(2, 0, 1)))
+        U, S, Vh = randomized_svd(A, k, oversample, n_iter)
+        return (
+            _stack([u.numpy() for u in U]),
+            _stack([s.numpy() for s in S]),
+            _stack([v.numpy() for v in Vh]),
+        )
+
+    def svd_trunc_pullback_batched_b(
+        self, dAt, At, U, S, Vt, dU, dS, dVt, rtol, maxiter, **kw
+    ) -> np.ndarray:
+        opts = _options(**kw)
+        for b in range(dAt.shape[2]):
+            with self._gauge_policy(opts):
+                g = truncated_svd_pullback(
+                    torch.from_numpy(At[:, :, b]),
+                    _t(U, b),
+                    _t(S, b),
+                    _t(Vt, b),
+                    _t(dU, b),
+                    _t(dS, b),
+                    _t(dVt, b),
+                    opts,
+                    rtol,
+                    maxiter,
+                )
+            dAt[:, :, b] = g.numpy()
+        return dAt
+
+    def eigh_topk_batched(self, At, k, uplo, oversample=10, n_iter=4) -> tuple:
+        ws, Vs = [], []
+        for b in range(At.shape[2]):
+            H = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
+            H = (
+                torch.tril(H) + torch.tril(H, -1).mH
+                if uplo == "L"
+                else (torch.triu(H) + torch.triu(H, 1).mH)
+            )
+            w, V = randomized_eigh(H, k, oversample, n_iter)
+            ws.append(w.numpy())
+            Vs.append(V.conj().resolve_conj().numpy())  # the glue's conj!
+        return _stack(ws), _stack(Vs)
+
+    def eigh_trunc_pullback_batched_b(
+        self, dAt, At, w, V, dw, dV, uplo, rtol, maxiter, **kw
+    ) -> np.ndarray:
+        opts = _options(**kw)
+        for b in range(dAt.shape[2]):
+            H = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
+            H = (
+                torch.tril(H) + torch.tril(H, -1).mH
+                if uplo == "L"
+                else (torch.triu(H) + torch.triu(H, 1).mH)
+            )
+            Vc = _t(V, b).conj()
+            dVc = None if dV is None else _t(dV, b).conj()
+            with self._gauge_policy(opts):
+                g = truncated_eigh_pullback(
+                    H, _t(w, b), Vc, _t(dw, b), dVc, uplo, True, opts, rtol, maxiter
+                )
+            dAt[:, :, b] = g.numpy()
+        return dAt
+
     # --------------------------------------------------------------- eigh
 
     def eigh_batched(self, At: np.ndarray, uplo: str) -> tuple:
@@ -494,6 +568,10 @@ GLUE_FUNCTIONS = (
     "eigh_pullback_batched!",
     "matrix_function_batched",
     "matrix_function_pullback_batched!",
+    "svd_topk_batched",
+    "svd_trunc_pullback_batched!",
+    "eigh_topk_batched",
+    "eigh_trunc_pullback_batched!",
     "user_eval",
     "user_include",
     "function_forward",

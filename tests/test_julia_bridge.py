@@ -1178,3 +1178,49 @@ def test_degeneracy_atol_reaches_julia_matrix_function(fake):
     assert fake.calls_to("matrix_function_batched")[-1].kwargs == {
         "degeneracy_atol": 1e-6
     }
+
+
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(24, 18), (18, 24), (2, 16, 12)])
+def test_randomized_svd_through_julia_matches_native(fake, dtype, shape):
+    *batch, m, n = shape
+    s = torch.tensor([10 * 0.6**i for i in range(min(m, n))], dtype=torch.float64)
+    Q1 = torch.linalg.qr(randn(m, m, dtype=dtype, seed=1))[0][:, : min(m, n)]
+    Q2 = torch.linalg.qr(randn(n, n, dtype=dtype, seed=2))[0][:, : min(m, n)]
+    A = ((Q1 * s.to(dtype)) @ Q2.mH).expand(*batch, m, n).contiguous()
+    W = randn(*batch, m, n, dtype=dtype, seed=3)
+
+    def grad(backend):
+        X = A.clone().requires_grad_(True)
+        U, S, Vh = ps.svd(X, k=3, method="randomized", n_iter=8, backend=backend)
+        (((U @ Vh) * W.conj()).real.sum() + (S**2).sum()).backward()
+        return U, S, Vh, X.grad
+
+    U, S, Vh, gj = grad("julia")
+    U0, S0, Vh0, gt = grad("torch")
+    assert U.is_contiguous() and Vh.is_contiguous()
+    assert torch.allclose(S, S0) and torch.allclose(U @ Vh, U0 @ Vh0, atol=1e-10)
+    assert torch.allclose(gj, gt, atol=1e-9)
+    assert fake.calls_to("svd_trunc_pullback_batched!")
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_randomized_eigh_through_julia_matches_native(fake, dtype, uplo):
+    Q = torch.linalg.qr(randn(20, 20, dtype=dtype, seed=4))[0]
+    w = torch.tensor([10 * 0.7**i for i in range(20)], dtype=torch.float64)
+    H = (Q * w.to(dtype)) @ Q.mH
+    H = (H + H.mH) / 2
+    W = randn(20, 20, dtype=dtype, seed=5)
+
+    def grad(backend):
+        X = H.clone().requires_grad_(True)
+        ev, V = ps.eigh(X, uplo, k=3, method="randomized", n_iter=10, backend=backend)
+        ((V @ V.mH * W.conj()).real.sum() + (ev**2).sum()).backward()
+        return ev, X.grad
+
+    wj, gj = grad("julia")
+    wt, gt = grad("torch")
+    assert torch.allclose(wj, wt, atol=1e-10)
+    assert torch.allclose(gj, gt, atol=1e-9)
+    assert fake.calls_to("eigh_trunc_pullback_batched!")
