@@ -526,3 +526,28 @@ def test_torch_imported_before_pyspectral():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=600
     )
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+def test_randomized_top_k_agrees(dtype):
+    m, n, k = 40, 30, 4
+    s = torch.tensor([10 * 0.6**i for i in range(n)], dtype=torch.float64)
+    Q1 = torch.linalg.qr(randn(m, m, dtype=dtype, seed=1))[0][:, :n]
+    Q2 = torch.linalg.qr(randn(n, n, dtype=dtype, seed=2))[0]
+    A = (Q1 * s.to(dtype)) @ Q2.mH
+    W = randn(m, n, dtype=dtype, seed=3)
+    grads = []
+    for backend in ("julia", "torch"):
+        X = A.clone().requires_grad_(True)
+        U, S, Vh = ps.svd(X, k=k, method="randomized", n_iter=8, backend=backend)
+        (((U @ Vh) * W.conj()).real.sum() + (S**2).sum()).backward()
+        grads.append(X.grad)
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-9, rtol=1e-9)
+    H = A.mH @ A
+    grads = []
+    for backend in ("julia", "torch"):
+        X = H.clone().requires_grad_(True)
+        w, V = ps.eigh(X, k=k, method="randomized", n_iter=10, backend=backend)
+        ((V @ V.mH).real.sum() + w.sum()).backward()
+        grads.append(X.grad)
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-8, rtol=1e-8)

@@ -24,7 +24,14 @@ def loss(U, S, Vh, W):
 def grads(A, k, method, **kw):
     X = A.clone().requires_grad_()
     U, S, Vh = ps.svd(X, k=k, method=method, **kw)
-    loss(U, S, Vh, random_like(A, seed=2)).backward()
+    loss(
+        U,
+        S,
+        Vh,
+        random_like(
+            A.to(torch.complex128 if A.is_complex() else torch.float64), seed=2
+        ).to(A.dtype),
+    ).backward()
     return (U, S, Vh), X.grad
 
 
@@ -108,3 +115,12 @@ def test_randomized_eigh_needs_hermitian_input() -> None:
     A = torch.randn(12, 12, dtype=torch.float64)
     with pytest.raises(ps.InputError, match="not Hermitian"):
         ps.eigh(A, k=2, method="randomized")
+
+
+def test_float32_randomized() -> None:
+    A = decaying(30, 20, torch.float32)
+    (_, S, _), g = grads(A, 3, "randomized", n_iter=8)
+    (_, S0, _), g0 = grads(A.double(), 3, "full")
+    assert torch.isfinite(g).all()
+    assert torch.allclose(S.double(), S0, rtol=1e-4)
+    assert rel_err(g.double(), g0) < 1e-3
