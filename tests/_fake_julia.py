@@ -126,6 +126,14 @@ def _stack(xs: list[np.ndarray]) -> np.ndarray:
     return np.asfortranarray(np.stack(xs, axis=-1))
 
 
+def _hermitian(At_b: np.ndarray, uplo: str) -> torch.Tensor:
+    """``Hermitian(At_b, uplo)`` as Julia reads it: one triangle mirrored."""
+    H = torch.from_numpy(np.ascontiguousarray(At_b))
+    if uplo == "L":
+        return torch.tril(H) + torch.tril(H, -1).mH
+    return torch.triu(H) + torch.triu(H, 1).mH
+
+
 def _t(x: np.ndarray | None, b: int) -> torch.Tensor | None:
     """Batch element ``b`` of a glue argument as a tensor sharing its memory."""
     return None if x is None else torch.from_numpy(x[..., b])
@@ -456,12 +464,7 @@ class FakeJulia:
     def eigh_topk_batched(self, At, k, uplo, oversample=10, n_iter=4) -> tuple:
         ws, Vs = [], []
         for b in range(At.shape[2]):
-            H = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
-            H = (
-                torch.tril(H) + torch.tril(H, -1).mH
-                if uplo == "L"
-                else (torch.triu(H) + torch.triu(H, 1).mH)
-            )
+            H = _hermitian(At[:, :, b], uplo)
             w, V = randomized_eigh(H, k, oversample, n_iter)
             ws.append(w.numpy())
             Vs.append(V.conj().resolve_conj().numpy())  # the glue's conj!
@@ -472,12 +475,7 @@ class FakeJulia:
     ) -> np.ndarray:
         opts = _options(**kw)
         for b in range(dAt.shape[2]):
-            H = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
-            H = (
-                torch.tril(H) + torch.tril(H, -1).mH
-                if uplo == "L"
-                else (torch.triu(H) + torch.triu(H, 1).mH)
-            )
+            H = _hermitian(At[:, :, b], uplo)
             Vc = _t(V, b).conj()
             dVc = None if dV is None else _t(dV, b).conj()
             with self._gauge_policy(opts):
