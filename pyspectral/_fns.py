@@ -22,16 +22,21 @@ def divided_difference(
 ) -> torch.Tensor:
     """Stable ``(fa - fb) / (a - b)``, tending to ``(da + db) / 2`` as ``a -> b``.
 
-    The quotient is used where its rounding error ``eps*max|f| / |fa - fb|`` is
-    below the error ``((a - b) / max(|a|, |b|))**2`` of the derivative average.
+    The quotient carries the rounding error of ``fa - fb``, about
+    ``eps (|fa| + |fb|) / |a - b|``, the derivative average a Taylor error
+    ``O(f'''(a - b)**2)``; their difference shows which one is larger. The
+    quotient is used where it differs from the average by more than twice its
+    rounding error, the average elsewhere (the two then agree to that error).
+    This assumes nothing about the scale on which ``f`` varies (``exp`` near 0
+    varies on scale 1, not ``|a|``) and squares nothing (no underflow).
     """
     d = a - b
-    df = fa - fb
-    m = torch.maximum(a.abs(), b.abs())
-    fmax = torch.maximum(fa.abs(), fb.abs())
-    quotient_ok = (d != 0) & (df.abs() * d * d >= C.eps(a.dtype) * fmax * m * m)
-    safe_d = torch.where(quotient_ok, d, torch.ones_like(d))
-    return torch.where(quotient_ok, df / safe_d, (da + db) / 2)
+    average = (da + db) / 2
+    safe_d = torch.where(d != 0, d, torch.ones_like(d))
+    quotient = (fa - fb) / safe_d
+    rounding = C.eps(a.dtype) * (fa.abs() + fb.abs()) / safe_d.abs()
+    quotient_ok = (d != 0) & ((quotient - average).abs() > 2 * rounding)
+    return torch.where(quotient_ok, quotient, average)
 
 
 class SpectralFn:

@@ -1,81 +1,275 @@
-"""Tolerance defaults (tested directly), gap inverses, divided differences and
-the settings API."""
+"""The tolerance defaults (tested directly and through gradients), gap
+inverses, divided differences, the settings API and Lorentzian broadening."""
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import torch
-from _spectra import fd_grad, grad, random_like, rel_err, with_singular_values
+from _spectra import (
+    fd_grad,
+    grad,
+    hermitian_with_spectrum,
+    inner,
+    matrix_with_spectrum,
+    random_like,
+    rel_err,
+)
 
 import pyspectral as ps
 from pyspectral import _common as C
 from pyspectral._fns import divided_difference
+from pyspectral.svd import svd_pullback
 
-EPS34 = {
-    torch.float64: torch.finfo(torch.float64).eps ** 0.75,
-    torch.float32: torch.finfo(torch.float32).eps ** 0.75,
-}
+EPS34 = {d: torch.finfo(d).eps ** 0.75 for d in (torch.float32, torch.float64)}
+
+
+def polar_loss(W, **kw):
+    def loss(X):
+        U, _, Vh = ps.svd(X, **kw)
+        return inner(U @ Vh, W)
+
+    return loss
+
+
+# ------------------------------------------------------- tolerance defaults
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_degeneracy_atol_default(dtype) -> None:
+def test_degeneracy_atol_default_formula(dtype) -> None:
+    """max(S) * eps**(3/4) per batch element; max|lambda| for eigenvalues."""
     S = torch.tensor([[3.0, 2.0, 1.0], [30.0, 1.0, 0.0]], dtype=dtype)
     tol = C.degeneracy_atol(S, None)
     assert tol.shape == (2, 1, 1)
     expected = torch.tensor([3.0, 30.0], dtype=dtype) * EPS34[dtype]
-    assert torch.allclose(tol.flatten(), expected)
-    assert torch.equal(
-        C.degeneracy_atol(S, 0.5).flatten(), torch.full((2,), 0.5, dtype=dtype)
+    assert torch.allclose(tol.flatten(), expected, rtol=1e-6)
+    lam = torch.tensor([[-3.0, 2.0, 1.0], [-1.0, 0.0, 30.0]], dtype=dtype)
+    assert torch.allclose(C.degeneracy_atol(lam, None).flatten(), expected, rtol=1e-6)
+    given = C.degeneracy_atol(S, 0.5).flatten()
+    assert torch.equal(given, torch.full((2,), 0.5, dtype=dtype))
+    batch = C.degeneracy_atol(torch.ones(4, 5, 3, dtype=dtype), None)
+    assert batch.shape == (4, 5, 1, 1)
+
+
+def test_degeneracy_atol_is_per_batch_element() -> None:
+    """Element 0 (1e-9 apart, scale 1) is distinct for its own tolerance but
+    would be degenerate under element 1's (scale 1000): the reconstruction
+    through svd is exact only with the per-element tolerance."""
+    A = torch.stack(
+        [
+            matrix_with_spectrum((5, 2, 2 + 1e-9, 1), 5, 4, seed=1),
+            1000 * matrix_with_spectrum((5, 2, 2, 1), 5, 4, seed=2),
+        ]
     )
-    assert torch.allclose(C.degeneracy_atol(-S, None).flatten(), expected)  # |lambda|
+    W = random_like(A, seed=3)
+
+    def loss(**kw):
+        def f(X):
+            U, S, Vh = ps.svd(X, **kw)
+            return inner((U[0] * S[0]) @ Vh[0], W[0]) + inner(U[1] @ Vh[1], W[1])
+
+        return f
+
+    exact = fd_grad(loss(), A)
+    assert rel_err(grad(loss(), A), exact) < 1e-6
+    shared = 1000 * 5 * EPS34[torch.float64]  # element 1's tolerance, for both
+    with pytest.warns(ps.GaugeWarning):
+        g = grad(loss(degeneracy_atol=shared), A)
+    assert rel_err(g[0], exact[0]) > 1e-4
 
 
-def test_gauge_atol_default() -> None:
+@pytest.mark.parametrize("c", [1e-3, 1e3, 1e6])
+def test_scale_invariance_at_a_near_degenerate_spectrum(c) -> None:
+    """1e-13 apart is degenerate at every scale: the polar factor is
+    scale invariant, so grad(c A) = grad(A) / c to rounding. A fixed absolute
+    tolerance (1e-11) changes its decision at c = 1000 and loses digits."""
+    A = matrix_with_spectrum((5, 2, 2 + 1e-13, 1), 5, 4, seed=1)
+    W = random_like(A, seed=2)
+    g = grad(polar_loss(W), A)
+    assert rel_err(g, fd_grad(polar_loss(W), A)) < 1e-8
+    assert rel_err(c * grad(polar_loss(W), c * A), g) < 1e-12
+    fixed = c * grad(polar_loss(W, degeneracy_atol=1e-11), c * A)
+    assert (rel_err(fixed, g) > 1e-5) == (c > 1)
+
+
+def test_gauge_atol_default_formula() -> None:
     gU = torch.tensor([[1.0, -4.0]], dtype=torch.float64)
     gV = torch.tensor([[2.0]], dtype=torch.float64)
     assert math.isclose(C.gauge_atol(gU, gV, atol=None), 4 * EPS34[torch.float64])
     assert C.gauge_atol(gU, atol=0.25) == 0.25
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
+def test_gauge_atol_default_threshold(dtype) -> None:
+    """A gauge violation just below eps**(3/4) * max|gU| passes silently (an
+    unexpected warning fails this suite), one just above it warns."""
+    A = matrix_with_spectrum((3, 2, 2, 1), 5, 4, dtype=dtype, seed=4)
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    B = torch.zeros(4, 4, dtype=dtype)
+    B[0, 3] = 10  # the pair (0, 3) is no cluster: no violation
+    tol = EPS34[torch.float64] * float((U @ B).abs().max())
+    for factor in (0.5, 2.0):
+        B[1, 2] = factor * tol  # J = U^H gU = B: (J - J^H)_12 = factor * tol
+        gU = U @ B
+        if factor < 1:
+            svd_pullback(U, S, Vh, gU, None, None, C.options())
+        else:
+            with pytest.warns(ps.GaugeWarning, match=r"measured .* > gauge_atol"):
+                svd_pullback(U, S, Vh, gU, None, None, C.options())
+
+
 def test_hermitian_tol_default() -> None:
     A = torch.tensor([[2.0, 1.0], [1.0 + 1e-13, 3.0]], dtype=torch.float64)
-    C.check_hermitian("eigh", A, None)  # 1e-13 < 3 * eps**0.75
+    C.check_hermitian("eigh", A, None)  # 1e-13 < 3 * eps**(3/4) = 5.5e-12
     with pytest.raises(ps.InputError, match="not Hermitian"):
-        C.check_hermitian("eigh", A + torch.tensor([[0, 0], [1e-9, 0]]), None)
+        C.check_hermitian("eigh", A + torch.tensor([[0, 0], [1e-11, 0]]), None)
+    C.check_hermitian("eigh", A + torch.tensor([[0, 0], [1e-11, 0]]), 1e-10)
 
 
-def test_inverses() -> None:
+# ------------------------------------------------------------ gap inverses
+
+
+def test_inv_safe_and_inv_lorentz() -> None:
     x = torch.tensor([-2.0, -1e-13, 0.0, 1e-13, 0.5], dtype=torch.float64)
     tol = torch.tensor(1e-12, dtype=torch.float64)
+    expected = torch.tensor([-0.5, 0, 0, 0, 2.0], dtype=torch.float64)
+    assert torch.equal(C.inv_safe(x, tol), expected)
     assert torch.equal(
-        C.inv_safe(x, tol), torch.tensor([-0.5, 0, 0, 0, 2.0], dtype=torch.float64)
+        C.inv_safe(x, torch.tensor(0.0, dtype=x.dtype))[[1, 3]], 1 / x[[1, 3]]
     )
     L = C.inv_lorentz(x, 1e-3)
-    assert L[2] == 0 and torch.allclose(L[[0, 4]], 1 / x[[0, 4]], rtol=1e-5)
-    assert L[1] == -L[3]  # signed (odd) and finite
+    assert L[2] == 0 and L[1] == -L[3] and torch.isfinite(L).all()  # signed
+    assert torch.allclose(L[[0, 4]], 1 / x[[0, 4]], rtol=1e-5)
+    assert float(C.inv_lorentz(torch.tensor(1e-3), 1e-3)) == pytest.approx(500)
+    opts = C.options(broadening=1e-3)
+    assert torch.equal(C.gap_inverse(x, tol, opts), L)
+    assert torch.equal(C.gap_inverse(x, tol, C.options()), expected)
 
 
-def test_divided_difference_limits_and_accuracy() -> None:
-    d = torch.float64
-    f, df = torch.exp, torch.exp
-    for a, b in [
-        (1.0, 1.0),
-        (1.0, 1.0 + 1e-9),
-        (1.0, 2.0),
-        (1e-20, 2e-20),
-        (-3.0, 4.0),
-    ]:
-        a_, b_ = torch.tensor(a, dtype=d), torch.tensor(b, dtype=d)
-        got = divided_difference(a_, b_, f(a_), f(b_), df(a_), df(b_))
-        exact = math.exp(b) * math.expm1(a - b) / (a - b) if a != b else math.exp(a)
-        assert math.isclose(float(got), exact, rel_tol=1e-9), (a, b)
-    for a, b in [(1e-8, 1e-8 * (1 + 1e-9)), (1e-8, 2e-8), (1.0, 1.0 + 1e-7)]:
-        a_, b_ = torch.tensor(a, dtype=d), torch.tensor(b, dtype=d)
-        got = divided_difference(a_, b_, a_.log(), b_.log(), 1 / a_, 1 / b_)
-        exact = math.log1p((a - b) / b) / (a - b)
-        assert math.isclose(float(got), exact, rel_tol=1e-8), (a, b)
+def test_inv_safe_is_differentiable_at_the_cutoff() -> None:
+    x = torch.tensor([0.0, 1e-14, 2.0], dtype=torch.float64, requires_grad=True)
+    (g,) = torch.autograd.grad(C.inv_safe(x, torch.tensor(1e-12)).sum(), x)
+    assert torch.isfinite(g).all() and g[0] == 0 and g[1] == 0 and g[2] == -0.25
+
+
+# ---------------------------------------------------- divided differences
+
+
+def _dd(a: float, b: float, f, df, dtype=torch.float64) -> float:
+    a_, b_ = torch.tensor(a, dtype=dtype), torch.tensor(b, dtype=dtype)
+    return float(divided_difference(a_, b_, f(a_), f(b_), df(a_), df(b_)))
+
+
+def test_divided_difference_limits() -> None:
+    def t(x):
+        return torch.tensor(x, dtype=torch.float64)
+
+    assert (
+        float(divided_difference(t(2.0), t(2.0), t(4.0), t(4.0), t(4.0), t(4.0))) == 4
+    )
+    assert (
+        float(divided_difference(t(0.0), t(0.0), t(0.0), t(0.0), t(1.0), t(3.0))) == 2
+    )
+    assert (
+        float(divided_difference(t(3.0), t(1.0), t(9.0), t(1.0), t(6.0), t(2.0))) == 4
+    )
+    # f constant (the polar factor): 0, also across a tie
+    assert (
+        float(divided_difference(t(1.0), t(1e-300), t(1.0), t(1.0), t(0.0), t(0.0)))
+        == 0
+    )
+    # an infinite derivative at 0 (sqrt) does not leak into a finite quotient
+    assert _dd(1e-20, 0.0, torch.sqrt, lambda x: 0.5 / x.sqrt()) == pytest.approx(1e10)
+    # broadcasting and no NaN from the discarded branch
+    a = torch.tensor([[1.0], [2.0]], dtype=torch.float64)
+    b = torch.tensor([[1.0, 2.0]], dtype=torch.float64)
+    L = divided_difference(a, b, a.exp(), b.exp(), a.exp(), b.exp())
+    assert L.shape == (2, 2) and torch.isfinite(L).all()
+    assert torch.allclose(L.diagonal(), torch.tensor([1.0, 2.0]).double().exp())
+
+
+# f, f', exact divided difference from math's expm1/log1p (no cancellation)
+DD_CASES = {
+    "exp": (
+        torch.exp,
+        torch.exp,
+        lambda a, b: math.exp(b) * math.expm1(a - b) / (a - b),
+    ),
+    "log": (torch.log, lambda x: 1 / x, lambda a, b: math.log1p((a - b) / b) / (a - b)),
+    "sqrt": (torch.sqrt, lambda x: 0.5 / x.sqrt(), lambda a, b: 1 / (a**0.5 + b**0.5)),
+    "cube": (lambda x: x**3, lambda x: 3 * x**2, lambda a, b: a * a + a * b + b * b),
+    "x + 1": (lambda x: x + 1, torch.ones_like, lambda a, b: 1.0),
+    "sinh": (
+        torch.sinh,
+        torch.cosh,
+        lambda a, b: 2 * math.cosh((a + b) / 2) * math.sinh((a - b) / 2) / (a - b),
+    ),
+}
+# where each is tested: exp near 0 (it varies on scale 1, not |a|), log and
+# sqrt down to tiny arguments (where squares would underflow)
+DD_RANGES = {
+    "exp": (-30, -1e-20, 1e-20, 30),
+    "log": (1e-150, 1e3),
+    "sqrt": (1e-150, 1e3),
+    "cube": (-1e3, -1e-10, 1e-10, 1e3),
+    "x + 1": (-1e3, -1e-20, 1e-20, 1e3),
+    "sinh": (-30, -1e-20, 1e-20, 30),
+}
+
+
+def _grid(ends):
+    out = []
+    for lo, hi in zip(ends[::2], ends[1::2]):
+        sign = 1 if lo > 0 else -1
+        lo, hi = sorted((abs(lo), abs(hi)))
+        n = max(2, int(math.log10(hi / lo)) + 1)
+        out += [sign * lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    return out
+
+
+@pytest.mark.parametrize("name", DD_CASES)
+def test_divided_difference_accuracy_near_ties(name) -> None:
+    """Relative accuracy over every argument scale and every relative gap
+    from 0 to 1, float64 and float32 (where the difference f(a) - f(b) itself
+    cancels to the relative precision eps |f| / |f(a) - f(b)|, float32 gets
+    that much less)."""
+    f, df, exact = DD_CASES[name]
+    gaps = [0.0] + [10.0 ** (-e / 2) for e in range(33)]
+    for dtype, tol in ((torch.float64, 1e-8), (torch.float32, 1e-3)):
+        worst = 0.0
+        tiny = torch.finfo(dtype).tiny ** 0.5
+        for a in _grid(DD_RANGES[name]):
+            if abs(a) < tiny:
+                continue
+            a = float(torch.tensor(a, dtype=dtype))
+            for gap in gaps:
+                b = float(torch.tensor(a * (1 + gap), dtype=dtype))
+                ref = (
+                    float(df(torch.tensor(a, dtype=torch.float64)))
+                    if a == b
+                    else exact(a, b)
+                )
+                got = _dd(a, b, f, df, dtype)
+                worst = max(worst, abs(got - ref) / abs(ref))
+        assert worst < tol, f"{dtype}: worst relative error {worst:.2e}"
+
+
+def test_exp_near_zero_through_matrix_function() -> None:
+    """exp of a PSD matrix with a threefold zero eigenvalue (computed as
+    +-1e-16): every divided difference in the zero cluster is a tie."""
+    for seed in range(3):
+        A = hermitian_with_spectrum((0, 0, 0, 1, 2), seed=seed)
+        W = random_like(A, seed=9)
+
+        def loss(X, W=W):
+            return inner(ps.matrix_function(X, "exp"), W)
+
+        assert rel_err(grad(loss, A), fd_grad(loss, A)) < 1e-8
+
+
+# -------------------------------------------------------------- settings
 
 
 def test_settings_api() -> None:
@@ -89,53 +283,112 @@ def test_settings_api() -> None:
     with ps.defaults(gauge="ignore", degeneracy_atol=1e-6):
         assert ps.get_defaults()["gauge"] == "ignore"
         assert C.options().degeneracy_atol == 1e-6
-        assert C.options(degeneracy_atol=1e-3).degeneracy_atol == 1e-3
+        assert C.options(degeneracy_atol=1e-3).degeneracy_atol == 1e-3  # per call
+        with ps.defaults(gauge="raise"):  # nested
+            assert ps.get_defaults()["gauge"] == "raise"
+            assert ps.get_defaults()["degeneracy_atol"] == 1e-6
+        assert ps.get_defaults()["gauge"] == "ignore"
     assert ps.get_defaults() == before
-    old = ps.set_defaults(broadening=1e-8)
+    old = ps.set_defaults(broadening=1e-8, gauge_atol=1e-3)
     try:
+        assert old == before
         assert ps.get_defaults()["broadening"] == 1e-8
+        assert C.options().gauge_atol == 1e-3
     finally:
-        ps.set_defaults(**old)
-    with pytest.raises(ps.InputError, match="unknown setting"):
-        ps.set_defaults(tolerance=1)
-    with pytest.raises(ps.InputError, match="gauge must be one of"):
-        ps.set_defaults(gauge="loud")
-    with pytest.raises(ps.InputError, match="non-negative"):
-        ps.svd(torch.eye(2, dtype=torch.float64), degeneracy_atol=-1.0)
+        assert ps.set_defaults(**old)["broadening"] == 1e-8
     assert ps.get_defaults() == before
 
 
-def test_scale_invariance_at_near_degenerate_spectrum() -> None:
-    A = with_singular_values((5, 2, 2 + 1e-13, 1), 5, 4, seed=1)
-    W = random_like(A, seed=2)
-
-    def loss(X):
-        U, _, Vh = ps.svd(X)
-        return ((U @ Vh) * W).sum()
-
-    # the polar factor is scale invariant, so grad(c A) = grad(A) / c
-    assert torch.allclose(grad(loss, 1000 * A) * 1000, grad(loss, A), rtol=1e-8)
-    assert torch.allclose(grad(loss, 1e-3 * A) * 1e-3, grad(loss, A), rtol=1e-8)
+def test_defaults_restored_after_an_exception() -> None:
+    before = ps.get_defaults()
+    with pytest.raises(RuntimeError, match="inside"), ps.defaults(gauge="ignore"):
+        raise RuntimeError("inside")
+    assert ps.get_defaults() == before
 
 
-def test_broadening() -> None:
-    A = with_singular_values((5, 3, 2, 1), 5, 4, seed=3)  # well separated
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        ({"tolerance": 1.0}, "unknown setting"),
+        ({"gauge": "loud"}, "gauge must be one of"),
+        ({"gauge": None}, "gauge must be one of"),
+        ({"degeneracy_atol": -1.0}, "degeneracy_atol must be a non-negative"),
+        ({"broadening": "wide"}, "broadening must be a non-negative"),
+        ({"gauge_atol": -1e-3}, "gauge_atol must be a non-negative"),
+    ],
+)
+def test_bad_settings(settings, match) -> None:
+    before = ps.get_defaults()
+    with pytest.raises(ps.InputError, match=match):
+        ps.set_defaults(**settings)
+    with pytest.raises(ps.InputError, match=match), ps.defaults(**settings):
+        pass
+    assert ps.get_defaults() == before
+
+
+def test_bad_per_call_settings() -> None:
+    A = torch.eye(3, dtype=torch.float64)
+    with pytest.raises(ps.InputError, match="degeneracy_atol"):
+        ps.svd(A, degeneracy_atol=-1.0)
+    with pytest.raises(ps.InputError, match="broadening"):
+        ps.eigh(A, broadening=-1.0)
+    with pytest.raises(ps.InputError, match="gauge"):
+        ps.svd_function(A, "polar", gauge="sometimes")
+
+
+def test_unexpected_gauge_warning_is_an_error_in_this_suite() -> None:
+    """pyproject.toml's filterwarnings: a GaugeWarning no test expects fails."""
+    with pytest.raises(ps.GaugeWarning):
+        warnings.warn("svd: test", ps.GaugeWarning, stacklevel=1)
+
+
+# ------------------------------------------------------------ broadening
+
+
+def test_broadening_converges_smoothly_to_the_cutoff() -> None:
+    """At a well-separated spectrum the Lorentzian result differs from the
+    cutoff one by O(eta^2): 1/x - x/(x^2 + eta^2) = eta^2 / x^3 + ..."""
+    A = matrix_with_spectrum((5, 3, 2, 1), 5, 4, seed=3)
     W = random_like(A, seed=4)
 
     def loss(**kw):
         def f(X):
             U, S, Vh = ps.svd(X, **kw)
-            return ((U @ Vh) * W).sum() + (U[:, 0] ** 2).sum()
+            return inner(U @ Vh, W) + (U[:, 0] ** 2 * W[:, 0]).sum() + S.prod()
 
         return f
 
     sharp = grad(loss(), A)
+    assert rel_err(sharp, fd_grad(loss(), A)) < 1e-8
     assert rel_err(grad(loss(broadening=1e-9), A), sharp) < 1e-10
-    # a wide Lorentzian smooths the gradient: finite, and different
-    wide = grad(loss(broadening=0.5), A)
-    assert torch.isfinite(wide).all() and rel_err(wide, sharp) > 1e-3
-    # near a degeneracy the broadened gradient stays finite and bounded
-    B = with_singular_values((5, 2, 2 + 1e-6, 1), 5, 4, seed=3)
-    g = grad(loss(broadening=1e-3, gauge="ignore"), B)
-    assert torch.isfinite(g).all() and g.abs().max() < 1e4
-    assert rel_err(grad(loss(), A), fd_grad(loss(), A)) < 1e-6
+    ratios = [
+        rel_err(grad(loss(broadening=eta), A), sharp) / eta**2
+        for eta in (1e-2, 1e-3, 1e-4)
+    ]
+    assert max(ratios) < 1.01 * min(ratios) and min(ratios) > 0
+    with ps.defaults(broadening=1e-2):  # as a package default too
+        assert rel_err(grad(loss(), A), sharp) == pytest.approx(
+            ratios[0] * 1e-4, rel=1e-6
+        )
+
+
+def test_broadening_keeps_the_gradient_bounded_through_a_crossing() -> None:
+    """A gauge-dependent loss (the first vector of a close pair) has a gradient
+    of size 1/gap with the cutoff; broadened it stays bounded and changes
+    continuously as the gap closes."""
+    grads = []
+    for gap in (1e-4, 1e-6, 1e-8):  # all above the degeneracy tolerance
+        A = matrix_with_spectrum((5, 2 + gap, 2, 1), 5, 4, seed=3)
+        W = random_like(A, seed=4)
+
+        def loss(X, W=W, **kw):
+            U, _, Vh = ps.svd(X, **kw)
+            return inner(U[:, 1:2] @ Vh[1:2], W)
+
+        sharp = grad(loss, A)
+        assert float(sharp.abs().max()) > 0.1 / gap
+        grads.append(grad(lambda X: loss(X, broadening=1e-2), A))
+        assert float(grads[-1].abs().max()) < 1e2
+    # Lipschitz in the gap: the change from 1e-8 scales with the gap
+    ratio = rel_err(grads[0], grads[2]) / rel_err(grads[1], grads[2])
+    assert 90 < ratio < 110

@@ -1,70 +1,104 @@
-"""eigh, eigvalsh, matrix_function: gradcheck, the triangle convention, forward
-against torch.linalg, no mutation."""
+"""eigh, eigvalsh, matrix_function at distinct spectra: gradcheck and
+gradgradcheck, the triangle convention, forward against torch.linalg, float32,
+no mutation of the incoming gradient. Degenerate spectra: test_degenerate.py.
+
+The forward reads one triangle (UPLO), and the gradient is the true gradient
+w.r.t. the entries read (the other triangle gets 0), so plain gradcheck on a
+general, non-Hermitian input is valid.
+"""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from _spectra import grad, random_like
+from _spectra import grad, inner, randn, random_like, rel_err
 from torch.autograd import gradcheck, gradgradcheck
 
 import pyspectral as ps
 
 DTYPES = [torch.float64, torch.complex128]
+ALL_DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
+HIGH = {torch.float32: torch.float64, torch.complex64: torch.complex128}
 
 
-def rand(shape, dtype, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=gen)
-
-
-def spd(shape, dtype, seed=0):
-    X = rand(shape, dtype, seed)
-    return X @ X.mH / shape[-1] + torch.eye(shape[-1], dtype=dtype)
+def positive(*shape, dtype=torch.float64, seed=0):
+    """A general (non-Hermitian) matrix whose triangles each make a positive
+    definite Hermitian matrix: the Hermitian part is X X^H / n + I, the
+    anti-Hermitian noise is small."""
+    X = randn(*shape, dtype=dtype, seed=seed)
+    n = shape[-1]
+    H = X @ X.mH / n + torch.eye(n, dtype=dtype)
+    return H + 0.1 * randn(*shape, dtype=dtype, seed=seed + 1).tril(-1)
 
 
 def invariants(w, V):
-    return w, (V.abs() ** 2) * 1.0, (V * w.to(V.dtype).unsqueeze(-2)) @ V.mH
+    """Gauge-invariant functions of one eigendecomposition."""
+    return w, V.abs() ** 2, (V * torch.tanh(w).to(V.dtype).unsqueeze(-2)) @ V.mH
 
 
 @pytest.mark.parametrize("uplo", ["L", "U"])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 3)])
+@pytest.mark.parametrize("shape", [(4, 4), (2, 3, 3), (1, 2, 3, 3)])
 def test_eigh_gradcheck_on_general_input(shape, dtype, uplo) -> None:
-    # The true gradient w.r.t. the entries read, so a non-Hermitian input works.
-    A = rand(shape, dtype).requires_grad_()
+    A = randn(*shape, dtype=dtype).requires_grad_()
     assert gradcheck(lambda X: invariants(*ps.eigh(X, uplo)), (A,))
     assert gradcheck(lambda X: ps.eigvalsh(X, uplo), (A,))
 
 
+@pytest.mark.parametrize("uplo", ["L", "U"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_eigh_gradgradcheck(dtype) -> None:
-    A = rand((4, 4), dtype).requires_grad_()
-    assert gradgradcheck(lambda X: invariants(*ps.eigh(X)), (A,))
+def test_eigh_gradgradcheck(dtype, uplo) -> None:
+    A = randn(2, 4, 4, dtype=dtype).requires_grad_()
+    assert gradgradcheck(lambda X: invariants(*ps.eigh(X, uplo)), (A,))
+    assert gradgradcheck(lambda X: ps.eigvalsh(X, uplo), (A,))
+
+
+STRICT = {  # strictly-lower/upper part: (the triangle read, the other one)
+    "L": (lambda M: M.tril(-1), lambda M: M.triu(1)),
+    "U": (lambda M: M.triu(1), lambda M: M.tril(-1)),
+}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_triangle_convention(dtype) -> None:
-    A = rand((5, 5), dtype, seed=3)
+def test_only_the_read_triangle_gets_a_gradient(dtype) -> None:
+    A = randn(5, 5, dtype=dtype, seed=3)
+    H = ((A + A.mH) / 2).requires_grad_()
+    c = torch.arange(5.0, dtype=torch.float64)
+    for uplo in ("L", "U"):
+        w, V = ps.eigh(H, uplo)
+        (gH,) = torch.autograd.grad((w * c).sum(), H)
+        G = ((V * c.to(V.dtype)) @ V.mH).detach()  # torch's Hermitian gradient
+        read, other = STRICT[uplo]
+        assert torch.count_nonzero(other(gH)) == 0
+        assert torch.allclose(read(gH), 2 * read(G))
+        assert torch.allclose(gH.diagonal(), G.diagonal().real.to(dtype))
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_equals_torch_through_a_hermitian_parametrisation(dtype, uplo) -> None:
+    """Through eigh(X + X^H) both triangle conventions give the same gradient."""
+    A = randn(5, 5, dtype=dtype, seed=3)
     W = random_like(A, seed=4)
 
-    def loss(eigh):
+    def loss(eigh, matfun):
         def f(X):
-            w, V = eigh((X + X.mH) / 2)
-            return ((V * torch.tanh(w).to(V.dtype)) @ V.mH * W.conj()).real.sum()
+            w, V = eigh(X + X.mH, UPLO=uplo)
+            Y = (V * torch.tanh(w).to(V.dtype)) @ V.mH
+            return inner(Y, W) + (w**2).sum() + inner(matfun(X + X.mH), W)
 
         return f
 
-    # through a Hermitian parametrisation both conventions agree
-    assert torch.allclose(grad(loss(ps.eigh), A), grad(loss(torch.linalg.eigh), A))
-    # directly: only the lower triangle is read, so the upper one gets zero
-    H = ((A + A.mH) / 2).requires_grad_()
-    w, V = ps.eigh(H)
-    (w * torch.arange(5.0, dtype=w.dtype)).sum().backward()
-    assert torch.count_nonzero(torch.triu(H.grad, 1)) == 0
-    G = (V * torch.arange(5.0).to(V.dtype)) @ V.mH  # torch's Hermitian gradient
-    assert torch.allclose(torch.tril(H.grad, -1), 2 * torch.tril(G, -1))
-    assert torch.allclose(H.grad.diagonal(), G.diagonal().real.to(H.dtype))
+    def torch_matfun(H):
+        w, V = torch.linalg.eigh(H, UPLO=uplo)
+        return (V * torch.exp(w / 4).to(V.dtype)) @ V.mH
+
+    def ps_matfun(H):
+        f = (lambda x: torch.exp(x / 4), lambda x: torch.exp(x / 4) / 4)
+        return ps.matrix_function(H, f, uplo)
+
+    expected = grad(loss(torch.linalg.eigh, torch_matfun), A)
+    assert rel_err(grad(loss(ps.eigh, ps_matfun), A), expected) < 1e-10
 
 
 MATFUNS = [
@@ -77,7 +111,7 @@ MATFUNS = [
     ("pow", 3),
     (torch.sin, torch.cos),
 ]
-REFERENCE = {
+REFERENCE = {  # f(w), keyed by str(f)
     "sqrt": torch.sqrt,
     "invsqrt": torch.rsqrt,
     "log": torch.log,
@@ -89,50 +123,76 @@ REFERENCE = {
 
 
 @pytest.mark.parametrize("f", MATFUNS, ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_matrix_function(dtype, f) -> None:
-    A = spd((2, 4, 4), dtype).requires_grad_()
-    assert gradcheck(lambda X: ps.matrix_function(X, f), (A,))
-    w, V = torch.linalg.eigh(A.detach())
-    expected = (
-        V * REFERENCE.get(str(f), torch.sin)(w).to(V.dtype).unsqueeze(-2)
-    ) @ V.mH
-    assert torch.allclose(ps.matrix_function(A, f), expected, atol=1e-12)
+def test_matrix_function_gradcheck_on_general_input(dtype, uplo, f) -> None:
+    A = positive(2, 4, 4, dtype=dtype).requires_grad_()
+    assert gradcheck(lambda X: ps.matrix_function(X, f, uplo), (A,))
 
 
-def test_matrix_function_double_backward() -> None:
-    A = spd((3, 3), torch.float64).requires_grad_()
-    assert gradgradcheck(lambda X: ps.matrix_function(X, "log"), (A,))
+@pytest.mark.parametrize("f", ["log", ("pow", -1), (torch.sin, torch.cos)], ids=str)
+def test_matrix_function_gradgradcheck(f) -> None:
+    A = positive(3, 3, dtype=torch.complex128).requires_grad_()
+    assert gradgradcheck(lambda X: ps.matrix_function(X, f), (A,))
 
 
-@pytest.mark.parametrize(
-    "dtype", [torch.float32, torch.float64, torch.complex64, torch.complex128]
-)
+@pytest.mark.parametrize("f", MATFUNS, ids=str)
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
+def test_matrix_function_forward(dtype, f) -> None:
+    A = positive(2, 4, 4, dtype=dtype)
+    for uplo in ("L", "U"):
+        w, V = torch.linalg.eigh(A, UPLO=uplo)
+        fw = REFERENCE.get(str(f), torch.sin)(w).to(dtype)
+        Y = ps.matrix_function(A, f, uplo)
+        assert Y.dtype == dtype and Y.shape == A.shape
+        tol = 1e-5 if dtype in HIGH else 1e-12
+        assert torch.allclose(Y, (V * fw.unsqueeze(-2)) @ V.mH, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_forward_matches_torch(dtype) -> None:
-    A = rand((3, 5, 5), dtype, seed=5)
+    A = randn(3, 5, 5, dtype=dtype, seed=5)
+    tol = 1e-4 if dtype in HIGH else 1e-10
     for uplo in ("L", "U"):
         w, V = ps.eigh(A, uplo)
         w0, V0 = torch.linalg.eigh(A, UPLO=uplo)
-        tol = 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-10
-        assert torch.allclose(w, w0, atol=tol) and w.dtype == w0.dtype
-        assert torch.allclose(
-            (V.mH @ V0).abs(), torch.eye(5, dtype=w.dtype), atol=100 * tol
-        )
+        assert (w.dtype, V.dtype) == (w0.dtype, V0.dtype)
+        assert torch.allclose(w, w0, atol=tol) and bool((w.diff(dim=-1) >= 0).all())
+        # up to gauge: |V^H V0| = I at a distinct spectrum; V diag(w) V^H = H
+        eye = torch.eye(5, dtype=w.dtype)
+        assert torch.allclose((V.mH @ V0).abs(), eye, atol=100 * tol)
+        H = A.tril() + A.tril(-1).mH if uplo == "L" else A.triu() + A.triu(1).mH
+        if dtype.is_complex:  # LAPACK ignores the imaginary part of the diagonal
+            H = H - 1j * torch.diag_embed(H.diagonal(dim1=-2, dim2=-1).imag)
+        assert torch.allclose((V * w.to(dtype).unsqueeze(-2)) @ V.mH, H, atol=10 * tol)
         assert torch.allclose(ps.eigvalsh(A, uplo), w0, atol=tol)
 
 
-def test_float32_gradients() -> None:
-    A = spd((5, 5), torch.float32, seed=2)
-    g32 = grad(lambda X: ps.matrix_function(X, "log").sum(), A)
-    g64 = grad(lambda X: ps.matrix_function(X, "log").sum(), A.double())
-    assert torch.isfinite(g32).all()
-    assert torch.allclose(g32.double(), g64, rtol=1e-3, atol=1e-4)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_float32_gradients_finite_and_close(dtype) -> None:
+    A = positive(5, 5, dtype=HIGH[dtype], seed=2)
+    W = random_like(A, seed=3)
+
+    def loss(X):
+        w, V = ps.eigh(X)
+        P = V[:, 3:] @ V[:, 3:].mH
+        return inner(P, W.to(X.dtype)) + inner(
+            ps.matrix_function(X, "log"), W.to(X.dtype)
+        )
+
+    g32 = grad(loss, A.to(dtype))
+    assert g32.dtype == dtype and torch.isfinite(g32).all()
+    assert rel_err(g32.to(HIGH[dtype]), grad(loss, A)) < 1e-3
 
 
-def test_backward_does_not_mutate_incoming_gradient() -> None:
-    A = rand((4, 4), torch.complex128).requires_grad_()
-    w, V = ps.eigh(A, gauge="ignore")
-    gw, gV = random_like(w, seed=1), random_like(V, seed=2)
-    cw, cV = gw.clone(), gV.clone()
-    torch.autograd.grad((w, V), A, (gw, gV))
-    assert torch.equal(gw, cw) and torch.equal(gV, cV)
+@pytest.mark.parametrize("create_graph", [False, True])
+def test_backward_does_not_mutate_incoming_gradient(create_graph) -> None:
+    A = positive(4, 4, dtype=torch.complex128).requires_grad_()
+    outputs = [*ps.eigh(A, gauge="ignore"), ps.matrix_function(A, "sqrt")]
+    outputs.append(ps.eigvalsh(A))
+    cotangents = [random_like(t, seed=i) for i, t in enumerate(outputs)]
+    copies = [g.clone() for g in cotangents]
+    (gA,) = torch.autograd.grad(outputs, A, cotangents, create_graph=create_graph)
+    assert torch.isfinite(gA).all() and gA.abs().max() > 0
+    for g, c in zip(cotangents, copies):
+        assert torch.equal(g, c)

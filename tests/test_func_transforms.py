@@ -1,12 +1,23 @@
 """Jacobians and VJPs the way PyTorch users take them: autograd.grad with
-grad_outputs, autograd.functional.jacobian, and torch.func (grad, vjp, jacrev,
-vmap), on gauge-invariant functions, against finite differences."""
+grad_outputs, autograd.functional.jacobian/hessian, and torch.func (grad, vjp,
+jacrev, vmap), on gauge-invariant functions, against finite differences."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from _spectra import random_like, with_singular_values
+from _spectra import (
+    fd_jacobian,
+    grad,
+    hermitian,
+    hermitian_with_spectrum,
+    inner,
+    matrix_with_spectrum,
+    randn,
+    random_like,
+    rel_err,
+    spd,
+)
 
 import pyspectral as ps
 
@@ -16,72 +27,154 @@ def polar(X):
     return U @ Vh
 
 
+def polar_and_values(X):
+    U, S, Vh = ps.svd(X)
+    return U @ Vh + S.sum(-1)[..., None, None]
+
+
+def topk_projector(X):
+    U, _, _ = ps.svd(X, k=2)
+    return U @ U.mH
+
+
 def eig_fn(X):
     w, V = ps.eigh(X)
     return (V * torch.tanh(w).unsqueeze(-2)) @ V.mT
 
 
-def fd_jacobian(f, A, h=1e-6):
-    cols = []
-    for i in range(A.numel()):
-        E = torch.zeros(A.numel(), dtype=A.dtype)
-        E[i] = h
-        E = E.view_as(A)
-        cols.append(((f(A + E) - f(A - E)) / (2 * h)).flatten())
-    return torch.stack(cols, dim=-1).view(*f(A).shape, *A.shape)
+def eig_projector(X):
+    V = ps.eigh(X + X.mT).eigenvectors[..., 2:]
+    return V @ V.mT
 
 
-A = with_singular_values((3, 2, 2, 1), 5, 4, seed=1)  # repeated value: still exact
-H = (lambda X: X + X.mT)(
-    torch.randn(4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
-)
+def truncate(X):
+    return ps.svd_function(X, ("truncate", 3))
 
 
-@pytest.mark.parametrize("f, X", [(polar, A), (eig_fn, H)], ids=["svd", "eigh"])
-def test_jacobians_match_finite_differences(f, X) -> None:
+def log(X):
+    return ps.matrix_function(X, "log")
+
+
+A = matrix_with_spectrum((3, 2, 2, 1), 5, 4, seed=1)  # repeated value: still exact
+H = hermitian(4, 4, seed=2)
+P = spd(4, 4, seed=3)
+CASES = {
+    "svd polar": (polar, A),
+    "svd polar + S": (polar_and_values, A),
+    "svd top-k": (topk_projector, randn(5, 4, seed=4)),
+    "eigh": (eig_fn, H),
+    # X + X^T has eigenvalues (-1, 0.5, 2, 2): a projector onto the cluster
+    "eigh projector": (eig_projector, hermitian_with_spectrum((-1, 0.5, 2, 2)) / 2),
+    "svd_function": (truncate, A),
+    "matrix_function": (log, P),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_jacobians_match_finite_differences(name) -> None:
+    f, X = CASES[name]
     J_fd = fd_jacobian(f, X)
-    assert torch.allclose(torch.autograd.functional.jacobian(f, X), J_fd, atol=1e-7)
-    assert torch.allclose(torch.func.jacrev(f)(X), J_fd, atol=1e-7)
+    J_ad = torch.autograd.functional.jacobian(f, X)
+    J_rev = torch.func.jacrev(f)(X)
+    assert J_ad.shape == J_fd.shape == f(X).shape + X.shape
+    assert rel_err(J_ad, J_fd) < 1e-7
+    assert rel_err(J_rev, J_ad) < 1e-12
 
 
-def test_grad_outputs_vjp_and_func_grad() -> None:
-    W = random_like(A, seed=3)
-    X = A.clone().requires_grad_()
-    (g1,) = torch.autograd.grad(polar(X), X, grad_outputs=W)
-    _, vjp = torch.func.vjp(polar, A)
+@pytest.mark.parametrize("name", ["svd polar + S", "eigh", "matrix_function"])
+def test_grad_outputs_vjp_and_func_grad(name) -> None:
+    f, X0 = CASES[name]
+    W = random_like(X0, seed=3)
+    X = X0.clone().requires_grad_()
+    (g1,) = torch.autograd.grad(f(X), X, grad_outputs=W)
+    _, vjp = torch.func.vjp(f, X0)
     (g2,) = vjp(W)
-    g3 = torch.func.grad(lambda Y: (polar(Y) * W).sum())(A)
-    J = fd_jacobian(polar, A)
-    expected = (J * W.unsqueeze(-1).unsqueeze(-1)).sum((0, 1))
+    g3 = torch.func.grad(lambda Y: (f(Y) * W).sum())(X0)
+    expected = torch.einsum("ij,ijkl->kl", W, fd_jacobian(f, X0))
     for g in (g1, g2, g3):
-        assert torch.allclose(g, expected, atol=1e-7)
+        assert rel_err(g, expected) < 1e-7
+
+
+@pytest.mark.parametrize("op", ["svd", "svd_function", "eigh", "matrix_function"])
+def test_func_grad_equals_autograd_for_complex_input(op) -> None:
+    X = randn(4, 4, dtype=torch.complex128, seed=5)
+    W = random_like(X, seed=6)
+    X = X @ X.mH + torch.eye(4, dtype=X.dtype) if op == "matrix_function" else X
+
+    def loss(Y):
+        if op == "svd":
+            U, S, Vh = ps.svd(Y)
+            return inner(U @ Vh, W) + S.sum()
+        if op == "svd_function":
+            return inner(ps.svd_function(Y, ("pow", 2)), W)
+        if op == "eigh":
+            w, V = ps.eigh(Y + Y.mH)
+            return inner(V[:, 2:] @ V[:, 2:].mH, W) + (w**2).sum()
+        return inner(ps.matrix_function(Y, "sqrt"), W)
+
+    assert rel_err(torch.func.grad(loss)(X), grad(loss, X)) < 1e-12
+
+
+def test_hessian_by_double_backward() -> None:
+    """autograd.functional.hessian differentiates the backward: it equals the
+    finite-difference Jacobian of the gradient."""
+    X = randn(3, 2, seed=7)
+    W = random_like(X, seed=8)
+
+    def loss(Y):
+        U, S, Vh = ps.svd(Y)
+        return (
+            inner(U @ Vh, W) + (S**3).sum() + inner(ps.svd_function(Y, ("pow", 2)), W)
+        )
+
+    Hess = torch.autograd.functional.hessian(loss, X)
+    Hess_fd = fd_jacobian(lambda Y: grad(loss, Y), X)
+    assert rel_err(Hess, Hess_fd) < 1e-7
 
 
 def test_vmap_equals_batched_call() -> None:
-    B = torch.randn(
-        3, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(4)
-    )
+    B = randn(3, 5, 4, seed=4)
     Hb = B[..., :4, :] + B[..., :4, :].mT
-    P = Hb @ Hb.mT + torch.eye(4, dtype=B.dtype)
+    Pb = Hb @ Hb.mT + torch.eye(4, dtype=B.dtype)
     cases = [
-        (lambda X: ps.svd(X).S, B),
+        (lambda X: tuple(ps.svd(X)), B),
+        (lambda X: tuple(ps.svd(X, k=2)), B),
+        (lambda X: tuple(ps.svd(X, full_matrices=True)), B),
+        (ps.svdvals, B),
         (polar, B),
         (lambda X: ps.svd_function(X, ("truncate", 2)), B),
-        (lambda X: ps.eigh(X).eigenvalues, Hb),
-        (lambda X: ps.matrix_function(X, "sqrt"), P),
+        (lambda X: ps.svd_function(X, "normalize"), B),
+        (lambda X: tuple(ps.eigh(X)), Hb),
+        (lambda X: ps.eigvalsh(X, "U"), Hb),
+        (lambda X: ps.matrix_function(X, "sqrt"), Pb),
+        (lambda X: ps.matrix_function(X, (torch.sin, torch.cos)), Hb),
     ]
     for f, X in cases:
-        assert torch.allclose(torch.func.vmap(f)(X), f(X), atol=1e-12)
-    # and vmap of a gradient equals the per-matrix gradients
-    W = random_like(B, seed=5)
-    g = torch.func.vmap(torch.func.grad(lambda X, Wi: (polar(X) * Wi).sum()))(B, W)
-    for i in range(3):
-        gi = torch.func.grad(lambda X, Wi=W[i]: (polar(X) * Wi).sum())(B[i])
-        assert torch.allclose(g[i], gi, atol=1e-12)
+        mapped, batched = torch.func.vmap(f)(X), f(X)
+        for m, b in zip(_as_tuple(mapped), _as_tuple(batched)):
+            assert m.shape == b.shape and torch.allclose(m, b, atol=1e-12)
+    # a batch dimension that is not the first one
+    moved = torch.func.vmap(polar, in_dims=2, out_dims=0)(B.permute(1, 2, 0))
+    assert torch.allclose(moved, polar(B), atol=1e-12)
 
 
-def test_jacrev_of_matrix_function() -> None:
-    P = H @ H.mT + torch.eye(4, dtype=H.dtype)
-    f = lambda X: ps.matrix_function(X, "log")  # noqa: E731
-    # matrix_function reads the lower triangle: FD perturbs entries one by one too
-    assert torch.allclose(torch.func.jacrev(f)(P), fd_jacobian(f, P), atol=1e-6)
+def _as_tuple(outputs):
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+@pytest.mark.parametrize(
+    "name", ["svd polar + S", "svd top-k", "eigh", "svd_function", "matrix_function"]
+)
+def test_vmap_of_grad_equals_per_matrix_gradients(name) -> None:
+    f, X = CASES[name]
+    Xb = torch.stack([X, X + 0.01 * random_like(X, seed=9)])
+    if name == "matrix_function":
+        Xb = (Xb + Xb.mT) / 2
+    Wb = random_like(f(Xb), seed=5)
+
+    def loss(Y, Wi):
+        return (f(Y) * Wi).sum()
+
+    g = torch.func.vmap(torch.func.grad(loss))(Xb, Wb)
+    for i in range(2):
+        assert rel_err(g[i], grad(lambda Y, i=i: loss(Y, Wb[i]), Xb[i])) < 1e-12

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _spectra import random_like, rel_err, with_singular_values
+from _spectra import matrix_with_spectrum, random_like, rel_err
 
 import pyspectral as ps
 
 
 def decaying(m, n, dtype, seed=1, ratio=0.7):
-    return with_singular_values(
+    return matrix_with_spectrum(
         [10 * ratio**i for i in range(min(m, n))], m, n, dtype, seed
     )
 
@@ -50,7 +50,7 @@ def test_randomized_gradient_equals_full(shape, dtype) -> None:
 
 def test_no_gap_at_k_warns_and_stays_finite() -> None:
     s = [5, 4, 3, 3, 3, 1, 0.5, 0.1]
-    A = with_singular_values(s, 10, 8, seed=3)
+    A = matrix_with_spectrum(s, 10, 8, seed=3)
     X = A.clone().requires_grad_()
     U, S, Vh = ps.svd(X, k=3, method="randomized", n_iter=6, backward_maxiter=30)
     with pytest.warns(ps.GaugeWarning, match="did not converge"):
@@ -69,10 +69,10 @@ def test_auto_method_and_errors() -> None:
 
 
 def hermitian_decaying(n, dtype, seed=4):
-    from _spectra import hermitian_with_eigenvalues
+    from _spectra import hermitian_with_spectrum
 
     w = [10 * 0.7**i for i in range(n)]  # positive definite, decaying
-    return hermitian_with_eigenvalues(w, dtype=dtype, seed=seed)
+    return hermitian_with_spectrum(w, dtype=dtype, seed=seed)
 
 
 def eigh_grad(A, k, largest, method, uplo="L"):
@@ -103,10 +103,10 @@ def test_smallest_eigenpairs_full_path() -> None:
 
 
 def test_randomized_eigh_warns_when_not_converged() -> None:
-    from _spectra import hermitian_with_eigenvalues
+    from _spectra import hermitian_with_spectrum
 
     # the largest algebraic eigenvalues are not the largest in magnitude
-    A = hermitian_with_eigenvalues([-10, -9, -8, 1, 0.9, 0.5, 0.1, 0.05], seed=2)
+    A = hermitian_with_spectrum([-10, -9, -8, 1, 0.9, 0.5, 0.1, 0.05], seed=2)
     with pytest.warns(ps.GaugeWarning, match="not converged"):
         ps.eigh(A, k=2, method="randomized", oversample=0, n_iter=1)
 
