@@ -172,6 +172,50 @@ function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractS
     return ΔAt
 end
 
+# ------------------------------------------------- f given by its values (user pairs)
+
+# A user's (f, f′) pair of Python functions cannot run here. The bridge decomposes
+# with svd_batched / eigh_batched, evaluates f and f′ on that spectrum in Python and
+# passes the values as k×B arrays fX, dX (column b: batch element b, in the
+# spectrum's order); PySpectral.SpectralValues carries them through the package's own
+# forward and pullback. No degeneracy_atol: it enters only named functions' checks.
+spectral_values(fX, dX, b) = PySpectral.SpectralValues(slice(fX, b), slice(dX, b))
+
+# U, S, Vt: svd_batched's results, Julia's factors of the transposes, so this is
+# Yᵀ = conj(V) f(S) conj(U)ᴴ, which Python reads as Y. (Plain copies of the factors:
+# LinearAlgebra.SVD's field types differ between Julia versions, views may not fit.)
+function svd_function_values_batched(U, S, Vt, fS, dS)
+    Fs = [LinearAlgebra.SVD(U[:, :, b], S[:, b], Vt[:, :, b]) for b in axes(U, 3)]
+    return batch([PySpectral.svd_function_apply(Fs[b], spectral_values(fS, dS, b))
+                  for b in axes(U, 3)])
+end
+
+function svd_function_values_pullback_batched!(ΔAt, U, S, Vt, fS, dS, ΔYt)
+    for b in axes(ΔAt, 3)
+        PySpectral.svd_function_pullback!(slice(ΔAt, b), slice(U, b), slice(S, b), slice(Vt, b),
+                                          spectral_values(fS, dS, b), slice(ΔYt, b))
+    end
+    return ΔAt
+end
+
+# λ, V: eigh_batched's results, V already conjugated to Python's V; Julia's problem
+# is conj(A), whose eigenvectors are conj(V), giving conj(V) f(Λ) conj(V)ᴴ = Yᵀ.
+function matrix_function_values_batched(λ, V, fλ, dλ)
+    Es = [LinearAlgebra.Eigen(slice(λ, b), conj(slice(V, b))) for b in axes(V, 3)]
+    return batch([PySpectral.matrix_function_apply(Es[b], spectral_values(fλ, dλ, b))
+                  for b in axes(V, 3)])
+end
+
+function matrix_function_values_pullback_batched!(ΔAt, λ, V, fλ, dλ, ΔYt,
+                                                  uplo::AbstractString)
+    for b in axes(ΔAt, 3)
+        PySpectral.matrix_function_pullback!(slice(ΔAt, b), slice(λ, b), conj(slice(V, b)),
+                                             spectral_values(fλ, dλ, b), slice(ΔYt, b);
+                                             uplo=Symbol(uplo))
+    end
+    return ΔAt
+end
+
 # ------------------------------------------- user functions (ps.julia.function)
 
 # User code is evaluated in its own module, so re-including a file redefines

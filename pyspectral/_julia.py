@@ -30,6 +30,7 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -462,6 +463,92 @@ def matrix_function_pullback(
         to_julia(gY),
         _SWAP[uplo],
         degeneracy_atol=opts.degeneracy_atol,
+    )
+    return gA
+
+
+# ------------------------------------------- f given by its values (user pairs)
+# A user's (f, f_prime) pair is Python code, which Julia cannot call. Julia
+# decomposes (the svd_batched / eigh_batched glue), ``values`` evaluates f and
+# f' on that spectrum in Python (it receives the spectrum as a tensor sharing
+# Julia's memory and returns real tensors of its shape and dtype), and the glue
+# forms Y and later the pullback from the values (PySpectral.SpectralValues).
+# The values cross like S: (*, k) tensors as column-major (k, B) views.
+
+SpectralValuesFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def svd_function_values(A: torch.Tensor, values: SpectralValuesFn) -> tuple:
+    """``(Y, handles)`` of ``Y = U f(S) Vh``, ``(fS, dS) = values(S)``."""
+    check_tensor("svd_function", A)
+    batch = A.shape[:-2]
+    Uj, Sj, Vtj = call("svd_function", "svd_batched", to_julia(A), False)
+    fS, dS = values(from_julia_vectors(Sj, batch))
+    Yj = call(
+        "svd_function",
+        "svd_function_values_batched",
+        Uj,  # Julia's factors of the transposes: Y arrives transposed, as A did
+        Sj,
+        Vtj,
+        to_julia_vectors(fS),
+        to_julia_vectors(dS),
+    )
+    return from_julia(Yj, batch), (Uj, Sj, Vtj, fS, dS)
+
+
+def svd_function_values_pullback(
+    shape_dtype: tuple, handles: tuple, gY: torch.Tensor
+) -> torch.Tensor:
+    Uj, Sj, Vtj, fS, dS = handles
+    gA = gradient_buffer(shape_dtype)
+    call(
+        "svd_function",
+        "svd_function_values_pullback_batched!",
+        to_julia(gA),
+        Uj,
+        Sj,
+        Vtj,
+        to_julia_vectors(fS),
+        to_julia_vectors(dS),
+        to_julia(gY),
+    )
+    return gA
+
+
+def matrix_function_values(
+    A: torch.Tensor, uplo: str, values: SpectralValuesFn
+) -> tuple:
+    """``(Y, handles)`` of ``Y = V f(w) V^H``, ``(fw, dw) = values(w)``."""
+    check_tensor("matrix_function", A)
+    batch = A.shape[:-2]
+    wj, Vj = call("matrix_function", "eigh_batched", to_julia(A), _SWAP[uplo])
+    fw, dw = values(from_julia_vectors(wj, batch))
+    Yj = call(
+        "matrix_function",
+        "matrix_function_values_batched",
+        wj,
+        Vj,  # conjugated in place by eigh_batched: Python's V
+        to_julia_vectors(fw),
+        to_julia_vectors(dw),
+    )
+    return from_julia(Yj, batch), (wj, Vj, fw, dw)
+
+
+def matrix_function_values_pullback(
+    shape_dtype: tuple, handles: tuple, gY: torch.Tensor, uplo: str
+) -> torch.Tensor:
+    wj, Vj, fw, dw = handles
+    gA = gradient_buffer(shape_dtype)
+    call(
+        "matrix_function",
+        "matrix_function_values_pullback_batched!",
+        to_julia(gA),
+        wj,
+        Vj,
+        to_julia_vectors(fw),
+        to_julia_vectors(dw),
+        to_julia(gY),
+        _SWAP[uplo],
     )
     return gA
 

@@ -145,13 +145,19 @@ class _EighJulia(torch.autograd.Function):
 
 
 class _MatrixFunctionJulia(torch.autograd.Function):
-    """``_MatrixFunction`` on the Julia backend."""
+    """``_MatrixFunction`` on the Julia backend. A user ``(f, f_prime)`` pair is
+    evaluated here, on the eigenvalues Julia computed; Julia gets the values."""
 
     @staticmethod
     def forward(
         ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: C.Options
     ) -> Tensor:
-        Y, ctx.handles = _julia.matrix_function(A, f, uplo, opts)
+        if fn.name == "user":
+            Y, ctx.handles = _julia.matrix_function_values(
+                A, uplo, lambda w: fn(w, opts)
+            )
+        else:
+            Y, ctx.handles = _julia.matrix_function(A, f, uplo, opts)
         ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
         ctx.shape_dtype = (A.shape, A.dtype)
         ctx.save_for_backward(A)
@@ -163,6 +169,10 @@ class _MatrixFunctionJulia(torch.autograd.Function):
             (A,) = ctx.saved_tensors
             w, V = _Eigh.apply(A, ctx.uplo, ctx.opts)
             gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
+        elif ctx.fn.name == "user":
+            gA = _julia.matrix_function_values_pullback(
+                ctx.shape_dtype, ctx.handles, gY, ctx.uplo
+            )
         else:
             gA = _julia.matrix_function_pullback(
                 ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.uplo, ctx.opts
@@ -248,7 +258,7 @@ _MATFUN_NAMES = ('"sqrt"', '"invsqrt"', '"log"', '"exp"', '("pow", p)', "(f, f_p
 def _matfun(f: Any) -> SpectralFn:
     if f in ("exp", "log", "sqrt", "invsqrt"):
         return _named(f)
-    pair = user_pair(f)
+    pair = user_pair("matrix_function", f)
     if pair is not None:
         return SpectralFn("user", lambda w, o: pair(w))
     named = named_argument(f, ("pow",))
@@ -388,7 +398,10 @@ def matrix_function(
 
     ``A`` has shape ``(*, n, n)``; ``Y`` the same. ``f`` is ``"sqrt"``,
     ``"invsqrt"``, ``"log"``, ``"exp"``, ``("pow", p)`` or a pair
-    ``(f, f_prime)`` of real elementwise torch functions.
+    ``(f, f_prime)`` of elementwise torch functions that map the eigenvalues
+    to real tensors of their shape (``f`` finite there). A pair runs on either
+    backend: on Julia's, it is evaluated in Python on the eigenvalues Julia
+    computed, and Julia gets the values.
 
     .. warning:: The gradient is exact at every spectrum, degenerate ones
         included. ``"log"``, ``"invsqrt"`` and negative powers need a positive
@@ -408,8 +421,7 @@ def matrix_function(
     """
     _check("matrix_function", A, UPLO, check_hermitian, hermitian_tol)
     fn = _matfun(f)
-    user = "user (f, f_prime) pairs are Python functions" if fn.name == "user" else ""
-    backend = C.resolve_backend("matrix_function", backend, A, native_only=user)
+    backend = C.resolve_backend("matrix_function", backend, A)
     opts = C.options(degeneracy_atol, None, None, None)
     if backend == "julia":
         return _MatrixFunctionJulia.apply(A, f, fn, UPLO, opts)

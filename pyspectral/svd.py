@@ -167,14 +167,17 @@ class _SVDJulia(torch.autograd.Function):
 
 
 class _SVDFunctionJulia(torch.autograd.Function):
-    """``_SVDFunction`` on the Julia backend."""
+    """``_SVDFunction`` on the Julia backend. A user ``(f, f_prime)`` pair is
+    evaluated here, on the spectrum Julia computed; Julia gets the values."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, f: Any, opts: C.Options) -> Tensor:
-        Y, S, ctx.handles = _julia.svd_function(A, f, opts)
-        ctx.f, ctx.opts, ctx.shape_dtype = f, opts, (A.shape, A.dtype)
-        ctx.fn = _svd_fn(f, min(A.shape[-2:]))
-        ctx.fn(S, opts)  # the native checks: truncation inside a cluster
+    def forward(ctx: Any, A: Tensor, f: Any, fn: SpectralFn, opts: C.Options) -> Tensor:
+        ctx.f, ctx.fn, ctx.opts, ctx.shape_dtype = f, fn, opts, (A.shape, A.dtype)
+        if fn.name == "user":
+            Y, ctx.handles = _julia.svd_function_values(A, lambda S: fn(S, opts))
+        else:
+            Y, S, ctx.handles = _julia.svd_function(A, f, opts)
+            fn(S, opts)  # the native checks: truncation inside a cluster
         ctx.save_for_backward(A)
         return Y
 
@@ -183,11 +186,14 @@ class _SVDFunctionJulia(torch.autograd.Function):
         if torch.is_grad_enabled():
             (A,) = ctx.saved_tensors
             U, S, Vh = _SVD.apply(A, False, ctx.opts)
-            return svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts), None, None
-        gA = _julia.svd_function_pullback(
-            ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.opts
-        )
-        return gA, None, None
+            gA = svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts)
+        elif ctx.fn.name == "user":
+            gA = _julia.svd_function_values_pullback(ctx.shape_dtype, ctx.handles, gY)
+        else:
+            gA = _julia.svd_function_pullback(
+                ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.opts
+            )
+        return gA, None, None, None
 
 
 class _SVDFunction(torch.autograd.Function):
@@ -263,7 +269,7 @@ def _svd_fn(f: Any, k: int) -> SpectralFn:
         return SpectralFn(
             "polar", lambda S, o: (torch.ones_like(S), torch.zeros_like(S))
         )
-    pair = user_pair(f)
+    pair = user_pair("svd_function", f)
     if pair is not None:
         return SpectralFn("user", lambda S, o: pair(S))
     named = named_argument(f, ("truncate", "threshold", "pow"))
@@ -434,7 +440,10 @@ def svd_function(
     (``f = 1``), ``("truncate", k)`` (keep the top ``k``),
     ``("threshold", tau)`` (``max(s - tau, 0)``, the nuclear-norm prox),
     ``("pow", p)``, ``"normalize"`` (``s / s_max``, i.e. ``A / ||A||_2``) or a
-    pair ``(f, f_prime)`` of elementwise torch functions with ``f(0) = 0``.
+    pair ``(f, f_prime)`` of elementwise torch functions with ``f(0) = 0``,
+    which map the singular values to real tensors of their shape (``f`` finite
+    there). A pair runs on either backend: on Julia's, it is evaluated in
+    Python on the singular values Julia computed, and Julia gets the values.
 
     .. warning:: The gradient uses divided differences of ``f`` and is exact at
         degenerate and zero singular values. It is infinite where ``f`` is not
@@ -452,12 +461,7 @@ def svd_function(
     """
     C.check_matrix("svd_function", A)
     fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
-    user = (
-        "user (f, f_prime) pairs are Python functions"
-        if fn and fn.name == "user"
-        else ""
-    )
-    julia = C.resolve_backend("svd_function", backend, A, native_only=user) == "julia"
+    julia = C.resolve_backend("svd_function", backend, A) == "julia"
     opts = C.options(degeneracy_atol, None, gauge, None)
     if fn is None:
         smax = (_SVDJulia if julia else _SVD).apply(A, False, opts)[1][..., :1, None]
@@ -468,5 +472,5 @@ def svd_function(
             )
         return A / smax
     if julia:
-        return _SVDFunctionJulia.apply(A, f, opts)
+        return _SVDFunctionJulia.apply(A, f, fn, opts)
     return _SVDFunction.apply(A, fn, opts)[0]

@@ -33,6 +33,7 @@ import torch
 
 from pyspectral import _common as C
 from pyspectral import _julia
+from pyspectral._fns import SpectralFn
 from pyspectral._lowrank import (
     randomized_eigh,
     randomized_svd,
@@ -168,6 +169,24 @@ def _check_argument(name: str, x: Any) -> None:
         )
     if isinstance(x, np.ndarray) and x.dtype.kind not in "fc":
         raise AssertionError(f"{name}: array of dtype {x.dtype} sent to Julia")
+
+
+def _stored_values(fX: np.ndarray, dX: np.ndarray, b: int) -> SpectralFn:
+    """``PySpectral.SpectralValues(view(fX, :, b), view(dX, :, b))``: ``f``
+    given by its values, which svd_function_values / matrix_function_values
+    return after checking their length against the spectrum
+    (``DimensionMismatch``, an "argument" error)."""
+    f, d = _t(fX, b), _t(dX, b)
+
+    def values(x: torch.Tensor, opts: C.Options) -> tuple:
+        if f.shape != x.shape:
+            raise InputError(
+                f"DimensionMismatch: SpectralValues holds {f.shape[0]} values, but "
+                f"the spectrum has {x.shape[0]} points"
+            )
+        return f, d
+
+    return SpectralFn("values", values)
 
 
 # --------------------------------------------------------- user functions
@@ -529,6 +548,48 @@ class FakeJulia:
             dAt[:, :, b] = g.numpy()
         return dAt
 
+    # ------------------------------------- f given by its values (user pairs)
+    # The glue's *_values_* functions: the factors are what svd_batched /
+    # eigh_batched returned (eigenvectors already conjugated to Python's V),
+    # fX/dX the (k, B) values; PySpectral.SpectralValues is _stored_values.
+
+    def svd_function_values_batched(self, U, S, Vt, fS, dS) -> np.ndarray:
+        Ys = []
+        for b in range(U.shape[2]):
+            f, _ = _stored_values(fS, dS, b)(_t(S, b), C.Options())
+            Ys.append((U[:, :, b] * f.numpy()) @ Vt[:, :, b])
+        return _stack(Ys)
+
+    def svd_function_values_pullback_batched_b(
+        self, dAt, U, S, Vt, fS, dS, dYt
+    ) -> np.ndarray:
+        for b in range(dAt.shape[2]):
+            fn = _stored_values(fS, dS, b)
+            g = svd_function_pullback(
+                _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), C.Options()
+            )
+            dAt[:, :, b] = g.numpy()
+        return dAt
+
+    def matrix_function_values_batched(self, w, V, fw, dw) -> np.ndarray:
+        Ys = []
+        for b in range(V.shape[2]):
+            f, _ = _stored_values(fw, dw, b)(_t(w, b), C.Options())
+            Vc = V[:, :, b].conj()  # Julia's problem is conj(A)
+            Ys.append((Vc * f.numpy()) @ Vc.conj().T)
+        return _stack(Ys)
+
+    def matrix_function_values_pullback_batched_b(
+        self, dAt, w, V, fw, dw, dYt, uplo
+    ) -> np.ndarray:
+        for b in range(dAt.shape[2]):
+            fn = _stored_values(fw, dw, b)
+            g = matrix_function_pullback(
+                _t(w, b), _t(V, b).conj(), fn, _t(dYt, b), uplo, C.Options()
+            )
+            dAt[:, :, b] = g.numpy()
+        return dAt
+
     # ----------------------------------------------------- user functions
 
     def user_eval(self, src: str) -> FakeFunction:
@@ -566,6 +627,10 @@ GLUE_FUNCTIONS = (
     "eigh_pullback_batched!",
     "matrix_function_batched",
     "matrix_function_pullback_batched!",
+    "svd_function_values_batched",
+    "svd_function_values_pullback_batched!",
+    "matrix_function_values_batched",
+    "matrix_function_values_pullback_batched!",
     "svd_topk_batched",
     "svd_trunc_pullback_batched!",
     "eigh_topk_batched",

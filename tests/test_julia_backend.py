@@ -16,7 +16,7 @@ import threading
 
 import pytest
 import torch
-from _spectra import hermitian, randn, spd
+from _spectra import fd_grad, hermitian, hermitian_with_spectrum, randn, spd
 
 import pyspectral as ps
 from pyspectral import _common as C
@@ -289,6 +289,72 @@ def test_matrix_function_gradients_agree(dtype, uplo, f):
     torch.testing.assert_close(g, g0, atol=1e-10, rtol=1e-10)
 
 
+# User (f, f_prime) pairs: evaluated in Python on Julia's spectrum, Julia gets
+# the values (PySpectral.SpectralValues). Smooth f, so finite differences of a
+# loss of Y (gauge invariant: Y is basis free) decide at ties and zeros too.
+
+CUBE = (lambda s: s**3 + s, lambda s: 3 * s**2 + 1)
+SIN = (torch.sin, torch.cos)
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_pairs_agree(dtype, batch):
+    A = randn(*batch, 5, 3, dtype=dtype)
+    for X in (A, A.mT):
+        torch.testing.assert_close(
+            ps.svd_function(X, CUBE, backend="julia"),
+            ps.svd_function(X, CUBE, backend="torch"),
+            atol=tol(dtype) * 10,
+            rtol=tol(dtype),
+        )
+    H = hermitian(*batch, 4, 4, dtype=dtype)
+    for uplo in ("L", "U"):
+        torch.testing.assert_close(
+            ps.matrix_function(H, SIN, uplo, backend="julia"),
+            ps.matrix_function(H, SIN, uplo, backend="torch"),
+            atol=tol(dtype) * 10,
+            rtol=tol(dtype),
+        )
+
+
+@pytest.mark.parametrize(
+    "spectrum", [(3.0, 2.0, 1.0), (2.0, 2.0, 1.0), (2.0, 1.0, 0.0), (1.0, 0.0, 0.0)]
+)
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (3, 3)], ids=str)
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_svd_function_pair_gradients(dtype, shape, spectrum):
+    A = with_spectrum(*shape, spectrum, dtype=dtype)
+    W = randn(*shape, dtype=dtype, seed=7)
+
+    def loss(X, backend):
+        return (ps.svd_function(X, CUBE, backend=backend) * W).real.sum()
+
+    g, g0 = both(loss, A)
+    torch.testing.assert_close(g, g0, atol=1e-9, rtol=1e-9)
+    g_fd = fd_grad(lambda X: loss(X, "julia"), A)
+    torch.testing.assert_close(g, g_fd, atol=1e-7, rtol=1e-7)
+
+
+@pytest.mark.parametrize(
+    "spectrum", [(-1.0, 0.5, 2.0, 3.0), (1.0, 1.0, 2.0, 2.0), (0.5,) * 4], ids=str
+)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_matrix_function_pair_gradients(dtype, uplo, spectrum):
+    H = hermitian_with_spectrum(spectrum, dtype=dtype, seed=3)
+    W = randn(4, 4, dtype=dtype, seed=8)
+
+    def loss(X, backend):
+        return (ps.matrix_function(X, SIN, uplo, backend=backend) * W).real.sum()
+
+    g, g0 = both(loss, H)
+    torch.testing.assert_close(g, g0, atol=1e-9, rtol=1e-9)
+    # the gradient w.r.t. the entries read (the uplo triangle), as FD sees it
+    g_fd = fd_grad(lambda X: loss(X, "julia"), H)
+    torch.testing.assert_close(g, g_fd, atol=1e-7, rtol=1e-7)
+
+
 def test_gradcheck_and_double_backward():
     A = randn(4, 3).requires_grad_(True)
     H = spd(3, 3).requires_grad_(True)
@@ -296,6 +362,8 @@ def test_gradcheck_and_double_backward():
         (lambda X: svd_loss(X, "julia"), A),
         (lambda X: ps.svd_function(X, ("pow", 3), backend="julia").sum(), A),
         (lambda X: ps.matrix_function(X, "log", backend="julia").sum(), H),
+        (lambda X: ps.svd_function(X, CUBE, backend="julia").sum(), A),
+        (lambda X: ps.matrix_function(X, SIN, backend="julia").sum(), H),
         (lambda X: ps.eigh(X + X.mT, backend="julia")[0].pow(2).sum(), H),
     ):
         assert torch.autograd.gradcheck(fn, (x,))

@@ -17,7 +17,13 @@ import numpy as np
 import pytest
 import torch
 from _fake_julia import FakeJulia, FakeJuliaError, installed, pointer
-from _spectra import hermitian, randn, spd
+from _spectra import (
+    hermitian,
+    hermitian_with_spectrum,
+    matrix_with_spectrum,
+    randn,
+    spd,
+)
 
 import pyspectral as ps
 from pyspectral import _common as C
@@ -363,6 +369,214 @@ def test_matrix_function_gradient(fake, dtype, uplo, f):
     assert len(fake.calls_to("matrix_function_pullback_batched!")) == 1
 
 
+# ------------------------------------------------- user (f, f_prime) pairs
+# Evaluated in Python on the spectrum Julia computed; Julia forms Y and the
+# pullback from the values (the *_values_* glue). Both backends must agree.
+
+TANH = (torch.tanh, lambda s: 1 - torch.tanh(s) ** 2)
+CUBE = (lambda s: s**3 + s, lambda s: 3 * s**2 + 1)
+SIN = (torch.sin, torch.cos)
+
+SVD_SPECTRA = [(3.0, 2.0, 1.0), (2.0, 2.0, 1.0), (1.0, 1.0, 1.0), (2.0, 1.0, 0.0)]
+SVD_SPECTRA += [(1.0, 0.0, 0.0)]
+EIG_SPECTRA = [(-1.0, 0.5, 2.0, 3.0), (1.0, 1.0, 2.0, 2.0), (0.5,) * 4]
+
+
+def with_svd_spectrum(batch, shape, s, dtype):
+    """A batch of ``shape`` matrices with singular values ``s`` (ties, zeros)."""
+    n = len(batch) and int(np.prod(batch))
+    Xs = [matrix_with_spectrum(s, *shape, dtype=dtype, seed=i) for i in range(n or 1)]
+    return torch.stack(Xs).reshape(*batch, *shape)
+
+
+def with_eig_spectrum(batch, w, dtype):
+    n = len(batch) and int(np.prod(batch))
+    Xs = [hermitian_with_spectrum(w, dtype=dtype, seed=i) for i in range(n or 1)]
+    return torch.stack(Xs).reshape(*batch, len(w), len(w))
+
+
+@pytest.mark.parametrize("pair", [TANH, CUBE], ids=["tanh", "cube"])
+@pytest.mark.parametrize("s", SVD_SPECTRA, ids=str)
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (3, 3)], ids=str)
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_svd_function_pair_values_and_gradients(fake, dtype, shape, s, pair):
+    A = with_svd_spectrum((2,), shape, s, dtype)
+    W = weights(A.shape, dtype, 7)
+
+    def loss(X, backend):
+        return (ps.svd_function(X, pair, backend=backend) * W).real.sum()
+
+    Y = ps.svd_function(A, pair, backend="julia")
+    torch.testing.assert_close(
+        Y, ps.svd_function(A, pair, backend="torch"), atol=1e-12, rtol=0
+    )
+    assert Y.shape == A.shape and Y.dtype == dtype
+    g = grad_of(lambda X: loss(X, "julia"), A)
+    torch.testing.assert_close(
+        g, grad_of(lambda X: loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+    )
+    # the Julia path ran: one decomposition and the values glue, both ways
+    names = [c.name for c in fake.calls]
+    assert names.count("svd_batched") == 2  # the forward of each loss call
+    assert names.count("svd_function_values_batched") == 2
+    assert names.count("svd_function_values_pullback_batched!") == 1
+    assert "svd_function_batched" not in names
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_svd_function_pair_batches_and_dtypes(fake, dtype, shape, batch):
+    A = randn(*batch, *shape, dtype=dtype)
+    # f_prime returns float64 for every dtype: cast to the spectrum's, as natively
+    pair = (torch.tanh, lambda s: (1 - torch.tanh(s) ** 2).double())
+    Y = ps.svd_function(A, pair, backend="julia")
+    Y0 = ps.svd_function(A, pair, backend="torch")
+    assert Y.shape == A.shape and Y.dtype == dtype and Y.is_contiguous()
+    torch.testing.assert_close(Y, Y0, atol=tol(dtype) * 10, rtol=0)
+    (call,) = fake.calls_to("svd_function_values_batched")
+    k, B = min(shape), int(np.prod(batch, dtype=int))
+    for seen in call.args[3:]:  # the values: (k, B) column-major, S's dtype
+        assert seen.shape == (k, B) and seen.f_contiguous
+        assert seen.dtype == call.args[1].dtype
+
+
+@pytest.mark.parametrize("pair", [SIN, (torch.exp, torch.exp)], ids=["sin", "exp"])
+@pytest.mark.parametrize("w", EIG_SPECTRA, ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_matrix_function_pair_values_and_gradients(fake, dtype, uplo, w, pair):
+    A = with_eig_spectrum((2,), w, dtype)
+    W = weights(A.shape, dtype, 8)
+
+    def loss(X, backend):
+        return (ps.matrix_function(X, pair, uplo, backend=backend) * W).real.sum()
+
+    Y = ps.matrix_function(A, pair, uplo, backend="julia")
+    torch.testing.assert_close(
+        Y, ps.matrix_function(A, pair, uplo, backend="torch"), atol=1e-12, rtol=0
+    )
+    g = grad_of(lambda X: loss(X, "julia"), A)
+    torch.testing.assert_close(
+        g, grad_of(lambda X: loss(X, "torch"), A), atol=1e-10, rtol=1e-10
+    )
+    names = [c.name for c in fake.calls]
+    assert names.count("eigh_batched") == 2
+    assert names.count("matrix_function_values_batched") == 2
+    (pb,) = fake.calls_to("matrix_function_values_pullback_batched!")
+    assert pb.args[-1] == {"L": "U", "U": "L"}[uplo]  # Julia's triangle
+    assert "matrix_function_batched" not in names
+
+
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matrix_function_pair_batches_and_dtypes(fake, dtype, batch):
+    A = hermitian(*batch, 4, 4, dtype=dtype)
+    Y = ps.matrix_function(A, SIN, backend="julia")
+    assert Y.shape == A.shape and Y.dtype == dtype
+    torch.testing.assert_close(
+        Y, ps.matrix_function(A, SIN, backend="torch"), atol=tol(dtype) * 10, rtol=0
+    )
+    assert len(fake.calls_to("matrix_function_values_batched")) == 1
+
+
+def test_pairs_see_julias_spectrum_once_without_copies(fake):
+    """f and f_prime get Julia's own spectrum (shared memory), once each in the
+    forward; the backward reuses their values; everything is handed back
+    zero-copy: Julia's factors by handle, the gradient buffer by pointer."""
+    seen = []
+
+    def f(s):
+        seen.append(("f", s.data_ptr(), s.shape, s.dtype))
+        return s**3 + s
+
+    def fp(s):
+        seen.append(("f_prime", s.data_ptr(), s.shape, s.dtype))
+        return 3 * s**2 + 1
+
+    A = randn(2, 3, 5, 4).requires_grad_(True)
+    Y = ps.svd_function(A, (f, fp), backend="julia")
+    (dec,) = fake.calls_to("svd_batched")
+    assert dec.args[0].pointer == A.data_ptr()
+    Uj, Sj, Vtj = dec.returned
+    assert seen == [
+        ("f", Sj.pointer, (2, 3, 4), torch.float64),
+        ("f_prime", Sj.pointer, (2, 3, 4), torch.float64),
+    ]
+    (fwd,) = fake.calls_to("svd_function_values_batched")
+    assert [a.pointer for a in fwd.args[:3]] == [Uj.pointer, Sj.pointer, Vtj.pointer]
+    assert Y.data_ptr() == fwd.returned[0].pointer
+
+    (gA,) = torch.autograd.grad((Y * Y).sum(), A)
+    assert len(seen) == 2  # not evaluated again
+    (pb,) = fake.calls_to("svd_function_values_pullback_batched!")
+    assert pb.args[0].pointer == gA.data_ptr()
+    assert [a.pointer for a in pb.args[1:4]] == [Uj.pointer, Sj.pointer, Vtj.pointer]
+    assert [a.pointer for a in pb.args[4:6]] == [a.pointer for a in fwd.args[3:5]]
+
+    H = hermitian(2, 4, 4, dtype=torch.complex128).requires_grad_(True)
+    seen.clear()
+    Y = ps.matrix_function(H, (f, fp), backend="julia")
+    (dec,) = fake.calls_to("eigh_batched")
+    wj, Vj = dec.returned
+    assert [x[:2] for x in seen] == [("f", wj.pointer), ("f_prime", wj.pointer)]
+    (gH,) = torch.autograd.grad((Y.abs() ** 2).sum(), H)
+    (pb,) = fake.calls_to("matrix_function_values_pullback_batched!")
+    assert pb.args[0].pointer == gH.data_ptr()
+    assert [a.pointer for a in pb.args[1:3]] == [wj.pointer, Vj.pointer]
+
+
+BAD_PAIRS = [
+    ((lambda s: s[..., :1], torch.ones_like), InputError, "must be elementwise"),
+    ((lambda s: 1.0, torch.ones_like), InputTypeError, "got float"),
+    ((lambda s: s * 1j, torch.ones_like), InputTypeError, "complex128"),
+    ((lambda s: 1 / (s - s[..., :1]), torch.ones_like), DomainError, "finite"),
+    ((torch.sin, lambda s: s * float("nan")), DomainError, "not NaN"),
+]
+
+
+@pytest.mark.parametrize("pair, error, match", BAD_PAIRS)
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+def test_bad_pairs_same_error_on_both_backends(fake, backend, pair, error, match):
+    with pytest.raises(error, match="^svd_function: the user f.*" + match):
+        ps.svd_function(randn(2, 4, 3), pair, backend=backend)
+    with pytest.raises(error, match="^matrix_function: the user f.*" + match):
+        ps.matrix_function(hermitian(2, 3, 3), pair, backend=backend)
+
+
+def test_bad_pair_message_names_the_point(fake):
+    pair = (lambda s: 1 / (s - 1), lambda s: -1 / (s - 1) ** 2)
+    H = torch.diag(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64))
+    for backend in ("torch", "julia"):
+        with pytest.raises(DomainError, match="f is inf at eigenvalue 0, 1;"):
+            ps.matrix_function(H, pair, backend=backend)
+    # an infinite derivative is a documented infinite gradient, not an error
+    sqrt = (torch.sqrt, lambda s: 0.5 / torch.sqrt(s))
+    for backend in ("torch", "julia"):
+        Y = ps.matrix_function(
+            torch.diag(torch.tensor([0.0, 4.0])), sqrt, backend=backend
+        )
+        torch.testing.assert_close(Y, torch.diag(torch.tensor([0.0, 2.0])))
+
+
+def test_pairs_under_torch_func_as_named_functions(fake):
+    A = randn(4, 3)
+    g = torch.func.grad(lambda X: ps.svd_function(X, CUBE).sum())(A)
+    torch.testing.assert_close(
+        g, grad_of(lambda X: ps.svd_function(X, CUBE, backend="torch").sum(), A)
+    )
+    Ys = torch.func.vmap(lambda X: ps.matrix_function(X, SIN))(hermitian(3, 3, 3))
+    torch.testing.assert_close(
+        Ys, ps.matrix_function(hermitian(3, 3, 3), SIN, backend="torch")
+    )
+    assert fake.calls == []
+    for f in ("polar", CUBE):
+        with pytest.raises(BackendError, match="torch.func"):
+            torch.func.grad(
+                lambda X, f=f: ps.svd_function(X, f, backend="julia").sum()
+            )(A)
+
+
 @pytest.mark.parametrize(
     "op",
     [
@@ -372,8 +586,17 @@ def test_matrix_function_gradient(fake, dtype, uplo, f):
         lambda X: ps.matrix_function(
             X @ X.mT + 3 * torch.eye(3, dtype=X.dtype), "log", backend="julia"
         ).sum(),
+        lambda X: ps.svd_function(X, CUBE, backend="julia").sum(),
+        lambda X: ps.matrix_function(X + X.mT, SIN, backend="julia").sum(),
     ],
-    ids=["svd", "eigh", "svd_function", "matrix_function"],
+    ids=[
+        "svd",
+        "eigh",
+        "svd_function",
+        "matrix_function",
+        "svd_function pair",
+        "matrix_function pair",
+    ],
 )
 def test_double_backward_falls_back_to_native(fake, op):
     A = randn(3, 3, dtype=torch.float64).requires_grad_(True)
@@ -804,16 +1027,20 @@ def test_auto_uses_torch_under_torch_func(fake):
         torch.func.vmap(lambda X: ps.svd(X, backend="julia")[1])(A)
 
 
-def test_auto_uses_torch_for_user_pairs(fake):
-    A = randn(4, 3)
-    pair = (torch.tanh, lambda s: 1 - torch.tanh(s) ** 2)
-    ps.svd_function(A, pair)
-    ps.matrix_function(spd(3, 3), pair)
-    assert fake.calls == []
-    with pytest.raises(BackendError, match="user .* pairs are Python functions"):
-        ps.svd_function(A, pair, backend="julia")
-    with pytest.raises(BackendError, match="user .* pairs are Python functions"):
-        ps.matrix_function(spd(3, 3), pair, backend="julia")
+def test_auto_treats_user_pairs_like_named_functions(fake):
+    """Whatever ``auto`` picks for a named function it picks for a pair."""
+    A, H = randn(4, 3), spd(3, 3)
+    for call, named, pair in (
+        (ps.svd_function, "polar", TANH),
+        (ps.matrix_function, "exp", SIN),
+    ):
+        X = A if call is ps.svd_function else H
+        n = len(fake.calls)
+        call(X, named)
+        named_on_julia = len(fake.calls) > n
+        n = len(fake.calls)
+        call(X, pair)
+        assert (len(fake.calls) > n) == named_on_julia
 
 
 def test_non_cpu_tensors(fake):

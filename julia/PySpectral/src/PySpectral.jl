@@ -23,6 +23,7 @@ export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
 export svd_trunc_pullback!, eigh_trunc_pullback!
 export GaugeError
+export SpectralValues
 
 include("common/defaults.jl")
 include("common/safemethods.jl")

@@ -504,3 +504,68 @@ end
     @test_logs (:warn, r"did not converge") match_mode = :any Zygote.gradient(
         X -> sum(PySpectral.svd_topk(X, 3; n_iter=6, maxiter=30).U[:, 1:2] .^ 2), B)
 end
+
+@testset "precomputed values" begin
+    # SpectralValues: f given by its values and derivatives on the spectrum (how
+    # pyspectral passes a user's PyTorch functions) gives what the pair (f, f′) gives,
+    # values and gradients, at distinct, degenerate and zero singular values.
+    Random.seed!(12)
+    cube(x) = x^3 + x
+    cube′(x) = 3x^2 + 1
+    # Zygote gradient at A of the real loss X ↦ Re⟨W, F(X)⟩. (The closures below
+    # capture loop variables only: one reassigned in the testset's own scope would be
+    # captured boxed.)
+    ∇(F, W, A) = only(Zygote.gradient(X -> real(sum(conj.(W) .* F(X))), A))
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (3, 5), (3, 3)),
+        s in ([3.0, 2.0, 1.0], [2.0, 2.0, 1.0], [2.0, 1.0, 0.0])
+
+        A = with_singular_values(T, m, n, s)
+        S = PySpectral.svd(A).S
+        sv = SpectralValues(cube.(S), cube′.(S))
+        W = randn(T, m, n)
+        @test PySpectral.svd_function(A, sv) ≈ PySpectral.svd_function(A, (cube, cube′))
+        @test ∇(X -> PySpectral.svd_function(X, sv), W, A) ≈
+              ∇(X -> PySpectral.svd_function(X, (cube, cube′)), W, A)
+    end
+    for T in (Float64, ComplexF64), uplo in (:L, :U),
+        λ in ([-1.0, 0.5, 2.0, 3.0], [1.0, 1.0, 2.0, 2.0], [0.5, 0.5, 0.5, 0.5])
+
+        A = with_eigenvalues(T, λ)
+        w = PySpectral.eigh(A; uplo).values
+        sv = SpectralValues(sin.(w), cos.(w))
+        W = randn(T, 4, 4)
+        @test PySpectral.matrix_function(A, sv; uplo) ≈
+              PySpectral.matrix_function(A, (sin, cos); uplo)
+        @test ∇(X -> PySpectral.matrix_function(X, sv; uplo), W, A) ≈
+              ∇(X -> PySpectral.matrix_function(X, (sin, cos); uplo), W, A)
+    end
+
+    # As pyspectral's glue calls them: values as views into k×B arrays, factors in
+    # LinearAlgebra.SVD / Eigen objects built from batched results.
+    A = with_singular_values(ComplexF64, 4, 3, [2.0, 2.0, 0.0])
+    F = PySpectral.svd(A)
+    fS, dS = [cube.(F.S) zeros(3)], [cube′.(F.S) zeros(3)]
+    vS = SpectralValues(view(fS, :, 1), view(dS, :, 1))
+    ΔY = randn(ComplexF64, 4, 3)
+    @test PySpectral.svd_function_apply(SVD(F.U, F.S, F.Vt), vS) ≈
+          PySpectral.svd_function(A, (cube, cube′))
+    @test svd_function_pullback!(zeros(ComplexF64, 4, 3), F.U, F.S, F.Vt, vS, ΔY) ≈
+          svd_function_pullback!(zeros(ComplexF64, 4, 3), F.U, F.S, F.Vt, (cube, cube′), ΔY)
+    H = with_eigenvalues(ComplexF64, [1.0, 1.0, 3.0])
+    E = PySpectral.eigh(H)
+    fλ, dλ = [zeros(3) sin.(E.values)], [zeros(3) cos.(E.values)]
+    vλ = SpectralValues(view(fλ, :, 2), view(dλ, :, 2))
+    ΔY = randn(ComplexF64, 3, 3)
+    @test PySpectral.matrix_function_apply(Eigen(E.values, view(E.vectors, :, :)), vλ) ≈
+          PySpectral.matrix_function(H, (sin, cos))
+    @test matrix_function_pullback!(zeros(ComplexF64, 3, 3), E.values, E.vectors, vλ, ΔY) ≈
+          matrix_function_pullback!(zeros(ComplexF64, 3, 3), E.values, E.vectors,
+                                    (sin, cos), ΔY)
+
+    # The values must belong to the spectrum: one per point, real.
+    @test_throws DimensionMismatch SpectralValues([1.0, 2.0], [1.0])
+    @test_throws DimensionMismatch PySpectral.svd_function(randn(3, 3),
+                                                           SpectralValues(ones(2), ones(2)))
+    @test_throws DimensionMismatch PySpectral.matrix_function(H, SpectralValues(ones(2), ones(2)))
+    @test_throws MethodError SpectralValues(ones(ComplexF64, 3), ones(3))
+end

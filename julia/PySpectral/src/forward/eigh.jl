@@ -72,7 +72,8 @@ end
 
 Spectral function `Y = V f(Λ) Vᴴ` of the Hermitian matrix read from the `uplo`
 triangle, with the exact (Daleckii–Krein) pullback at every spectrum. `f` is `:sqrt`,
-`:invsqrt`, `:log`, `:exp`, `(:pow, p)` or a pair `(f, f′)` of real scalar functions.
+`:invsqrt`, `:log`, `:exp`, `(:pow, p)`, a pair `(f, f′)` of real scalar functions, or
+their values on the eigenvalues of `A`, as a [`SpectralValues`](@ref).
 `:log`, `:invsqrt` and negative powers need a positive definite input, `:sqrt` and
 fractional powers a semidefinite one (eigenvalues down to `-degeneracy_atol` are
 clamped to 0); outside the domain a `DomainError` names the eigenvalue (1-based,

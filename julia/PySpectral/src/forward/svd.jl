@@ -76,9 +76,10 @@ Singular value function `Y = U f(S) Vᴴ` (thin SVD) with a pullback that is exa
 every spectrum, degenerate and zero singular values included (divided differences of
 `f`). `f` is `:polar` (`f = 1`), `(:truncate, r)` (keep the top `r`),
 `(:threshold, τ)` (`max(s - τ, 0)`), `(:pow, p)`, `:normalize` (`A / maximum(S)`, whose
-gradient includes that of `maximum(S)`), or a pair `(f, f′)` of scalar functions with
-`f(0) = 0`. Truncating inside a degenerate cluster (gap `≤ degeneracy_atol`) makes `Y`
-itself basis dependent and triggers the `gauge` policy.
+gradient includes that of `maximum(S)`), a pair `(f, f′)` of scalar functions with
+`f(0) = 0`, or the values of such a pair on the singular values of `A`, as a
+[`SpectralValues`](@ref). Truncating inside a degenerate cluster (gap
+`≤ degeneracy_atol`) makes `Y` itself basis dependent and triggers the `gauge` policy.
 """
 function svd_function(A::AbstractMatrix, f; degeneracy_atol=nothing, gauge=:warn)
     return _svd_function(A, svd(A), f; degeneracy_atol, gauge)

@@ -2,8 +2,47 @@
 # for svd_function (singular values) and matrix_function (eigenvalues), and the
 # Daleckii–Krein pullback of V f(Λ) Vᴴ.
 
-const SVD_FUNCTIONS = ":polar, :normalize, (:truncate, r), (:threshold, τ), (:pow, p), (f, f′)"
-const MATRIX_FUNCTIONS = ":sqrt, :invsqrt, :log, :exp, (:pow, p), (f, f′)"
+const SVD_FUNCTIONS = ":polar, :normalize, (:truncate, r), (:threshold, τ), (:pow, p), " *
+                      "(f, f′), SpectralValues"
+const MATRIX_FUNCTIONS = ":sqrt, :invsqrt, :log, :exp, (:pow, p), (f, f′), SpectralValues"
+
+"""
+    SpectralValues(values, derivatives)
+
+A spectral function given by its values `f(xᵢ)` and derivatives `f′(xᵢ)` at the points
+`xᵢ` of one spectrum, in that spectrum's order (singular values descending, as in
+`PySpectral.svd(A).S`; eigenvalues ascending, as in `eigh(A).values`), instead of by `f`
+itself. Accepted wherever `f` is: [`svd_function`](@ref), [`matrix_function`](@ref),
+[`svd_function_apply`](@ref), [`matrix_function_apply`](@ref) and their pullbacks,
+whose divided differences need nothing else ([`svd_function_values`](@ref) and
+[`matrix_function_values`](@ref) return the stored vectors, after checking their
+length against the spectrum). For an `f` evaluated elsewhere (pyspectral evaluates a
+user's PyTorch functions in Python) or values at hand:
+
+    S = PySpectral.svd(A).S
+    svd_function(A, SpectralValues(f.(S), f′.(S)))   # == svd_function(A, (f, f′))
+
+Like any `f`, the values get no tangent: the gradient w.r.t. `A` is the exact one at
+the `A` whose spectrum they were computed on.
+"""
+struct SpectralValues{V<:AbstractVector{<:Real},D<:AbstractVector{<:Real}}
+    values::V
+    derivatives::D
+    function SpectralValues(values::V, derivatives::D) where {V<:AbstractVector{<:Real},
+                                                              D<:AbstractVector{<:Real}}
+        length(values) == length(derivatives) || throw(DimensionMismatch(
+            "SpectralValues: $(length(values)) values but $(length(derivatives)) derivatives"))
+        return new{V,D}(values, derivatives)
+    end
+end
+
+# The stored values of `f`, which must belong to the spectrum `x` (one per point).
+function _stored_values(op, f::SpectralValues, x::AbstractVector)
+    length(f.values) == length(x) || throw(DimensionMismatch(string(
+        "$op: SpectralValues holds $(length(f.values)) values, but the spectrum has ",
+        "$(length(x)) points; evaluate f and f′ on this matrix's spectrum")))
+    return (f.values, f.derivatives)
+end
 
 # Names may arrive as strings (from Python): one spelling, Symbols, from here on.
 _fspec(f::AbstractString) = Symbol(f)
@@ -42,13 +81,14 @@ Values and derivatives of the singular value function `f` (see
 `:polar` → (1, 0); `(:truncate, r)` → (sᵢ, 1) for i <= r else (0, 0);
 `(:threshold, τ)` → (max(sᵢ - τ, 0), sᵢ > τ); `(:pow, p)` → (sᵢ^p, p sᵢ^(p-1)), with a
 `DomainError` for `p < 0` and a singular value `<= degeneracy_atol`; `(f, f′)` → both
-applied elementwise.
+applied elementwise; a [`SpectralValues`](@ref) → its stored vectors.
 """
 function svd_function_values(f, S::AbstractVector{<:Real}; degeneracy_atol=nothing)
     f = _fspec(f)
     R, k = float(eltype(S)), length(S)
     f === :polar && return (ones(R, k), zeros(R, k))
     _is_user_pair(f) && return (f[1].(S), f[2].(S))
+    f isa SpectralValues && return _stored_values("svd_function", f, S)
     f === :normalize && throw(ArgumentError(
         "svd_function: :normalize is the composite A / maximum(S), not a function of " *
         "each singular value; call svd_function(A, :normalize)"))
@@ -83,6 +123,7 @@ Values and derivatives of the matrix function `f` (see [`matrix_function`](@ref)
 the eigenvalues `λ` (ascending). Functions of a positive (semi)definite spectrum throw
 a `DomainError` naming the first eigenvalue outside it (1-based index and value);
 `:sqrt` and fractional powers clamp eigenvalues in `[-degeneracy_atol, 0)` to 0.
+A [`SpectralValues`](@ref) gives its stored vectors.
 """
 function matrix_function_values(f, λ::AbstractVector{<:Real}; degeneracy_atol=nothing)
     f = _fspec(f)
@@ -98,6 +139,7 @@ function matrix_function_values(f, λ::AbstractVector{<:Real}; degeneracy_atol=n
         return _matrix_power(":invsqrt", λ, -1 // 2, degeneracy_atol)
     end
     _is_user_pair(f) && return (f[1].(λ), f[2].(λ))
+    f isa SpectralValues && return _stored_values("matrix_function", f, λ)
     named = _named(f, (:pow,))
     named === nothing && throw(ArgumentError(
         "matrix_function: f must be one of $MATRIX_FUNCTIONS, got $(repr(f))"))
