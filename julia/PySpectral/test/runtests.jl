@@ -3,6 +3,18 @@
 # finite differences (ChainRulesTestUtils.test_rrule, or Zygote vs FiniteDifferences on
 # losses), always on gauge-invariant cotangents or losses: a basis-dependent one has
 # no well-defined gradient to compare with.
+#
+# Structure. The named testsets must stay top-level expressions of this file:
+# pyspectral's runner (`split_testfile` in pyspectral/_glue.jl) evaluates the other
+# top-level code once, in a fresh module, then each `@testset "name"` on its own with a
+# recording testset type. Run as a script instead (`julia test/runtests.jl`,
+# `Pkg.test()`, both evaluate into `Main`), a failing top-level DefaultTestSet would
+# throw at its end and abort the file. So in `Main` an outer testset is pushed first
+# (`Test.push_testset`, task-local in Julia 1.9-1.12): every top-level `@testset` then
+# takes its type and records into it instead of throwing, and the last lines finish it,
+# which prints one summary and throws if anything failed (exit code 1). Elsewhere, or on
+# a Julia without `Test.push_testset`, nothing is pushed and each testset behaves as
+# usual.
 
 using PySpectral
 using PySpectral: GaugeError, check_gauge, default_degeneracy_atol, default_gauge_atol,
@@ -14,6 +26,10 @@ using FiniteDifferences
 using Random
 using Test
 using Zygote
+
+const STANDALONE = (@__MODULE__) === Main && isdefined(Test, :push_testset)
+ALL_TESTS = STANDALONE ? Test.DefaultTestSet("PySpectral"; verbose=true) : nothing
+STANDALONE && Test.push_testset(ALL_TESTS)
 
 # `PySpectral.svd`/`PySpectral.svdvals` are not exported (LinearAlgebra exports those
 # names): always qualified.
@@ -47,8 +63,9 @@ function strip_complement!(ΔU, U, k)
 end
 
 # Random SVD cotangent without its gauge-dependent parts: the phase part
-# Im diag(UᴴΔU + VᴴΔV) (complex) and the complement part (full factors).
-function invariant_svd_tangent(F)
+# Im diag(UᴴΔU + VᴴΔV) (complex) and the complement part (full factors). `S_eltype` is
+# the element type of ΔS (real by default, as S is).
+function invariant_svd_tangent(F; S_eltype=real(eltype(F.U)))
     k = length(F.S)
     V = Matrix(F.Vt')
     ΔU = strip_complement!(randn(eltype(F.U), size(F.U)), F.U, k)
@@ -59,8 +76,17 @@ function invariant_svd_tangent(F)
         ΔU[:, 1:k] .-= Uk .* transpose(im .* d)
         ΔV[:, 1:k] .-= Vk .* transpose(im .* d)
     end
-    return Tangent{typeof(F)}(; U=ΔU, S=randn(real(eltype(F.U)), k), Vt=Matrix(ΔV'))
+    ΔS = S_eltype.(randn(real(eltype(F.U)), k))
+    return Tangent{typeof(F)}(; U=ΔU, S=ΔS, Vt=Matrix(ΔV'))
 end
+
+# The same, shaped for test_rrule. Its finite differences vectorise the primal SVD with
+# FiniteDifferences' `to_vec(::SVD)`, which builds `[F.U, reshape(F.S, :, 1), F.Vt]`:
+# for complex input that array literal promotes S to complex (two reals per singular
+# value), while the output tangent is vectorised field by field (one real per real ΔSᵢ),
+# so the two vectors differ in length by k and `j′vp` throws a DimensionMismatch. A ΔS of
+# U's element type (imaginary part 0: S is real, only Re ΔS acts) lines them up.
+fd_svd_tangent(F) = invariant_svd_tangent(F; S_eltype=eltype(F.U))
 
 # Random eigh cotangent without the phase part Im diag(VᴴΔV) (complex).
 function invariant_eigen_tangent(E)
@@ -70,6 +96,38 @@ function invariant_eigen_tangent(E)
         ΔV .-= V .* transpose(im .* imag.(diag(V' * ΔV)))
     end
     return Tangent{typeof(E)}(; values=randn(real(eltype(V)), length(E.values)), vectors=ΔV)
+end
+
+# Finite differences as ChainRulesTestUtils takes them.
+const FDM = central_fdm(5, 1; max_range=1e-2)
+
+# LAPACK's syevr (MRRR), which `eigen!(::Hermitian)` calls, fixes each eigenvector's
+# sign, and for complex input its phase (the first entry real for uplo=:L, the last for
+# :U), through choices that jump under perturbations at rounding level: finite
+# differences of the raw eigenvectors are meaningless, whatever the cotangent (ChainRules
+# tests its eigen rules the same way, test/rulesets/LinearAlgebra/symmetric.jl). So the
+# eigenvector checks difference `aligned_eigen`, in which column i is rotated to make its
+# entry ks[i] real positive: a gauge that is smooth wherever that entry is nonzero, with
+# `ks` chosen once, at the unperturbed matrix, where the entries are largest.
+alignment(V, ks) = [conj(V[k, i]) / abs(V[k, i]) for (i, k) in enumerate(ks)]
+
+function aligned_eigen(X, uplo, ks)
+    E = PySpectral.eigh(X; uplo)
+    return (values=E.values, vectors=E.vectors .* transpose(alignment(E.vectors, ks)))
+end
+
+# The eigh pullback of a random gauge-stripped cotangent (Δλ, ΔV) against finite
+# differences of `aligned_eigen` at A with cotangent (Δλ, ΔV c₀), c₀ the alignment at A.
+# Along the differences, Re⟨ΔV c₀, V c⟩ = Re⟨ΔV, V c c̄₀⟩, and V c c̄₀ is a smooth
+# eigenvector gauge through the V the pullback saw; a gauge-stripped ΔV makes this
+# independent of the gauge to first order, so both compute the same gradient.
+function test_eigh_pullback_fd(A, uplo; rtol=RTOL, atol=ATOL)
+    E, back = rrule(PySpectral.eigh, A; uplo)
+    Δ = invariant_eigen_tangent(E)
+    ks = [argmax(abs.(v)) for v in eachcol(E.vectors)]
+    ȳ = (values=Δ.values, vectors=Δ.vectors .* transpose(alignment(E.vectors, ks)))
+    fd = only(FiniteDifferences.j′vp(FDM, X -> aligned_eigen(X, uplo, ks), ȳ, A))
+    @test back(Δ)[2] ≈ fd rtol = rtol atol = atol
 end
 
 # Zygote (through the rrules) against central finite differences of the same loss.
@@ -110,7 +168,9 @@ end
     @test divdiff(2.0, 2.0, 4.0, 4.0, 4.0, 4.0) == 4.0
     @test divdiff(0.0, 0.0, 0.0, 0.0, 1.0, 1.0) == 1.0
     @test divdiff(2.0, -3.0, 2.0, -3.0, 1.0, 1.0) == 1.0
-    x, y = 1.0, 1.0 + 1e-12  # (y² - x²)/(y - x) = x + y, cancellation-free
+    # (y² - x²)/(y - x) at a gap of 1e-12: the quotient carries ~1e-4 rounding error,
+    # the derivative average (2y + 2x)/2 is exact.
+    x, y = 1.0, 1.0 + 1e-12
     @test divdiff(y, x, y^2, x^2, 2y, 2x) ≈ x + y rtol = 4 * eps()
 
     # The pullbacks use these defaults when given `nothing`.
@@ -129,6 +189,83 @@ end
     @test_throws ArgumentError PySpectral.eigh(A' * A; gauge_atol=-1)
 end
 
+# f, f′, the exact divided difference (from expm1/log1p: no cancellation) and the
+# argument ranges (pairs of ends) where each is checked: exp near 0 (it varies on scale
+# 1, not |a|), log and sqrt down to tiny arguments (where squares would underflow).
+const DD_CASES = (
+    exp=(exp, exp, (a, b) -> exp(b) * expm1(a - b) / (a - b),
+         [-30.0, -1e-20, 1e-20, 30.0]),
+    log=(log, inv, (a, b) -> log1p((a - b) / b) / (a - b), [1e-150, 1e3]),
+    sqrt=(sqrt, x -> inv(2 * sqrt(x)), (a, b) -> 1 / (sqrt(a) + sqrt(b)), [1e-150, 1e3]),
+    cube=(x -> x^3, x -> 3 * x^2, (a, b) -> a * a + a * b + b * b,
+          [-1e3, -1e-10, 1e-10, 1e3]),
+    x_plus_1=(x -> x + 1, one, (a, b) -> 1.0, [-1e3, -1e-20, 1e-20, 1e3]),
+    sinh=(sinh, cosh, (a, b) -> 2 * cosh((a + b) / 2) * sinh((a - b) / 2) / (a - b),
+          [-30.0, -1e-20, 1e-20, 30.0]),
+)
+
+# Log-spaced arguments, about one per decade, between each pair of ends.
+function dd_grid(ends)
+    out = Float64[]
+    for (lo, hi) in zip(ends[1:2:end], ends[2:2:end])
+        s = sign(lo)
+        lo, hi = minmax(abs(lo), abs(hi))
+        n = max(2, floor(Int, log10(hi / lo)) + 1)
+        append!(out, [s * lo * (hi / lo)^(i / (n - 1)) for i in 0:n-1])
+    end
+    return out
+end
+
+# The same checks as tests/test_common.py (test_divided_difference_*,
+# test_exp_near_zero_through_matrix_function) for pyspectral's divided_difference.
+@testset "divided differences" begin
+    Random.seed!(10)
+    # Limits.
+    @test divdiff(2.0, 2.0, 4.0, 4.0, 4.0, 4.0) == 4
+    @test divdiff(0.0, 0.0, 0.0, 0.0, 1.0, 3.0) == 2
+    @test divdiff(3.0, 1.0, 9.0, 1.0, 6.0, 2.0) == 4
+    # f constant (the polar factor): 0, also across a tie.
+    @test divdiff(1.0, 1e-300, 1.0, 1.0, 0.0, 0.0) == 0
+    # An infinite derivative at 0 (sqrt) does not leak into a finite quotient.
+    @test divdiff(1e-20, 0.0, sqrt(1e-20), 0.0, inv(2 * sqrt(1e-20)), Inf) ≈ 1e10
+    # Broadcasting, with no NaN from the branch not taken.
+    xs = [1.0, 2.0]
+    L = divdiff.(xs, transpose(xs), exp.(xs), transpose(exp.(xs)), exp.(xs),
+                 transpose(exp.(xs)))
+    @test size(L) == (2, 2) && all(isfinite, L)
+    @test diag(L) ≈ exp.(xs)
+
+    # Relative accuracy over every argument scale and every relative gap from 0 to 1, in
+    # double and single precision (where f(a) - f(b) itself cancels to eps |f| /
+    # |f(a) - f(b)|, single precision gets that much less).
+    gaps = [0.0; [10.0^(-e / 2) for e in 0:32]]
+    precisions = ((Float64, 1e-8), (Float32, 1e-3))
+    for (name, (f, df, exact, ends)) in pairs(DD_CASES), (T, tol) in precisions
+        @testset "divdiff accuracy: $name, $T" begin
+            worst = 0.0
+            for a0 in dd_grid(ends)
+                abs(a0) < sqrt(floatmin(T)) && continue
+                a = T(a0)
+                for gap in gaps
+                    b = T(Float64(a) * (1 + gap))
+                    ref = a == b ? Float64(df(Float64(a))) : exact(Float64(a), Float64(b))
+                    got = divdiff(a, b, f(a), f(b), df(a), df(b))
+                    worst = max(worst, abs(got - ref) / abs(ref))
+                end
+            end
+            @test worst < tol
+        end
+    end
+
+    # exp of a semidefinite matrix with a threefold zero eigenvalue (computed as ±1e-16):
+    # every divided difference inside the zero cluster is a tie.
+    for T in (Float64, ComplexF64), _ in 1:3
+        A = with_eigenvalues(T, [0.0, 0.0, 0.0, 1.0, 2.0])
+        W = randn(T, 5, 5)
+        test_grad(X -> real(dot(W, PySpectral.matrix_function(X, :exp))), A; rtol=1e-8)
+    end
+end
+
 @testset "svd rrule" begin
     Random.seed!(1)
     for T in (Float64, ComplexF64), (m, n) in ((5, 3), (3, 5), (4, 4))
@@ -137,11 +274,15 @@ end
         @test F.U isa Matrix{T} && F.S isa Vector{real(T)} && F.Vt isa Matrix{T}
         @test F.U * Diagonal(F.S) * F.Vt ≈ A
         @test issorted(F.S; rev=true)
-        test_rrule(PySpectral.svd, A; output_tangent=invariant_svd_tangent(F),
-                   check_inferred=false, rtol=RTOL, atol=ATOL)
+        Δ = fd_svd_tangent(F)
+        test_rrule(PySpectral.svd, A; output_tangent=Δ, check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        # ... and a ΔS typed like U pulls back exactly like the real ΔS it stands for.
+        _, back = rrule(PySpectral.svd, A)
+        @test back(Δ)[2] ≈ back(Tangent{typeof(F)}(; U=Δ.U, S=real.(Δ.S), Vt=Δ.Vt))[2]
         Fk = PySpectral.svd(A; k=2)
         @test size(Fk.U) == (m, 2) && Fk.S == F.S[1:2] && size(Fk.Vt) == (2, n)
-        test_rrule(PySpectral.svd, A; fkwargs=(; k=2), output_tangent=invariant_svd_tangent(Fk),
+        test_rrule(PySpectral.svd, A; fkwargs=(; k=2), output_tangent=fd_svd_tangent(Fk),
                    check_inferred=false, rtol=RTOL, atol=ATOL)
         test_rrule(PySpectral.svdvals, A; check_inferred=false, rtol=RTOL, atol=ATOL)
         @test PySpectral.svdvals(A) ≈ F.S
@@ -151,7 +292,7 @@ end
         F = PySpectral.svd(A; full=true)
         @test size(F.U) == (m, m) && size(F.Vt) == (n, n)
         test_rrule(PySpectral.svd, A; fkwargs=(; full=true),
-                   output_tangent=invariant_svd_tangent(F), check_inferred=false,
+                   output_tangent=fd_svd_tangent(F), check_inferred=false,
                    rtol=RTOL, atol=ATOL)
     end
 
@@ -261,7 +402,15 @@ end
         @test issorted(E.values)
         @test E.vectors * Diagonal(E.values) * E.vectors' ≈ Hermitian(A, uplo)
         @test PySpectral.eigvalsh(A; uplo) ≈ E.values
-        test_rrule(PySpectral.eigh, A; fkwargs=(; uplo), output_tangent=invariant_eigen_tangent(E),
+        # Eigenvectors: against phase-aligned finite differences (see aligned_eigen);
+        # test_rrule would difference LAPACK's discontinuous signs and phases.
+        test_eigh_pullback_fd(A, uplo)
+        # Eigenvalues are continuous, so test_rrule applies to a cotangent on them only.
+        # The vectors' cotangent is an explicit zero matrix, not ZeroTangent(): the
+        # Tangent is vectorised field by field and must give as many numbers as the
+        # primal Eigen (ZeroTangent() gives none); zero, it ignores their jumps.
+        Δvalues = Tangent{typeof(E)}(; values=randn(4), vectors=zero(E.vectors))
+        test_rrule(PySpectral.eigh, A; fkwargs=(; uplo), output_tangent=Δvalues,
                    check_inferred=false, rtol=RTOL, atol=ATOL)
         test_rrule(PySpectral.eigvalsh, A; fkwargs=(; uplo), check_inferred=false,
                    rtol=RTOL, atol=ATOL)
@@ -499,10 +648,23 @@ end
     g_topk = only(Zygote.gradient(X -> projloss(eigh_topk(X, 4; n_iter=10).vectors), H))
     g_full = only(Zygote.gradient(X -> projloss(PySpectral.eigh(X).vectors[:, end-3:end]), H))
     @test g_topk ≈ g_full rtol = 1e-8
-    # no gap at k: the Sylvester solve does not converge, and says so
+    # No gap at k (s₃ = s₄ = s₅ = 3): the Sylvester solve for the third column is
+    # singular and inconsistent (its right-hand side has a part along the discarded
+    # u₄, u₅), so CG cannot converge, and says so; the gradient stays finite. The loss
+    # must depend on the third pair, as the top-k polar factor does: a loss of u₁, u₂
+    # alone gives that column an exactly zero right-hand side, solved at once.
     B = with_singular_values(Float64, 10, 8, [5, 4, 3, 3, 3, 1, 0.5, 0.1])
-    @test_logs (:warn, r"did not converge") match_mode = :any Zygote.gradient(
-        X -> sum(PySpectral.svd_topk(X, 3; n_iter=6, maxiter=30).U[:, 1:2] .^ 2), B)
+    Wb = randn(10, 8)
+    polar3(X) = (F3 = PySpectral.svd_topk(X, 3; n_iter=6, maxiter=30);
+                 real(dot(Wb, F3.U * F3.Vt)))
+    g = @test_logs (:warn, r"did not converge") match_mode = :any Zygote.gradient(polar3, B)
+    @test all(isfinite, only(g))
+end
+
+# Script runs: close the outer testset (see the top of the file); throws if any failed.
+if STANDALONE
+    Test.pop_testset()
+    Test.finish(ALL_TESTS)
 end
 
 @testset "precomputed values" begin

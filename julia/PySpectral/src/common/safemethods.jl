@@ -42,18 +42,19 @@ gap_inverse(x::Real, tol::Real, broadening::Real) = inv_lorentz(x, broadening)
     divdiff(a, b, fa, fb, da, db)
 
 Stable divided difference `(fa - fb) / (a - b)`, tending to `(da + db) / 2` as
-`a → b` (`fa = f(a)`, `da = f′(a)`). With `d = a - b` and `m = max(|a|, |b|)` the
-quotient is used iff `d ≠ 0` and `|fa - fb| d² ≥ eps max(|fa|, |fb|) m²`, i.e. when its
-rounding error `eps max|f| / |fa - fb|` is below the error `(d/m)²` of the derivative
-average.
+`a → b` (`fa = f(a)`, `da = f′(a)`). The quotient carries the rounding error of
+`fa - fb`, about `eps (|fa| + |fb|) / |a - b|`; the derivative average a Taylor error
+`O(f‴ (a - b)²)`. The quotient is used where it differs from the average by more than
+twice its own rounding error, the average elsewhere (the two then agree to that
+error). This assumes nothing about the scale on which `f` varies (`exp` near 0 varies
+on scale 1, not `|a|`) and squares nothing (no underflow). Same criterion as
+`divided_difference` in pyspectral/_fns.py.
 """
 function divdiff(a, b, fa, fb, da, db)
     d = a - b
-    δf = fa - fb
-    m = max(abs(a), abs(b))
-    fmax = max(abs(fa), abs(fb))
-    if d != 0 && abs(δf) * d * d >= eps(real(float(typeof(d)))) * fmax * m * m
-        return δf / d
-    end
-    return (da + db) / 2
+    average = (da + db) / 2
+    iszero(d) && return average
+    quotient = (fa - fb) / d
+    rounding = eps(real(float(typeof(d)))) * (abs(fa) + abs(fb)) / abs(d)
+    return abs(quotient - average) > 2 * rounding ? quotient : average
 end

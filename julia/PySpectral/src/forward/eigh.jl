@@ -41,10 +41,16 @@ eigenvalues real and ascending, `E.values::Vector`, `E.vectors::Matrix`. Only th
 `uplo` triangle is read, unless `check_hermitian=true`, which first throws if
 `max|A - Aᴴ| > hermitian_tol` (default [`default_hermitian_tol`](@ref)).
 
-The pullback is the true gradient w.r.t. the entries read: zero on the other triangle,
-twice the Hermitian gradient below (above) the diagonal. The other keywords configure
-it as for [`svd`](@ref); gradients are exact for losses that see eigenvectors through
-complete degenerate clusters; for `V f(Λ) Vᴴ` use [`matrix_function`](@ref).
+The pullback is the true gradient w.r.t. the entries read: with `G` the Hermitian
+gradient, `2G` below (above) the diagonal, `real(G)` on it, zero on the other triangle
+(what ChainRules gives for `eigen(Hermitian(A, uplo))` of a plain matrix). The
+other keywords configure it as for [`svd`](@ref); gradients are exact for losses that
+see eigenvectors through complete degenerate clusters; for `V f(Λ) Vᴴ` use
+[`matrix_function`](@ref).
+
+Each eigenvector's sign (complex: phase) is LAPACK's (`syevr`), which can flip under
+perturbations at rounding level; only losses invariant under it have a derivative, and
+finite differences of the raw eigenvectors are meaningless.
 """
 function eigh(A::AbstractMatrix; uplo::Symbol=:L, check_hermitian::Bool=false,
               hermitian_tol=nothing, degeneracy_atol=nothing, broadening=nothing,
