@@ -661,12 +661,6 @@ end
     @test all(isfinite, only(g))
 end
 
-# Script runs: close the outer testset (see the top of the file); throws if any failed.
-if STANDALONE
-    Test.pop_testset()
-    Test.finish(ALL_TESTS)
-end
-
 @testset "precomputed values" begin
     # SpectralValues: f given by its values and derivatives on the spectrum (how
     # pyspectral passes a user's PyTorch functions) gives what the pair (f, f′) gives,
@@ -730,4 +724,10 @@ end
                                                            SpectralValues(ones(2), ones(2)))
     @test_throws DimensionMismatch PySpectral.matrix_function(H, SpectralValues(ones(2), ones(2)))
     @test_throws MethodError SpectralValues(ones(ComplexF64, 3), ones(3))
+end
+
+# Script runs: close the outer testset (see the top of the file); throws if any failed.
+if STANDALONE
+    Test.pop_testset()
+    Test.finish(ALL_TESTS)
 end
