@@ -74,6 +74,18 @@ def test_julia_package_layout() -> None:
         assert (JULIA_PKG / rel).is_file(), rel
 
 
+def test_runtests_closes_its_outer_testset_last() -> None:
+    """Run as a script, runtests.jl pushes one outer testset so that every
+    top-level testset runs; it must be finished after the last of them, or the
+    testsets below the finish run outside it (and abort the file on failure)."""
+    text = (JULIA_PKG / "test" / "runtests.jl").read_text()
+    finish = text.rindex("Test.finish(ALL_TESTS)")
+    assert "Test.push_testset(ALL_TESTS)" in text[:finish]
+    assert not re.search(r'^@testset "', text[finish:], re.M), (
+        "a top-level @testset follows the outer testset's finish"
+    )
+
+
 def project() -> dict:
     return tomllib.loads((JULIA_PKG / "Project.toml").read_text())
 
