@@ -31,6 +31,10 @@ def info() -> int:
     print("backends:")
     for name, (usable, why) in _common.backend_status().items():
         print(f"  {name:<6} {'usable' if usable else 'not usable':<11} {why}")
+    print(
+        "  auto   = torch for every call (the measured-fast native backend, any "
+        "device); Julia runs with backend='julia'"
+    )
     return 0
 
 

@@ -221,12 +221,47 @@ def gauge_message(op: str, measured: float, tol: float) -> str:
     )
 
 
-def report_julia_gauge(opts: Options) -> None:
-    """Apply the gauge policy to the violations the Julia pullbacks recorded."""
-    from . import _julia
+def apply_gauge_records(
+    records: list[tuple[str, float, float]],
+    scale_blocks: tuple[torch.Tensor, ...],
+    opts: Options,
+) -> None:
+    """Apply the gauge policy to the violations ``(op, measured, tol)`` that the
+    Julia pullbacks recorded, one per batch element and check, as
+    :func:`check_gauge` does for the whole call: the largest measured value per
+    op against the tolerance of the whole batch of cotangents ``scale_blocks``
+    (Julia's per-element tolerances are never larger, so every violation of the
+    batch tolerance is among the records)."""
+    measured: dict[str, float] = {}
+    for op, value, _ in records:
+        measured[op] = max(measured.get(op, 0.0), value)
+    for op, value in measured.items():
+        tol = gauge_atol(*scale_blocks, atol=opts.gauge_atol)
+        if value > tol:
+            apply_gauge_policy(gauge_message(op, value, tol), opts)
 
-    for op, measured, tol in _julia.gauge_records():
-        apply_gauge_policy(gauge_message(op, measured, tol), opts)
+
+def topk_backward_message(maxiter: int, residual: float | None) -> str:
+    """The warning of a top-k backward whose Sylvester (CG) solve has not
+    converged (shared by both backends; ``residual`` None: not reported)."""
+    measured = "" if residual is None else f" (relative residual {residual:.2g})"
+    return (
+        f"top-k backward: the Sylvester solve did not converge in {maxiter} "
+        f"iterations{measured}: the gap between the kept and discarded spectrum "
+        "is too small. The gradient is finite but approximate; use "
+        "method='full' or a k at a gap."
+    )
+
+
+def ritz_message(residual: float) -> str:
+    """The warning of a randomized top-k eigh whose Ritz pairs have not
+    converged (shared by both backends)."""
+    return (
+        "eigh(k=..., method='randomized'): the Ritz pairs have not converged "
+        f"(residual {residual:.2g} relative); the k largest eigenvalues must be the "
+        "largest in magnitude and separated from the rest. Raise n_iter or use "
+        "method='full'."
+    )
 
 
 def apply_gauge_policy(msg: str, opts: Options) -> None:
@@ -307,38 +342,31 @@ def backend_status() -> dict[str, tuple[bool, str]]:
     return {"torch": (True, "native PyTorch backend"), "julia": _julia.status()}
 
 
-def resolve_backend(
-    op: str, backend: str, A: torch.Tensor, native_only: str = ""
-) -> str:
+def resolve_backend(op: str, backend: str, A: torch.Tensor) -> str:
     """Map ``backend`` to the one that runs: ``"torch"`` or ``"julia"``.
 
-    ``"auto"`` takes Julia only where it can run this call (installed and
-    loading, CPU tensor, no torch.func transform, no ``native_only`` reason)
-    and the native backend otherwise; ``"julia"`` raises when it cannot.
+    ``"auto"`` (the default) is the native backend, for every call: it is the
+    one measured fast (benchmarks/), it runs on GPU and under torch.func, and it
+    needs no Julia. Julia runs only when asked for with ``backend="julia"``,
+    which raises when it cannot run this call. Should Julia be measured faster
+    for some call, this is where ``"auto"`` would send that call there; none
+    is today.
     """
     if backend not in BACKENDS:
         raise BackendError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "torch":
+    if backend != "julia":
         return "torch"
     from . import _julia
 
-    why_not = native_only or (
+    why_not = (
         "torch.func transforms (vmap, grad, jacrev) run on the native backend"
         if is_functorch_wrapped_tensor(A)
         else "empty tensors run on the native backend"
         if A.numel() == 0
         else ""
     )
-    if backend == "julia":
-        if why_not:
-            raise BackendError(f"{op}: {why_not}; use backend='torch'")
-        _julia.check_tensor(op, A)
-        _julia.glue()
-        return "julia"
-    if why_not or A.device.type != "cpu" or not _julia.status()[0]:
-        return "torch"
-    try:
-        _julia.glue()
-    except BackendError:
-        return "torch"
+    if why_not:
+        raise BackendError(f"{op}: {why_not}; use backend='torch'")
+    _julia.check_tensor(op, A)
+    _julia.glue()
     return "julia"

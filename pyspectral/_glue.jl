@@ -16,6 +16,7 @@ using LinearAlgebra
 using ChainRulesCore
 using Test
 using PySpectral
+import Logging
 
 # Zygote takes a while to load and only ps.julia.function needs it.
 function zygote()
@@ -33,18 +34,101 @@ slice(x::AbstractMatrix, b) = view(x, :, b)
 # several: stack them (the only copy, made in Julia, of Julia-owned results).
 batch(xs::Vector) = length(xs) == 1 ? reshape(xs[1], size(xs[1])..., 1) : stack(xs)
 
-# Gauge violations recorded under the "warn" policy, read back by Python,
-# which turns them into a GaugeWarning with the native backend's message.
+# Gauge violations found under the "warn" and "raise" policies are recorded, not
+# acted on: Python applies the policy once per call, with the native backend's
+# message and batch-wide tolerance (so both backends warn and raise alike).
 const GAUGE_LOG = Tuple{String,Float64,Float64}[]
 record_gauge(op, viol, tol) = (push!(GAUGE_LOG, (String(op), Float64(viol), Float64(tol))); nothing)
-gauge_policy(p::AbstractString) = p == "warn" ? record_gauge : Symbol(p)
-take_gauge_log() = (log = copy(GAUGE_LOG); empty!(GAUGE_LOG); log)
+gauge_policy(p::AbstractString) = p in ("warn", "raise") ? record_gauge : Symbol(p)
+take_gauge_log() = (log = Tuple(GAUGE_LOG); empty!(GAUGE_LOG); log)
+
+"""
+Collects the log records of level `Warn` and above that a glue call emits (Python
+re-emits them as warnings, as the native backend warns for the same events); lower
+levels go on to the logger that was current.
+"""
+struct WarningCollector <: Logging.AbstractLogger
+    parent::Logging.AbstractLogger
+    records::Vector{Any}
+end
+WarningCollector() = WarningCollector(Logging.current_logger(), Any[])
+
+Logging.min_enabled_level(l::WarningCollector) =
+    min(Logging.Warn, Logging.min_enabled_level(l.parent))
+Logging.shouldlog(::WarningCollector, level, _module, group, id) = true
+Logging.catch_exceptions(l::WarningCollector) = Logging.catch_exceptions(l.parent)
+
+function Logging.handle_message(l::WarningCollector, level, message, _module, group, id,
+                                file, line; kwargs...)
+    if level >= Logging.Warn
+        push!(l.records, (string(level), string(message), string(_module), string(group),
+                          Tuple((string(k), v) for (k, v) in kwargs)))
+    elseif Logging.min_enabled_level(l.parent) <= level &&
+           Logging.shouldlog(l.parent, level, _module, group, id)
+        Logging.handle_message(l.parent, level, message, _module, group, id, file, line;
+                               kwargs...)
+    end
+    return nothing
+end
+
+"""
+    logged(f, args...; kw...) -> (value, warnings, gauge_records)
+
+Every call from Python comes through here: `f(args...; kw...)` with its warnings
+collected, `(level, message, module, group, kwargs)` each, and the gauge violations
+its pullbacks recorded, `(op, measured, tol)` each.
+"""
+function logged(f, args...; kw...)
+    empty!(GAUGE_LOG)  # records left by a call that threw
+    collector = WarningCollector()
+    value = Logging.with_logger(() -> f(args...; kw...), collector)
+    return value, Tuple(collector.records), take_gauge_log()
+end
+
+"""
+A `DomainError` of a spectral function with the spectra (k×B) it was found on:
+Python reruns the native domain check on them, so the error reads as the native
+backend's (0-based index, batch element). `backtrace` is the original one.
+"""
+struct SpectrumError <: Exception
+    exception::DomainError
+    spectrum::Any
+    backtrace::Any
+end
+Base.showerror(io::IO, e::SpectrumError) = showerror(io, e.exception)
+Base.showerror(io::IO, e::SpectrumError, bt; backtrace=true) =
+    showerror(io, e.exception, e.backtrace; backtrace)
+
+function on_spectrum(f, spectrum)
+    try
+        return f()
+    catch e
+        e isa DomainError || rethrow()
+        throw(SpectrumError(e, spectrum, catch_backtrace()))
+    end
+end
 
 function exception_kind(e)
     e isa PySpectral.GaugeError && return "gauge"
     e isa DomainError && return "domain"
     (e isa ArgumentError || e isa DimensionMismatch) && return "argument"
     return "other"
+end
+
+"""
+    error_description(e) -> (kind, message, spectrum)
+
+A Julia exception as Python reports it: its kind (`"gauge"`, `"domain"`,
+`"argument"`, `"other"`), Julia's message without the backtrace, and the spectra
+of a [`SpectrumError`](@ref) (else `nothing`).
+"""
+function error_description(e)
+    spectrum = nothing
+    if e isa SpectrumError
+        e, spectrum = e.exception, e.spectrum
+    end
+    message = e isa PySpectral.GaugeError ? e.msg : sprint(showerror, e)
+    return exception_kind(e), message, spectrum
 end
 
 gc_enable(on::Bool) = GC.enable(on)
@@ -81,8 +165,11 @@ end
 function svd_function_batched(At::AbstractArray{<:Any,3}, f; degeneracy_atol=nothing)
     g = fspec(f)
     Fs = [PySpectral.svd(view(At, :, :, b)) for b in axes(At, 3)]
-    Ys = [PySpectral.svd_function_apply(F, g; degeneracy_atol, gauge=:ignore) for F in Fs]
-    return batch(Ys), batch([F.U for F in Fs]), batch([F.S for F in Fs]), batch([F.Vt for F in Fs])
+    S = batch([F.S for F in Fs])
+    Ys = on_spectrum(S) do
+        [PySpectral.svd_function_apply(F, g; degeneracy_atol, gauge=:ignore) for F in Fs]
+    end
+    return batch(Ys), batch([F.U for F in Fs]), S, batch([F.Vt for F in Fs])
 end
 
 function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt; degeneracy_atol=nothing)
@@ -157,8 +244,11 @@ function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractSt
                                  degeneracy_atol=nothing)
     g = fspec(f)
     Es = [PySpectral.eigh(view(At, :, :, b); uplo=Symbol(uplo)) for b in axes(At, 3)]
-    Ys = [PySpectral.matrix_function_apply(E, g; degeneracy_atol) for E in Es]
-    return batch(Ys), batch([E.values for E in Es]), batch([E.vectors for E in Es])
+    λ = batch([E.values for E in Es])
+    Ys = on_spectrum(λ) do
+        [PySpectral.matrix_function_apply(E, g; degeneracy_atol) for E in Es]
+    end
+    return batch(Ys), λ, batch([E.vectors for E in Es])
 end
 
 function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractString;
@@ -268,15 +358,25 @@ julia_value_cotangent(ȳ) = julia_value(ȳ)
 # ------------------------------------------------------------- Julia tests
 
 """Records results instead of throwing, so Python can report each failure.
-Nested `@testset`s inherit this type and record themselves into their parent."""
+Nested `@testset`s inherit this type (`typeof(get_testset())`), get the options of
+their own `@testset` call (`verbose`, `showtiming`, ...: ignored here) and record
+themselves into their parent when they finish; outermost ones (each iteration of a
+`@testset for`) go to `FINISHED`, whatever a wrapper around them returns."""
 mutable struct RecordingTestSet <: Test.AbstractTestSet
     description::String
     results::Vector{Any}
 end
 RecordingTestSet(desc::AbstractString; kw...) = RecordingTestSet(String(desc), Any[])
 Test.record(ts::RecordingTestSet, r) = (push!(ts.results, r); r)
+
+const FINISHED = RecordingTestSet[]
+
 function Test.finish(ts::RecordingTestSet)
-    Test.get_testset_depth() > 0 && Test.record(Test.get_testset(), ts)
+    if Test.get_testset_depth() > 0
+        Test.record(Test.get_testset(), ts)
+    else
+        push!(FINISHED, ts)
+    end
     return ts
 end
 
@@ -292,46 +392,112 @@ failures(ts::Union{RecordingTestSet,Test.DefaultTestSet}) =
 failures(v::AbstractVector) = reduce(vcat, map(failures, v); init=String[])
 failures(r) = String[]
 
-"""Top-level expressions of a test file: the setup ones and the named @testsets."""
+# `@testset` takes its testset type as a bare Symbol (Julia 1.9 and 1.10 accept nothing
+# else; later versions also a dotted name), evaluated where the macro expands: each
+# test file's module binds this name to RecordingTestSet.
+const TESTSET_TYPE = :PySpectralRecordingTestSet
+
+is_testset(e) = Meta.isexpr(e, :macrocall) && e.args[1] === Symbol("@testset")
+
+# What a top-level @testset may be wrapped in (e.g. to run every testset of a file as
+# a script whatever the earlier ones do): try/catch, begin/end, let, another macro.
+const WRAPPERS = (:try, :block, :let, :macrocall)
+
+"""The first `@testset` of a top-level expression: the expression itself or, in a
+wrapper, the first one in source order (pyspectral.julia.testset_names, which reads
+the file without Julia, applies the same rule)."""
+function first_testset(e)
+    is_testset(e) && return e
+    Meta.isexpr(e, WRAPPERS) || return nothing
+    return first_testset_in(e.args)
+end
+
+function first_testset_in(args)
+    for a in args
+        a isa Expr || continue
+        is_testset(a) && return a
+        t = first_testset_in(a.args)
+        t === nothing || return t
+    end
+    return nothing
+end
+
+"""The description of a `@testset` call if it is a string literal, else `nothing`."""
+function testset_name(t::Expr)
+    for a in t.args[3:end-1]  # after the macro name and location, before the body
+        a isa String && return a
+    end
+    return nothing
+end
+
+"""Top-level expressions of a test file: the setup ones, and `name => (e, t)` for
+each one, `e`, whose (first) `@testset`, `t`, has a literal name (`e === t` when
+not wrapped)."""
 function split_testfile(path::AbstractString)
     ex = Meta.parseall(read(path, String); filename=path)
-    setup, sets = Any[], Pair{String,Any}[]
+    setup, sets = Any[], Pair{String,Tuple{Any,Expr}}[]
     for e in ex.args
-        if Meta.isexpr(e, :macrocall) && e.args[1] === Symbol("@testset") &&
-           length(e.args) >= 4 && e.args[3] isa String
-            push!(sets, e.args[3] => e)
-        else
-            push!(setup, e)
-        end
+        t = first_testset(e)
+        name = t === nothing ? nothing : testset_name(t)
+        name === nothing ? push!(setup, e) : push!(sets, name => (e, t))
+        # a wrapper around several testsets would hide all but the first
+        name === nothing || count_testsets(e) == count_testsets(t) || throw(ArgumentError(
+            "$path:$(t.args[2].line): a top-level expression wraps more than one " *
+            "@testset; give each its own top-level expression"))
     end
     return setup, sets
 end
 
+count_testsets(e) = e isa Expr ? is_testset(e) + sum(count_testsets, e.args; init=0) : 0
+
 testset_names(path::AbstractString) = first.(last(split_testfile(path)))
+
+"""The top-level expression `e` with its `@testset` call `t` given the recording
+testset type (in place of any type the file gave it); the rest of `e`, a wrapper
+(its bindings, its try/catch), stays as written."""
+function recording(e, t::Expr)
+    r = copy(t)
+    i = findfirst(a -> a isa Symbol || Meta.isexpr(a, :.), r.args[3:end-1])
+    i === nothing ? insert!(r.args, 3, TESTSET_TYPE) : (r.args[i+2] = TESTSET_TYPE)
+    return replace_node(e, t, r)
+end
+
+replace_node(e, old, new) =
+    e === old ? new :
+    e isa Expr ? Expr(e.head, (replace_node(a, old, new) for a in e.args)...) : e
 
 const TEST_MODULES = Dict{String,Module}()
 
+"""A fresh module for a test file, with what `module` would define (`eval`,
+`include`) and the recording testset type; the file's setup code runs in it once."""
+function test_module(path::AbstractString, setup)
+    m = Module(:PySpectralTestFile)
+    Core.eval(m, :(eval(x) = Core.eval($m, x)))
+    Core.eval(m, :(include(p) = Base.include($m, p)))
+    Core.eval(m, Expr(:const, Expr(:(=), TESTSET_TYPE, RecordingTestSet)))
+    task_local_storage(:SOURCE_PATH, path) do
+        for e in setup
+            Core.eval(m, e)
+        end
+    end
+    return m
+end
+
 """Run the top-level `@testset name` of `path`; the file's other top-level code
-runs once per file in a fresh module. Returns `(passed, failure_messages)`."""
+runs once per file in a fresh module. Returns `(passed, failure_messages)`, each
+failure as Julia shows it (message and location)."""
 function run_testset(path::AbstractString, name::AbstractString)
     setup, sets = split_testfile(path)
-    mod = get!(TEST_MODULES, path) do
-        m = Module(:PySpectralTestFile)
-        task_local_storage(:SOURCE_PATH, path) do
-            for e in setup
-                Core.eval(m, e)
-            end
-        end
-        m
-    end
+    mod = get!(() -> test_module(path, setup), TEST_MODULES, path)
     i = findfirst(p -> first(p) == name, sets)
     i === nothing && throw(ArgumentError("no top-level @testset \"$name\" in $path"))
-    e = copy(last(sets[i]))
-    insert!(e.args, 3, :(Main.PySpectralGlue.RecordingTestSet))
-    ts = task_local_storage(:SOURCE_PATH, path) do
-        Core.eval(mod, e)
+    empty!(FINISHED)
+    task_local_storage(:SOURCE_PATH, path) do
+        Core.eval(mod, recording(last(sets[i])...))
     end
-    return passes(ts), failures(ts)
+    finished = copy(FINISHED)
+    empty!(FINISHED)
+    return passes(finished), failures(finished)
 end
 
 end # module

@@ -21,12 +21,27 @@ Crossing conventions (stated once, used by every op below):
 Julia is entered by one Python thread at a time (``_lock``). Calls from a
 thread other than the one that started Julia run with Julia's GC paused, the
 workaround PythonCall documents for foreign-thread calls (PythonCall.jl #578).
+
+One behaviour whichever backend runs: arguments are validated in Python before
+Julia is called; what only Julia finds is reported as the native backend
+reports it. A spectral function's domain error carries the spectra it was
+found on, and the native check, rerun on them, raises the native error
+(0-based index, batch element); gauge violations are recorded by the glue and
+the native policy applied to them once per call; Julia's log records of level
+Warn and above become the native warning for the same event (``_WARNINGS``),
+or a ``RuntimeWarning`` naming the op. Other Julia exceptions become the
+pyspectral error of their kind with Julia's message, never its stack trace:
+that is on the exception as ``julia_error`` (``str()`` of it prints it), and
+``PYSPECTRAL_JULIA_TRACEBACK=yes`` chains it as the ``__cause__``, so that
+Python prints it.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
+import re
 import sys
 import threading
 import warnings
@@ -37,7 +52,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from .exceptions import BackendError, DomainError, GaugeError, InputError, JuliaError
+from . import _common as C
+from .exceptions import (
+    BackendError,
+    DomainError,
+    GaugeError,
+    GaugeWarning,
+    InputError,
+    JuliaError,
+    PySpectralError,
+)
 
 GLUE = Path(__file__).with_name("_glue.jl")
 
@@ -56,7 +80,8 @@ class JuliaRuntime:
 
     def probe(self) -> str | None:
         """``None`` if Julia and the packages are installed, else why not.
-        Fast: never downloads or starts anything."""
+        Fast: never downloads, installs or starts Julia (it may run
+        ``julia --version``)."""
         if "juliacall" in sys.modules:
             return None
         if importlib.util.find_spec("juliacall") is None:
@@ -65,19 +90,23 @@ class JuliaRuntime:
                 + INSTALL_HINT[0].lower()
                 + INSTALL_HINT[1:]
             )
-        import juliapkg
-
-        can_skip = getattr(getattr(juliapkg, "deps", None), "can_skip_resolve", None)
-        if can_skip is not None and not can_skip():
-            return "Julia or the PySpectral Julia package is not installed yet. " + (
-                INSTALL_HINT
-            )
-        return None
+        try:
+            import juliapkg
+        except Exception as err:  # noqa: BLE001 - it checks its settings on import
+            return f"juliapkg cannot start: {err}"
+        return juliapkg_reason(juliapkg)
 
     def start(self) -> Any:
         """Import juliacall, load PySpectral and the glue; return the glue module."""
         for key, value in (("PYTHON_JULIACALL_HANDLE_SIGNALS", "yes"),):
             os.environ.setdefault(key, value)
+        if "juliacall" not in sys.modules:
+            import juliapkg
+
+            # What importing juliacall does first; here its errors are juliapkg's
+            # own. Offline it needs no network: it finds the Julia it may use and
+            # writes juliapkg's state (what probe() relies on being possible).
+            juliapkg.resolve()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             from juliacall import Main as jl
@@ -90,13 +119,63 @@ class JuliaRuntime:
         jl.include(str(GLUE))
         return jl.PySpectralGlue
 
-    def describe(self, err: BaseException) -> tuple[str, str] | None:
-        """``(kind, message)`` of a Julia exception, or None if ``err`` is not one."""
+    def describe(self, err: BaseException) -> tuple[str, str, Any] | None:
+        """``(kind, message, spectrum)`` of a Julia exception (see the glue's
+        ``error_description``), or None if ``err`` is not one."""
         juliacall = sys.modules.get("juliacall")
         if juliacall is None or not isinstance(err, juliacall.JuliaError):
             return None
-        kind = str(juliacall.Main.PySpectralGlue.exception_kind(err.exception))
-        return kind, str(err)
+        glue = juliacall.Main.PySpectralGlue
+        kind, message, spectrum = glue.error_description(err.exception)
+        return str(kind), str(message), spectrum
+
+
+def juliapkg_reason(juliapkg: Any) -> str | None:
+    """Why juliapkg cannot provide Julia and the packages here without a
+    network install, or None if it can.
+
+    juliapkg's rules (deps.py, find_julia.py, state.py): ``resolve()`` does
+    nothing when its state file (``meta.json`` in the project) matches the
+    settings (``deps.can_skip_resolve``). Otherwise, online, it may download
+    Julia and the packages (``install-julia`` runs it). Offline
+    (``PYTHON_JULIAPKG_OFFLINE=yes``) it installs nothing: it takes the Julia
+    ``find_julia`` finds without installing (``PYTHON_JULIAPKG_EXE``, else one
+    already installed), runs it once to locate libjulia and writes the state
+    file; the packages must already be in the environment, so it has to be
+    named (``PYTHON_JULIAPKG_PROJECT``).
+    """
+    try:
+        if juliapkg.deps.can_skip_resolve():
+            return None
+    except Exception:  # noqa: BLE001, S110 - an unreadable state file: resolve again
+        pass
+    state = juliapkg.state
+    if not state.STATE.get("offline"):
+        return "Julia or the PySpectral Julia package is not installed yet. " + (
+            INSTALL_HINT
+        )
+    project = state.get_config("project")[0]
+    if not project or not os.path.isdir(project):
+        return (
+            "PYTHON_JULIAPKG_OFFLINE=yes, so juliapkg installs no packages, but "
+            + (
+                "PYTHON_JULIAPKG_PROJECT is not set"
+                if not project
+                else f"PYTHON_JULIAPKG_PROJECT={project} does not exist"
+            )
+            + ": set it to the Julia environment that has PySpectral, "
+            "ChainRulesCore and Zygote (or unset PYTHON_JULIAPKG_OFFLINE and run "
+            "`python -m pyspectral install-julia`)"
+        )
+    find_julia = importlib.import_module("juliapkg.find_julia")
+    try:
+        find_julia.find_julia(prefix=state.STATE.get("install"))
+    except Exception as err:  # noqa: BLE001 - juliapkg raises plain Exceptions
+        return (
+            f"PYTHON_JULIAPKG_OFFLINE=yes, and juliapkg finds no Julia to use "
+            f"offline ({err}): set PYTHON_JULIAPKG_EXE=/path/to/julia (1.9 to 1.12)"
+        )
+    return None
 
 
 IMPORT_ORDER_WARNING = (
@@ -112,7 +191,7 @@ _state: dict[str, Any] = {"glue": None, "owner": None, "error": None, "probe": (
 
 
 def _probe() -> str | None:
-    # Probed once per process: backend="auto" asks on every call.
+    # Probed once per process (info, and the first backend="julia" call).
     if _state["probe"] == ():
         _state["probe"] = runtime.probe()
     return _state["probe"]
@@ -155,31 +234,115 @@ def reset() -> None:
 
 
 def call(op: str, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call glue function ``name`` under the lock, translating Julia errors."""
+    """Call glue function ``name``; see :func:`invoke`."""
+    return invoke(op, name, *args, **kwargs)[0]
+
+
+def invoke(op: str, name: str, *args: Any, **kwargs: Any) -> tuple[Any, list]:
+    """Call glue function ``name`` under the lock, through the glue's
+    ``logged``; return its value and the gauge violations ``(op, measured,
+    tol)`` its pullbacks recorded. Julia's warnings are re-emitted as Python
+    warnings and Julia's exceptions raised as pyspectral errors (:func:`error`)."""
     with _lock:
         g = glue()
         foreign = threading.current_thread() is not _state["owner"]
         if foreign:
             was_on = g.gc_enable(False)
         try:
-            return getattr(g, name)(*args, **kwargs)
+            value, logs, gauge = g.logged(getattr(g, name), *args, **kwargs)
         except Exception as err:
             described = runtime.describe(err)
             if described is None:
                 raise
-            kind, message = described
-            error = {"gauge": GaugeError, "domain": DomainError, "argument": InputError}
-            raise error.get(kind, JuliaError)(f"{op} (Julia): {message}") from err
+            raise error(op, err, *described) from _cause(err)
         finally:
             if foreign:
                 g.gc_enable(was_on)
+    warn_julia_logs(op, logs)
+    return value, [(str(o), float(v), float(t)) for o, v, t in gauge]
 
 
-def gauge_records() -> list[tuple[str, float, float]]:
-    """Gauge violations recorded by the last pullbacks under ``gauge="warn"``."""
-    return [
-        (str(op), float(v), float(t)) for op, v, t in call("gauge", "take_gauge_log")
-    ]
+_ERRORS = {"gauge": GaugeError, "domain": DomainError, "argument": InputError}
+
+
+def error(
+    op: str, err: BaseException, kind: str, message: str, spectrum: Any = None
+) -> PySpectralError:
+    """The pyspectral error for a Julia exception ``err`` of ``kind``: its
+    message is Julia's (a gauge error's is already the native text) prefixed
+    by the op, without the Julia stack trace. ``julia_error`` keeps ``err``,
+    ``julia_message`` Julia's message and ``julia_spectrum`` the spectra a
+    domain error was found on (or None)."""
+    text = message if kind == "gauge" else f"{op} (Julia): {message}"
+    exc = _ERRORS.get(kind, JuliaError)(text)
+    exc.julia_error, exc.julia_message, exc.julia_spectrum = err, message, spectrum
+    return exc
+
+
+def _cause(err: BaseException) -> BaseException | None:
+    """The ``__cause__`` of a translated error: the Julia exception (whose text
+    has Julia's stack trace) only if PYSPECTRAL_JULIA_TRACEBACK=yes."""
+    wanted = os.environ.get("PYSPECTRAL_JULIA_TRACEBACK", "").lower()
+    return err if wanted in ("1", "yes", "true") else None
+
+
+def native_domain_error(err: DomainError, spectrum: torch.Tensor, check: Any) -> None:
+    """Raise the native backend's error for a domain error Julia found on
+    ``spectrum``: ``check`` is the native domain check of the function, rerun
+    on Julia's spectrum. Returns (and the caller re-raises ``err``) only if
+    the native check passes there, a tie at the domain's edge."""
+    try:
+        check(spectrum)
+    except DomainError as native:
+        native.julia_error = err.julia_error
+        native.julia_message = err.julia_message
+        native.julia_spectrum = err.julia_spectrum
+        raise native from err.__cause__
+
+
+# Julia's warnings for events the native backend warns about, by the start of
+# their message (julia/PySpectral/src): the native warning class and text. The
+# numbers come from the record's keyword arguments, else from its message.
+_CG = re.compile(r"top-k pullback: the Sylvester solve did not converge in (\d+) ")
+_RITZ = re.compile(r"eigh_topk: the Ritz pairs have not converged \(residual (\S+) ")
+
+
+def _native_event(record: tuple) -> tuple[tuple[str, int], float | None] | None:
+    """``((event, maxiter), residual)`` of a Julia log record ``(level, message,
+    module, group, kwargs)`` with a native twin, else None."""
+    message, kw = str(record[1]), {str(k): v for k, v in record[4]}
+    residual = kw.get("residual")
+    m = _CG.match(message)
+    if m:
+        maxiter = int(kw.get("maxiter", m[1]))
+        return ("cg", maxiter), None if residual is None else float(residual)
+    m = _RITZ.match(message)
+    if m:
+        return ("ritz", 0), float(m[1] if residual is None else residual)
+    return None
+
+
+def warn_julia_logs(op: str, records: Any) -> None:
+    """Re-emit the warnings a glue call logged in Julia. One event, logged once
+    per batch element in Julia, is one native warning (with the largest
+    residual), as the native backend, which works on the whole batch, warns;
+    other records become a ``RuntimeWarning`` naming the op."""
+    residuals: dict[tuple[str, int], list[float | None]] = {}
+    for record in map(tuple, records):
+        event = _native_event(record)
+        if event is None:
+            level, message = str(record[0]), str(record[1])
+            warnings.warn(f"{op} (Julia {level}): {message}", RuntimeWarning, 3)
+        else:
+            residuals.setdefault(event[0], []).append(event[1])
+    for (event, maxiter), values in residuals.items():
+        known = [r for r in values if r is not None]
+        residual = max(known) if known else None
+        if event == "ritz":
+            message = C.ritz_message(residual)
+        else:
+            message = C.topk_backward_message(maxiter, residual)
+        warnings.warn(message, GaugeWarning, stacklevel=3)
 
 
 # ------------------------------------------------------------ conversions
@@ -251,6 +414,30 @@ def options(opts: Any) -> dict[str, Any]:
     }
 
 
+def _present(*cotangents: Any) -> tuple[torch.Tensor, ...]:
+    return tuple(g for g in cotangents if g is not None)
+
+
+def _pullback(op: str, name: str, scale: tuple, opts: Any, *args: Any, **kw: Any):
+    """Run a pullback glue function, then the gauge policy on what it recorded
+    (``scale``: the cotangents that set the gauge tolerance, as natively)."""
+    _, records = invoke(op, name, *args, **kw)
+    if records:
+        C.apply_gauge_records(records, scale, opts)
+
+
+def _with_native_domain_error(batch: tuple, native_check: Any, run: Any) -> Any:
+    """``run()``, whose Julia domain error is raised as the native one."""
+    try:
+        return run()
+    except DomainError as err:
+        spectrum = getattr(err, "julia_spectrum", None)
+        if spectrum is None or native_check is None:
+            raise
+        native_domain_error(err, from_julia_vectors(spectrum, batch), native_check)
+        raise
+
+
 # --------------------------------------------------------------------- ops
 # Each returns tensors in pyspectral's (torch's) layout plus the Julia handles
 # the matching pullback needs.
@@ -270,9 +457,11 @@ def svd_pullback(
 ) -> torch.Tensor:
     Uj, Sj, Vtj = handles
     gA = gradient_buffer(shape_dtype)
-    call(
+    _pullback(
         "svd",
         "svd_pullback_batched!",
+        _present(gU, gVh),
+        opts,
         to_julia(gA),
         Uj,
         Sj,
@@ -292,18 +481,24 @@ def svdvals(A: torch.Tensor) -> torch.Tensor:
     )
 
 
-def svd_function(A: torch.Tensor, f: Any, opts: Any) -> tuple:
+def svd_function(A: torch.Tensor, f: Any, opts: Any, native_check: Any = None) -> tuple:
     """``(Y, S, handles)``; ``S`` (sharing Julia's memory) lets the caller run
-    the truncation check of the native backend, with the same message."""
+    the truncation check of the native backend, with the same message.
+    ``native_check(S)``: the native domain check of ``f``, which reports a
+    domain error Julia finds."""
     check_tensor("svd_function", A)
-    Yj, *handles = call(
-        "svd_function",
-        "svd_function_batched",
-        to_julia(A),
-        f,
-        degeneracy_atol=opts.degeneracy_atol,
-    )
     batch = A.shape[:-2]
+    Yj, *handles = _with_native_domain_error(
+        batch,
+        native_check,
+        lambda: call(
+            "svd_function",
+            "svd_function_batched",
+            to_julia(A),
+            f,
+            degeneracy_atol=opts.degeneracy_atol,
+        ),
+    )
     return from_julia(Yj, batch), from_julia_vectors(handles[1], batch), tuple(handles)
 
 
@@ -344,9 +539,11 @@ def svd_trunc_pullback(
     maxiter: int,
 ) -> torch.Tensor:
     gA = gradient_buffer((A.shape, A.dtype))
-    call(
+    _pullback(
         "svd",
         "svd_trunc_pullback_batched!",
+        _present(gU, gVh),
+        opts,
         to_julia(gA),
         to_julia(A),
         *handles,
@@ -376,9 +573,11 @@ def eigh_pullback(
 ) -> torch.Tensor:
     wj, Vj = handles
     gA = gradient_buffer(shape_dtype)
-    call(
+    _pullback(
         "eigh",
         "eigh_pullback_batched!",
+        _present(gV),
+        opts,
         to_julia(gA),
         wj,
         Vj,
@@ -420,9 +619,11 @@ def eigh_trunc_pullback(
 ) -> torch.Tensor:
     wj, Vj = handles
     gA = gradient_buffer((A.shape, A.dtype))
-    call(
+    _pullback(
         "eigh",
         "eigh_trunc_pullback_batched!",
+        _present(gV),
+        opts,
         to_julia(gA),
         to_julia(A),
         wj,
@@ -437,17 +638,26 @@ def eigh_trunc_pullback(
     return gA
 
 
-def matrix_function(A: torch.Tensor, f: Any, uplo: str, opts: Any) -> tuple:
+def matrix_function(
+    A: torch.Tensor, f: Any, uplo: str, opts: Any, native_check: Any = None
+) -> tuple:
+    """``(Y, handles)``; ``native_check(w)``: the native domain check of ``f``,
+    which reports a domain error Julia finds."""
     check_tensor("matrix_function", A)
-    Yj, *handles = call(
-        "matrix_function",
-        "matrix_function_batched",
-        to_julia(A),
-        f,
-        _SWAP[uplo],
-        degeneracy_atol=opts.degeneracy_atol,
+    batch = A.shape[:-2]
+    Yj, *handles = _with_native_domain_error(
+        batch,
+        native_check,
+        lambda: call(
+            "matrix_function",
+            "matrix_function_batched",
+            to_julia(A),
+            f,
+            _SWAP[uplo],
+            degeneracy_atol=opts.degeneracy_atol,
+        ),
     )
-    return from_julia(Yj, A.shape[:-2]), tuple(handles)
+    return from_julia(Yj, batch), tuple(handles)
 
 
 def matrix_function_pullback(

@@ -144,12 +144,7 @@ def _cg(op: Any, b: Tensor, rtol: float, maxiter: int) -> Tensor:
     if not bool(C._peek(rr <= target).all()):
         residual = float(C._peek(rr / target).max()) ** 0.5 * rtol
         warnings.warn(
-            f"top-k backward: the Sylvester solve did not converge in {maxiter} "
-            f"iterations (relative residual {residual:.2g}): the gap between the "
-            "kept and discarded spectrum is too small. The gradient is "
-            "finite but approximate; use method='full' or a k at a gap.",
-            GaugeWarning,
-            stacklevel=3,
+            C.topk_backward_message(maxiter, residual), GaugeWarning, stacklevel=3
         )
     return x
 
@@ -199,10 +194,7 @@ def randomized_eigh(A: Tensor, k: int, oversample: int, n_iter: int) -> tuple:
     scale = w.abs().amax(-1).clamp_min(torch.finfo(w.dtype).tiny)
     if bool(C._peek(residual > C.eps(A.dtype) ** 0.5 * scale).any()):
         warnings.warn(
-            "eigh(k=..., method='randomized'): the Ritz pairs have not converged "
-            f"(residual {float(C._peek(residual / scale).max()):.2g} relative); the "
-            "k largest eigenvalues must be the largest in magnitude and separated "
-            "from the rest. Raise n_iter or use method='full'.",
+            C.ritz_message(float(C._peek(residual / scale).max())),
             GaugeWarning,
             stacklevel=4,
         )
@@ -290,11 +282,9 @@ class SVDTopKJulia(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
-        with _julia._lock:  # read our own gauge records, not another thread's
-            gA = _julia.svd_trunc_pullback(
-                A, ctx.handles, gU, gS, gVh, ctx.opts, ctx.rtol, ctx.maxiter
-            )
-            C.report_julia_gauge(ctx.opts)
+        gA = _julia.svd_trunc_pullback(
+            A, ctx.handles, gU, gS, gVh, ctx.opts, ctx.rtol, ctx.maxiter
+        )
         return gA, None, None, None
 
 
@@ -322,9 +312,7 @@ class EighTopKJulia(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
-        with _julia._lock:
-            gA = _julia.eigh_trunc_pullback(
-                A, ctx.handles, gw, gV, ctx.uplo, ctx.opts, ctx.rtol, ctx.maxiter
-            )
-            C.report_julia_gauge(ctx.opts)
+        gA = _julia.eigh_trunc_pullback(
+            A, ctx.handles, gw, gV, ctx.uplo, ctx.opts, ctx.rtol, ctx.maxiter
+        )
         return gA, None, None, None, None, None

@@ -136,11 +136,9 @@ class _EighJulia(torch.autograd.Function):
             return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
         if gw is None and gV is None:
             return None, None, None
-        with _julia._lock:  # read our own gauge records, not another thread's
-            gA = _julia.eigh_pullback(
-                ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
-            )
-            C.report_julia_gauge(ctx.opts)
+        gA = _julia.eigh_pullback(
+            ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
+        )
         return gA, None, None
 
 
@@ -157,7 +155,11 @@ class _MatrixFunctionJulia(torch.autograd.Function):
                 A, uplo, lambda w: fn(w, opts)
             )
         else:
-            Y, ctx.handles = _julia.matrix_function(A, f, uplo, opts)
+            # A spectrum outside f's domain is found by Julia; the native check,
+            # run on Julia's eigenvalues, reports it (native_check).
+            Y, ctx.handles = _julia.matrix_function(
+                A, f, uplo, opts, native_check=lambda w: fn(w, opts)
+            )
         ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
         ctx.shape_dtype = (A.shape, A.dtype)
         ctx.save_for_backward(A)
@@ -329,6 +331,7 @@ def eigh(
     eigenpairs of a Hermitian ``A`` (checked to ``hermitian_tol``) whose
     largest eigenvalues are also the largest in magnitude, e.g. positive
     semidefinite ``A``, and warns when its Ritz pairs have not converged.
+    ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
 
     Returns:
         ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues are real
@@ -341,22 +344,25 @@ def eigh(
         >>> torch.dist(V @ torch.diag(w) @ V.mT, X + X.mT) < 1e-12
         tensor(True)
     """
+    # Every argument is validated before a backend is chosen (and Julia started).
     _check("eigh", A, UPLO, check_hermitian, hermitian_tol)
-    impl = _EighJulia if C.resolve_backend("eigh", backend, A) == "julia" else _Eigh
     opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
-    if k is None:
-        return EighResult(*impl.apply(A, UPLO, opts))
-    method, params = _lowrank.top_k_method(
-        "eigh", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
-    )
-    if method == "randomized":
-        if not largest:
+    if k is not None:
+        method, params = _lowrank.top_k_method(
+            "eigh", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
+        )
+        if method == "randomized" and not largest:
             raise InputError(
                 "eigh: method='randomized' finds the largest eigenpairs; for the "
                 "smallest use method='full'"
             )
-        # products with A read both triangles: A must be Hermitian
-        C.check_hermitian("eigh", A, hermitian_tol)
+        if method == "randomized":
+            # products with A read both triangles: A must be Hermitian
+            C.check_hermitian("eigh", A, hermitian_tol)
+    impl = _EighJulia if C.resolve_backend("eigh", backend, A) == "julia" else _Eigh
+    if k is None:
+        return EighResult(*impl.apply(A, UPLO, opts))
+    if method == "randomized":
         topk = _lowrank.EighTopK if impl is _Eigh else _lowrank.EighTopKJulia
         return EighResult(*topk.apply(A, k, largest, UPLO, params, opts))
     w, V = impl.apply(A, UPLO, opts)
@@ -370,6 +376,7 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, backend: str = "auto") -> Tensor:
     Eigenvalues of a Hermitian ``A`` (shape ``(*, n, n)``), real and ascending.
     The gradient ``V diag(gw) V^H`` (folded onto the ``UPLO`` triangle) is
     exact for symmetric functions of the eigenvalues at any spectrum.
+    ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
     """
     _check("eigvalsh", A, UPLO, False, None)
     julia = C.resolve_backend("eigvalsh", backend, A) == "julia"
@@ -411,6 +418,8 @@ def matrix_function(
         :class:`DomainError` names the eigenvalue. Triangle convention as in
         :func:`eigh`.
 
+    ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
+
     Example::
 
         >>> X = torch.randn(4, 4, dtype=torch.float64)
@@ -421,8 +430,8 @@ def matrix_function(
     """
     _check("matrix_function", A, UPLO, check_hermitian, hermitian_tol)
     fn = _matfun(f)
-    backend = C.resolve_backend("matrix_function", backend, A)
     opts = C.options(degeneracy_atol, None, None, None)
+    backend = C.resolve_backend("matrix_function", backend, A)
     if backend == "julia":
         return _MatrixFunctionJulia.apply(A, f, fn, UPLO, opts)
     return _MatrixFunction.apply(A, fn, UPLO, opts)[0]

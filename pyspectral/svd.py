@@ -158,11 +158,7 @@ class _SVDJulia(torch.autograd.Function):
             return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
         if gU is None and gS is None and gVh is None:
             return None, None, None
-        with _julia._lock:  # read our own gauge records, not another thread's
-            gA = _julia.svd_pullback(
-                ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts
-            )
-            C.report_julia_gauge(ctx.opts)
+        gA = _julia.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
         return gA, None, None
 
 
@@ -176,7 +172,11 @@ class _SVDFunctionJulia(torch.autograd.Function):
         if fn.name == "user":
             Y, ctx.handles = _julia.svd_function_values(A, lambda S: fn(S, opts))
         else:
-            Y, S, ctx.handles = _julia.svd_function(A, f, opts)
+            # A spectrum outside f's domain is found by Julia; the native check,
+            # run on Julia's singular values, reports it (native_check).
+            Y, S, ctx.handles = _julia.svd_function(
+                A, f, opts, native_check=lambda S: fn(S, opts)
+            )
             fn(S, opts)  # the native checks: truncation inside a cluster
         ctx.save_for_backward(A)
         return Y
@@ -377,6 +377,10 @@ def svd(
     no gap at ``k``). ``"auto"`` takes ``"randomized"`` when
     ``min(m, n) >= 512`` and ``k + oversample <= min(m, n) / 8``.
 
+    ``backend``: ``"auto"`` (the default) and ``"torch"`` run the native
+    backend (any device); ``"julia"`` runs the same rules in Julia (CPU
+    tensors; see the README), with the same errors and warnings.
+
     Returns:
         ``(U, S, Vh)``, a named tuple; ``S`` is real and descending.
 
@@ -387,19 +391,21 @@ def svd(
         >>> torch.dist(U @ torch.diag(S) @ Vh, A) < 1e-12
         tensor(True)
     """
+    # Every argument is validated before a backend is chosen (and Julia started).
     C.check_matrix("svd", A)
-    impl = _SVDJulia if C.resolve_backend("svd", backend, A) == "julia" else _SVD
     opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
+    if k is not None:
+        if full_matrices:
+            raise InputError(
+                "svd: k (top-k triplets) cannot be combined with full_matrices=True; "
+                "pass one of them"
+            )
+        method, params = _lowrank.top_k_method(
+            "svd", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
+        )
+    impl = _SVDJulia if C.resolve_backend("svd", backend, A) == "julia" else _SVD
     if k is None:
         return SVDResult(*impl.apply(A, full_matrices, opts))
-    if full_matrices:
-        raise InputError(
-            "svd: k (top-k triplets) cannot be combined with full_matrices=True; "
-            "pass one of them"
-        )
-    method, params = _lowrank.top_k_method(
-        "svd", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
-    )
     if method == "randomized":
         topk = _lowrank.SVDTopK if impl is _SVD else _lowrank.SVDTopKJulia
         return SVDResult(*topk.apply(A, k, params, opts))
@@ -413,6 +419,7 @@ def svdvals(A: Tensor, *, backend: str = "auto") -> Tensor:
     Singular values of ``A`` (shape ``(*, m, n)``), descending, shape
     ``(*, min(m, n))``. The gradient ``U diag(gS) Vh`` is exact for symmetric
     functions of the singular values at any spectrum (nuclear norm, ...).
+    ``backend`` as in :func:`svd` (``"auto"``: native).
     """
     C.check_matrix("svdvals", A)
     julia = C.resolve_backend("svdvals", backend, A) == "julia"
@@ -452,6 +459,8 @@ def svd_function(
         a degenerate cluster (gap below ``degeneracy_atol``) makes ``Y``
         itself basis dependent and triggers the ``gauge`` policy.
 
+    ``backend`` as in :func:`svd` (``"auto"``: native).
+
     Example::
 
         >>> A = torch.randn(6, 4, dtype=torch.float64)
@@ -461,8 +470,8 @@ def svd_function(
     """
     C.check_matrix("svd_function", A)
     fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
-    julia = C.resolve_backend("svd_function", backend, A) == "julia"
     opts = C.options(degeneracy_atol, None, gauge, None)
+    julia = C.resolve_backend("svd_function", backend, A) == "julia"
     if fn is None:
         smax = (_SVDJulia if julia else _SVD).apply(A, False, opts)[1][..., :1, None]
         if bool((C._peek(smax) == 0).any()):

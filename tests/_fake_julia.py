@@ -11,6 +11,14 @@ glue's own (transposed-role) data and write the result in place into the
 backend checks every role swap the bridge makes, and a test of pointers checks
 that the gradient buffer is shared.
 
+Errors and warnings come back in the real glue's shapes, so that the bridge's
+translation into the native backend's errors and warnings is what is tested:
+a domain error is a Julia ``DomainError`` text (1-based index, no batch
+element) with the spectra attached (the glue's ``SpectrumError``); gauge
+violations under "warn" and "raise" are recorded, not acted on; the top-k
+warnings are Julia log records with Julia's text (julia/PySpectral/src); every
+call goes through ``logged``, which returns ``(value, logs, gauge_records)``.
+
 Everything it receives is recorded (:class:`Call`): array pointers, dtypes,
 shapes, strides, the calling thread and whether "Julia's" GC was enabled.
 """
@@ -58,11 +66,73 @@ def pointer(a: np.ndarray) -> int:
 
 
 class FakeJuliaError(Exception):
-    """What ``juliacall.JuliaError`` is to the real runtime."""
+    """What ``juliacall.JuliaError`` is to the real runtime; ``describe`` gives
+    what the glue's ``error_description`` would: ``(kind, message, spectrum)``."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, spectrum: Any = None):
         super().__init__(message)
-        self.kind, self.message = kind, message
+        self.kind, self.message, self.spectrum = kind, message, spectrum
+
+
+# ----------------------------------------------- PySpectral.jl's own texts
+# As julia/PySpectral/src words them (test_fake_julia_texts_match_the_package
+# checks that the fixed parts are there).
+
+JULIA_CG_WARNING = (
+    "top-k pullback: the Sylvester solve did not converge in {maxiter} iterations: "
+    "the gap between the kept and discarded spectrum is too small. The gradient "
+    "is finite but approximate."
+)
+JULIA_RITZ_WARNING = (
+    "eigh_topk: the Ritz pairs have not converged (residual {residual} relative); "
+    "the k largest eigenvalues must be the largest in magnitude and separated from "
+    "the rest. Raise n_iter."
+)
+
+
+def _eps34(dtype: np.dtype) -> float:
+    return float(np.finfo(dtype).eps) ** 0.75
+
+
+def julia_matrix_domain_error(f: Any, w: np.ndarray, atol: Any) -> str | None:
+    """The DomainError text PySpectral.jl's matrix_function_values throws for
+    the ascending eigenvalues ``w`` (matfun.jl ``_positive_spectrum``), or None."""
+    if f in ("log", "invsqrt"):
+        name, strict = f":{f}", True
+    elif f == "sqrt":
+        name, strict = ":sqrt", False
+    elif isinstance(f, tuple) and f[0] == "pow" and not (f[1] == int(f[1]) >= 0):
+        name, strict = f"(:pow, {f[1]})", f[1] < 0
+    else:
+        return None
+    tol = np.abs(w).max() * _eps34(w.dtype) if atol is None else atol
+    bad = np.flatnonzero(w <= 0 if strict else w < -tol)
+    if bad.size == 0:
+        return None
+    i, value = int(bad[0]) + 1, float(w[bad[0]])
+    need = "positive definite" if strict else "positive semidefinite"
+    return (
+        f"DomainError with {value!r}:\nmatrix_function: {name} needs a {need} "
+        f"input, but eigenvalue {i} (1-based, ascending) is λ[{i}] = {value!r}. "
+        "Shift the spectrum (A + c*I) or use a function defined there."
+    )
+
+
+def julia_svd_domain_error(f: Any, S: np.ndarray, atol: Any) -> str | None:
+    """The DomainError text of PySpectral.jl's svd_function_values for the
+    descending singular values ``S`` (``(:pow, p)``, ``p < 0``), or None."""
+    if not (isinstance(f, tuple) and f[0] == "pow" and f[1] < 0):
+        return None
+    tol = np.abs(S).max() * _eps34(S.dtype) if atol is None else atol
+    bad = np.flatnonzero(tol >= S)
+    if bad.size == 0:
+        return None
+    i, value = int(bad[0]) + 1, float(S[bad[0]])
+    return (
+        f"DomainError with {value!r}:\nsvd_function: (:pow, {f[1]}) needs nonzero "
+        f"singular values, but S[{i}] = {value!r} is numerically zero (<= "
+        f"degeneracy_atol {tol!r}). Use p >= 0 or regularise A."
+    )
 
 
 def _kind(err: PySpectralError) -> str:
@@ -146,10 +216,17 @@ def _options(
     gauge: str = "warn",
     gauge_atol: Any = None,
 ) -> C.Options:
-    return C.Options(degeneracy_atol, broadening, gauge, gauge_atol)
+    # The glue's gauge_policy: "warn" and "raise" record (the native pullbacks
+    # run under "warn", whose warnings _run turns into records).
+    policy = "ignore" if gauge == "ignore" else "warn"
+    return C.Options(degeneracy_atol, broadening, policy, gauge_atol)
 
 
 _GAUGE_TEXT = re.compile(r"^(\w+): .*measured (\S+) > gauge_atol (\S+)\)", re.DOTALL)
+_CG_TEXT = re.compile(
+    r"^top-k backward: the Sylvester solve did not converge in (\d+) "
+)
+_RITZ_TEXT = re.compile(r"^eigh\(k=\.\.\., .*not converged \(residual (\S+) relative")
 
 
 def _check_argument(name: str, x: Any) -> None:
@@ -282,6 +359,7 @@ class FakeJulia:
         self.gc_on = True
         self.gc_log: list[tuple[int, bool]] = []  # (thread, on) per gc_enable
         self.gauge_log: list[tuple[str, float, float]] = []
+        self.log_records: list[tuple] = []  # (level, message, module, group, kwargs)
         self.delay = 0.0  # seconds each call takes (to provoke races)
         self.reentered = False
         self.failures: dict[str, BaseException] = {}
@@ -300,16 +378,25 @@ class FakeJulia:
         self.starts += 1
         if self.start_error is not None:
             raise self.start_error
-        glue = types.SimpleNamespace()
+        glue = types.SimpleNamespace(logged=self.logged)
         for name in GLUE_FUNCTIONS:
             impl = getattr(self, name.replace("!", "_b"))
             setattr(glue, name, functools.partial(self._run, name, impl))
         return glue
 
-    def describe(self, err: BaseException) -> tuple[str, str] | None:
+    def describe(self, err: BaseException) -> tuple[str, str, Any] | None:
         if isinstance(err, FakeJuliaError):
-            return err.kind, err.message
+            return err.kind, err.message, err.spectrum
         return None
+
+    def logged(self, f: Callable, *args: Any, **kwargs: Any) -> tuple:
+        """The glue's ``logged``: ``f(args...; kwargs...)`` with its warnings
+        and gauge records collected (records left by a call that threw go)."""
+        self.gauge_log, self.log_records = [], []
+        value = f(*args, **kwargs)
+        logs, gauge = tuple(self.log_records), tuple(self.gauge_log)
+        self.gauge_log, self.log_records = [], []
+        return value, logs, gauge
 
     # ---------------------------------------------------------- recording
 
@@ -337,11 +424,15 @@ class FakeJulia:
             if name in self.failures:
                 raise self.failures.pop(name)
             try:
-                out = fn(*args, **kwargs)
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    out = fn(*args, **kwargs)
             except PySpectralError as err:
                 raise FakeJuliaError(
                     _kind(err), f"{type(err).__name__}: {err}"
                 ) from err
+            for w in caught:
+                self._as_julia(w)
             call.returned = [
                 Seen.of(a) for a in _flatten(out) if isinstance(a, np.ndarray)
             ]
@@ -349,22 +440,23 @@ class FakeJulia:
         finally:
             self._active = False
 
-    @contextlib.contextmanager
-    def _gauge_policy(self, opts: C.Options) -> Iterator[None]:
-        """The glue's gauge_policy: under "warn", record instead of warning."""
-        if opts.gauge != "warn":
-            yield
-            return
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", GaugeWarning)
-            yield
-        for w in caught:
-            match = _GAUGE_TEXT.match(str(w.message))
-            if issubclass(w.category, GaugeWarning) and match:
-                op, measured, tol = match.groups()
-                self.gauge_log.append((op, float(measured), float(tol)))
-            else:
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    def _as_julia(self, w: warnings.WarningMessage) -> None:
+        """A native warning raised inside a fake glue function, as Julia has it:
+        a gauge record (the glue's record_gauge), a log record with Julia's
+        text (top-k), or, for anything else, the warning itself."""
+        text = str(w.message)
+        gauge, cg, ritz = (r.match(text) for r in (_GAUGE_TEXT, _CG_TEXT, _RITZ_TEXT))
+        if issubclass(w.category, GaugeWarning) and gauge:
+            op, measured, tol = gauge.groups()
+            self.gauge_log.append((op, float(measured), float(tol)))
+        elif issubclass(w.category, GaugeWarning) and cg:
+            message = JULIA_CG_WARNING.format(maxiter=cg[1])
+            self.log_records.append(("Warn", message, "PySpectral", "truncated", ()))
+        elif issubclass(w.category, GaugeWarning) and ritz:
+            message = JULIA_RITZ_WARNING.format(residual=repr(float(ritz[1])))
+            self.log_records.append(("Warn", message, "PySpectral", "topk", ()))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     # ------------------------------------------------------------ runtime
 
@@ -373,12 +465,11 @@ class FakeJulia:
         self.gc_log.append((threading.get_ident(), bool(on)))
         return was
 
-    def take_gauge_log(self) -> list[tuple[str, float, float]]:
-        log, self.gauge_log = self.gauge_log, []
-        return log
-
     def missing_packages(self, names: list[str]) -> list[str]:
         return [n for n in names if n in self.missing]
+
+    def testset_names(self, path: str) -> list[str]:
+        return list(self.testsets)
 
     def run_testset(self, path: str, name: str) -> tuple[int, list[str]]:
         if name not in self.testsets:
@@ -406,16 +497,15 @@ class FakeJulia:
     def svd_pullback_batched_b(self, dAt, U, S, Vt, dU, dS, dVt, **kw) -> np.ndarray:
         opts = _options(**kw)
         for b in range(dAt.shape[2]):
-            with self._gauge_policy(opts):
-                g = svd_pullback(
-                    _t(U, b),
-                    _t(S, b),
-                    _t(Vt, b),
-                    _t(dU, b),
-                    _t(dS, b),
-                    _t(dVt, b),
-                    opts,
-                )
+            g = svd_pullback(
+                _t(U, b),
+                _t(S, b),
+                _t(Vt, b),
+                _t(dU, b),
+                _t(dS, b),
+                _t(dVt, b),
+                opts,
+            )
             dAt[:, :, b] = 0 if g is None else g.numpy()
         return dAt
 
@@ -424,15 +514,20 @@ class FakeJulia:
     ) -> tuple:
         fn = _svd_fn(f, min(At.shape[:2]))
         opts = C.Options(degeneracy_atol=degeneracy_atol, gauge="ignore")
-        Ys, Us, Ss, Vts = [], [], [], []
-        for b in range(At.shape[2]):
-            U, S, Vt = np.linalg.svd(At[:, :, b], full_matrices=False)
+        Us, Ss, Vts = zip(
+            *(
+                np.linalg.svd(At[:, :, b], full_matrices=False)
+                for b in range(At.shape[2])
+            )
+        )
+        Ys = []
+        for U, S, Vt in zip(Us, Ss, Vts):  # as the glue: decompose all, then apply
+            message = julia_svd_domain_error(f, S, degeneracy_atol)
+            if message is not None:  # the glue's SpectrumError
+                raise FakeJuliaError("domain", message, spectrum=_stack(list(Ss)))
             fS = fn(torch.from_numpy(S), opts)[0].numpy()
             Ys.append((U * fS) @ Vt)
-            Us.append(U)
-            Ss.append(S)
-            Vts.append(Vt)
-        return _stack(Ys), _stack(Us), _stack(Ss), _stack(Vts)
+        return _stack(Ys), _stack(list(Us)), _stack(list(Ss)), _stack(list(Vts))
 
     def svd_function_pullback_batched_b(
         self, dAt, U, S, Vt, f, dYt, degeneracy_atol: Any = None
@@ -464,19 +559,18 @@ class FakeJulia:
     ) -> np.ndarray:
         opts = _options(**kw)
         for b in range(dAt.shape[2]):
-            with self._gauge_policy(opts):
-                g = truncated_svd_pullback(
-                    torch.from_numpy(At[:, :, b]),
-                    _t(U, b),
-                    _t(S, b),
-                    _t(Vt, b),
-                    _t(dU, b),
-                    _t(dS, b),
-                    _t(dVt, b),
-                    opts,
-                    rtol,
-                    maxiter,
-                )
+            g = truncated_svd_pullback(
+                torch.from_numpy(At[:, :, b]),
+                _t(U, b),
+                _t(S, b),
+                _t(Vt, b),
+                _t(dU, b),
+                _t(dS, b),
+                _t(dVt, b),
+                opts,
+                rtol,
+                maxiter,
+            )
             dAt[:, :, b] = g.numpy()
         return dAt
 
@@ -497,10 +591,9 @@ class FakeJulia:
             H = _hermitian(At[:, :, b], uplo)
             Vc = _t(V, b).conj()
             dVc = None if dV is None else _t(dV, b).conj()
-            with self._gauge_policy(opts):
-                g = truncated_eigh_pullback(
-                    H, _t(w, b), Vc, _t(dw, b), dVc, uplo, True, opts, rtol, maxiter
-                )
+            g = truncated_eigh_pullback(
+                H, _t(w, b), Vc, _t(dw, b), dVc, uplo, True, opts, rtol, maxiter
+            )
             dAt[:, :, b] = g.numpy()
         return dAt
 
@@ -517,10 +610,9 @@ class FakeJulia:
     def eigh_pullback_batched_b(self, dAt, w, V, dw, dV, uplo, **kw) -> np.ndarray:
         opts = _options(**kw)
         for b in range(dAt.shape[2]):
-            with self._gauge_policy(opts):
-                Vc = None if V is None else _t(V, b).conj()
-                dVc = None if dV is None else _t(dV, b).conj()
-                g = eigh_pullback(_t(w, b), Vc, _t(dw, b), dVc, uplo, opts)
+            Vc = None if V is None else _t(V, b).conj()
+            dVc = None if dV is None else _t(dV, b).conj()
+            g = eigh_pullback(_t(w, b), Vc, _t(dw, b), dVc, uplo, opts)
             dAt[:, :, b] = 0 if g is None else g.numpy()
         return dAt
 
@@ -529,14 +621,17 @@ class FakeJulia:
     ) -> tuple:
         fn = _matfun(f)
         opts = C.Options(degeneracy_atol=degeneracy_atol)
-        Ys, ws, Vs = [], [], []
-        for b in range(At.shape[2]):
-            w, V = np.linalg.eigh(At[:, :, b], UPLO=uplo)
+        ws, Vs = zip(
+            *(np.linalg.eigh(At[:, :, b], UPLO=uplo) for b in range(At.shape[2]))
+        )
+        Ys = []
+        for w, V in zip(ws, Vs):  # as the glue: decompose all, then apply
+            message = julia_matrix_domain_error(f, w, degeneracy_atol)
+            if message is not None:  # the glue's SpectrumError
+                raise FakeJuliaError("domain", message, spectrum=_stack(list(ws)))
             fw = fn(torch.from_numpy(w), opts)[0].numpy()
             Ys.append((V * fw) @ V.conj().T)
-            ws.append(w)
-            Vs.append(V)
-        return _stack(Ys), _stack(ws), _stack(Vs)
+        return _stack(Ys), _stack(list(ws)), _stack(list(Vs))
 
     def matrix_function_pullback_batched_b(
         self, dAt, w, V, f, dYt, uplo, degeneracy_atol: Any = None
@@ -615,8 +710,8 @@ class FakeJulia:
 
 GLUE_FUNCTIONS = (
     "gc_enable",
-    "take_gauge_log",
     "missing_packages",
+    "testset_names",
     "run_testset",
     "svd_batched",
     "svdvals_batched",

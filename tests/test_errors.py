@@ -1,15 +1,25 @@
 """Every documented bad input raises a pyspectral error (a ValueError or
-TypeError subclass where one fits) whose message names the argument."""
+TypeError subclass where one fits) whose message names the argument.
+
+One behaviour whichever backend runs: each test runs on the native backend and,
+through the ``backend`` fixture, with ``backend="julia"`` against the stand-in
+Julia runtime (tests/_fake_julia.py, which reports errors as the real glue
+does, Julia's way): the same error class and message, and for bad arguments no
+Julia started at all (they are validated in Python first).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 import torch
+from _fake_julia import installed
 
 import pyspectral as ps
 from pyspectral import _common as C
+from pyspectral import _julia
 
 A = torch.randn(4, 3, dtype=torch.float64)
 H = torch.eye(3, dtype=torch.float64)
@@ -24,6 +34,21 @@ OPS = {
 SQUARE_OPS = ["eigh", "eigvalsh", "matrix_function"]
 
 
+@pytest.fixture(params=["torch", "julia"])
+def backend(request) -> Iterator[str]:
+    """The backend a test runs on: native, or Julia through the stand-in."""
+    if request.param == "julia":
+        with installed():
+            yield "julia"
+    else:
+        yield "torch"
+
+
+def julia_starts() -> int:
+    """How often the stand-in Julia has started (0 on the native backend)."""
+    return getattr(_julia.runtime, "starts", 0)
+
+
 def raises(error, match):
     """pytest.raises that also checks the error is a PySpectralError."""
     assert issubclass(error, ps.PySpectralError)
@@ -34,72 +59,89 @@ def raises(error, match):
 @pytest.mark.parametrize(
     "dtype", [torch.int64, torch.int32, torch.bool, torch.float16, torch.bfloat16]
 )
-def test_dtype(op, dtype) -> None:
+def test_dtype(op, dtype, backend) -> None:
     with raises(ps.InputTypeError, r"^\w+: A must have dtype float32, float64") as e:
-        OPS[op](torch.ones(3, 3, dtype=dtype))
+        OPS[op](torch.ones(3, 3, dtype=dtype), backend=backend)
     assert isinstance(e.value, TypeError) and str(dtype) in str(e.value)
     assert str(e.value).startswith(op)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("op", OPS)
-def test_fewer_than_two_dimensions_and_non_tensors(op) -> None:
+def test_fewer_than_two_dimensions_and_non_tensors(op, backend) -> None:
     for X in (torch.ones(3, dtype=torch.float64), torch.tensor(1.0)):
         with raises(ps.InputError, r"A must have shape \(\*, m, n\)") as e:
-            OPS[op](X)
+            OPS[op](X, backend=backend)
         assert isinstance(e.value, ValueError) and str(tuple(X.shape)) in str(e.value)
     with raises(ps.InputTypeError, "A must be a torch.Tensor") as e:
-        OPS[op]([[1.0, 0.0], [0.0, 1.0]])
+        OPS[op]([[1.0, 0.0], [0.0, 1.0]], backend=backend)
     assert isinstance(e.value, TypeError)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("op", OPS)
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex128])
-def test_non_finite_entries(op, bad, dtype) -> None:
+def test_non_finite_entries(op, bad, dtype, backend) -> None:
     X = torch.eye(3, dtype=dtype).repeat(2, 1, 1)
     X[1, 1, 2] = bad
     with raises(ps.InputError, "A contains NaN or Inf") as e:
-        OPS[op](X)
+        OPS[op](X, backend=backend)
     assert isinstance(e.value, ValueError)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("k", [0, -1, 4, 2.0, True, "2"])
-def test_k_out_of_range(k) -> None:
+def test_k_out_of_range(k, backend) -> None:
     with raises(ps.InputError, r"k must be an integer with 1 <= k <= min\(m, n\) = 3"):
-        ps.svd(A, k=k)
+        ps.svd(A, k=k, backend=backend)
     with raises(ps.InputError, r"k must be an integer with 1 <= k <= min\(m, n\) = 3"):
-        ps.eigh(H, k=k)
+        ps.eigh(H, k=k, backend=backend)
+    assert julia_starts() == 0
 
 
-def test_k_with_full_matrices() -> None:
+def test_k_with_full_matrices(backend) -> None:
     with raises(ps.InputError, "k .* cannot be combined with full_matrices") as e:
-        ps.svd(A, k=2, full_matrices=True)
+        ps.svd(A, k=2, full_matrices=True, backend=backend)
     assert isinstance(e.value, ValueError)
+    assert julia_starts() == 0
+
+
+def test_top_k_method_arguments(backend) -> None:
+    with raises(ps.InputError, "svd: method must be 'auto', 'full' or 'randomized'"):
+        ps.svd(A, k=2, method="lanczos", backend=backend)
+    with raises(ps.InputError, "method='randomized' finds the largest eigenpairs"):
+        ps.eigh(H, k=2, largest=False, method="randomized", backend=backend)
+    X = torch.tensor([[1.0, 2.0], [0.0, 1.0]], dtype=torch.float64)
+    with raises(ps.InputError, "eigh: A is not Hermitian"):  # products read both
+        ps.eigh(X, k=1, method="randomized", backend=backend)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("op", SQUARE_OPS)
-def test_non_square(op) -> None:
+def test_non_square(op, backend) -> None:
     with raises(
         ps.InputError, r"A must be square, shape \(\*, n, n\), got shape \(4, 3\)"
     ):
-        OPS[op](A)
+        OPS[op](A, backend=backend)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.complex128])
-def test_non_hermitian_when_checked(dtype) -> None:
+def test_non_hermitian_when_checked(dtype, backend) -> None:
     X = torch.tensor([[1.0, 2.0], [0.0, 1.0]], dtype=dtype)
-    ps.eigh(X)  # reads the lower triangle only, by default
-    ps.matrix_function(X, "exp")
+    ps.eigh(X, backend=backend)  # reads the lower triangle only, by default
+    ps.matrix_function(X, "exp", backend=backend)
     for op in ("eigh", "matrix_function"):
         with raises(ps.InputError, "A is not Hermitian: .* hermitian_tol"):
-            OPS[op](X, check_hermitian=True)
+            OPS[op](X, check_hermitian=True, backend=backend)
         with raises(ps.InputError, "not Hermitian"):
-            OPS[op](X, check_hermitian=True, hermitian_tol=1.0)
-        OPS[op](X, check_hermitian=True, hermitian_tol=2.0)
+            OPS[op](X, check_hermitian=True, hermitian_tol=1.0, backend=backend)
+        OPS[op](X, check_hermitian=True, hermitian_tol=2.0, backend=backend)
     if dtype.is_complex:
         Y = torch.eye(2, dtype=dtype) + 1e-3j * torch.tensor([[0, 1], [1, 0]])
         with raises(ps.InputError, "not Hermitian"):  # symmetric, not Hermitian
-            ps.eigh(Y, check_hermitian=True)
+            ps.eigh(Y, check_hermitian=True, backend=backend)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -124,79 +166,131 @@ def test_julia_backend_where_julia_is_missing() -> None:
 @pytest.mark.parametrize(
     "f", ["sqrt", "pow", ("pow",), ("pow", "2"), ("pow", True), ("root", 2), 3]
 )
-def test_unknown_svd_function(f) -> None:
+def test_unknown_svd_function(f, backend) -> None:
     with raises(ps.InputTypeError, "svd_function: f must be one of") as e:
-        ps.svd_function(A, f)
+        ps.svd_function(A, f, backend=backend)
     assert isinstance(e.value, TypeError) and repr(f) in str(e.value)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("f", ["polar", "normalize", ("truncate", 2), ("pow",), None])
-def test_unknown_matrix_function(f) -> None:
+def test_unknown_matrix_function(f, backend) -> None:
     with raises(ps.InputTypeError, "matrix_function: f must be one of") as e:
-        ps.matrix_function(H, f)
+        ps.matrix_function(H, f, backend=backend)
     assert isinstance(e.value, TypeError)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("k", [0, 4, 2.5, -1])
-def test_truncate_out_of_range(k) -> None:
+def test_truncate_out_of_range(k, backend) -> None:
     with raises(ps.InputError, r"\('truncate', k\) needs an integer 1 <= k <= .* = 3"):
-        ps.svd_function(A, ("truncate", k))
+        ps.svd_function(A, ("truncate", k), backend=backend)
+    assert julia_starts() == 0
 
 
-def test_negative_threshold() -> None:
+def test_negative_threshold(backend) -> None:
     with raises(ps.InputError, "threshold tau must be >= 0, got -1"):
-        ps.svd_function(A, ("threshold", -1.0))
+        ps.svd_function(A, ("threshold", -1.0), backend=backend)
+    assert julia_starts() == 0
+
+
+# The domain errors below depend on the spectrum: on the Julia backend Julia
+# finds them (1-based, per batch element) and the bridge reports them as the
+# native backend does.
 
 
 @pytest.mark.parametrize("f", ["log", "invsqrt", ("pow", -1), "sqrt", ("pow", 0.5)])
-def test_matrix_function_outside_its_domain(f) -> None:
+def test_matrix_function_outside_its_domain(f, backend) -> None:
     X = torch.diag(torch.tensor([2.0, -1.0, 3.0], dtype=torch.float64))
     with raises(ps.DomainError, r"eigenvalue 0 is -1\b") as e:  # ascending: -1 first
-        ps.matrix_function(X, f)
+        ps.matrix_function(X, f, backend=backend)
     assert isinstance(e.value, ValueError)
+    assert "Julia" not in str(e.value) and "1-based" not in str(e.value)
     Z = torch.diag(torch.tensor([2.0, 0.0, 3.0], dtype=torch.float64))
     if f in ("log", "invsqrt", ("pow", -1)):
         with raises(
             ps.DomainError, "needs a positive definite input, but eigenvalue 0"
         ):
-            ps.matrix_function(Z, f)
+            ps.matrix_function(Z, f, backend=backend)
     else:  # semidefinite is fine, and rounding noise below 0 is clamped
-        ps.matrix_function(Z - 1e-15 * torch.eye(3, dtype=Z.dtype), f)
+        ps.matrix_function(Z - 1e-15 * torch.eye(3, dtype=Z.dtype), f, backend=backend)
 
 
-def test_domain_error_names_the_batch_element() -> None:
+def test_domain_error_names_the_batch_element(backend) -> None:
     X = torch.stack([torch.eye(3), torch.diag(torch.tensor([1.0, 5.0, -2.0]))]).double()
     with raises(ps.DomainError, r"'log' .* eigenvalue 0 of batch element \(1,\) is -2"):
-        ps.matrix_function(X, "log")
+        ps.matrix_function(X, "log", backend=backend)
+    Y = torch.stack([X, X.flip(0)])  # (2, 2, 3, 3): the first bad one is (0, 1)
+    with raises(ps.DomainError, r"eigenvalue 0 of batch element \(0, 1\) is -2"):
+        ps.matrix_function(Y, "log", backend=backend)
 
 
-def test_negative_power_of_a_zero_singular_value() -> None:
+def test_negative_power_of_a_zero_singular_value(backend) -> None:
     Z = torch.diag(torch.tensor([2.0, 0.0, 1.0], dtype=torch.float64))
     with raises(
         ps.DomainError,
-        r"\('pow', -1.0\) needs nonzero singular values, but "
+        r"^svd_function: \('pow', -1.0\) needs nonzero singular values, but "
         r"singular value 2 is 0",
     ) as e:
-        ps.svd_function(Z, ("pow", -1))
+        ps.svd_function(Z, ("pow", -1), backend=backend)
     assert isinstance(e.value, ValueError)
-    ps.svd_function(Z, ("pow", 2))  # p >= 0 is fine
+    ps.svd_function(Z, ("pow", 2), backend=backend)  # p >= 0 is fine
 
 
-def test_normalize_of_a_zero_matrix() -> None:
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda b: ps.matrix_function(
+            torch.diag(torch.tensor([1.0, -0.25, 3.0])).double().repeat(2, 1, 1),
+            ("pow", -0.5),
+            backend=b,
+        ),
+        lambda b: ps.svd_function(
+            torch.diag(torch.tensor([2.0, 1.0, 0.0])).double().repeat(3, 1, 1),
+            ("pow", -2),
+            backend=b,
+        ),
+    ],
+    ids=["matrix_function", "svd_function"],
+)
+def test_domain_errors_read_the_same_on_both_backends(call) -> None:
+    with pytest.raises(ps.DomainError) as native:
+        call("torch")
+    with installed() as fake, pytest.raises(ps.DomainError) as julia:
+        call("julia")
+    assert fake.calls  # Julia found it
+    assert str(julia.value) == str(native.value)
+    assert julia.value.__cause__ is None and julia.value.__suppress_context__
+    # Julia's own words stay available
+    assert "1-based" in julia.value.julia_message or "S[3]" in julia.value.julia_message
+
+
+def test_normalize_of_a_zero_matrix(backend) -> None:
     with raises(ps.DomainError, "'normalize' .* is 0 \\(A is a zero matrix\\)"):
-        ps.svd_function(torch.zeros(3, 2, dtype=torch.float64), "normalize")
+        ps.svd_function(
+            torch.zeros(3, 2, dtype=torch.float64), "normalize", backend=backend
+        )
 
 
 @pytest.mark.parametrize("op", SQUARE_OPS)
 @pytest.mark.parametrize("uplo", ["X", "l", "lower", None])
-def test_bad_uplo(op, uplo) -> None:
+def test_bad_uplo(op, uplo, backend) -> None:
     with raises(ps.InputError, "UPLO must be 'L' or 'U', got") as e:
-        OPS[op](H, uplo)
+        OPS[op](H, uplo, backend=backend)
     assert isinstance(e.value, ValueError)
+    assert julia_starts() == 0
 
 
 @pytest.mark.parametrize("op", ["svd", "svd_function", "eigh"])
 @pytest.mark.parametrize("gauge", ["loud", "", "Warn", 1])
-def test_bad_gauge_policy(op, gauge) -> None:
+def test_bad_gauge_policy(op, gauge, backend) -> None:
     with raises(ps.InputError, r"gauge must be one of \('warn', 'raise', 'ignore'\)"):
-        OPS[op](H, gauge=gauge)
+        OPS[op](H, gauge=gauge, backend=backend)
+    assert julia_starts() == 0
+
+
+@pytest.mark.parametrize("op", ["svd", "svd_function", "eigh", "matrix_function"])
+def test_bad_tolerance(op, backend) -> None:
+    with raises(ps.InputError, "degeneracy_atol must be a non-negative number"):
+        OPS[op](H, degeneracy_atol=-1.0, backend=backend)
+    assert julia_starts() == 0

@@ -6,7 +6,11 @@ transposes of the batch. Runs everywhere; needs no Julia.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import io
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -771,14 +775,27 @@ def test_vector_and_matrix_conversions():
         ("something new", JuliaError),
     ],
 )
-def test_julia_errors_become_pyspectral_errors(fake, kind, error):
+def test_julia_errors_become_pyspectral_errors(fake, kind, error, monkeypatch):
+    """Julia's message, never its stack trace (kept on the error, and chained
+    as the cause with PYSPECTRAL_JULIA_TRACEBACK=yes)."""
     text = "DomainError with -1.0:\nsqrt was called with a negative real argument"
-    fake.fail("svd_batched", FakeJuliaError(kind, text))
+    monkeypatch.delenv("PYSPECTRAL_JULIA_TRACEBACK", raising=False)
+    julia_error = FakeJuliaError(kind, text)
+    fake.fail("svd_batched", julia_error)
     with pytest.raises(error) as info:
         ps.svd(randn(3, 3), backend="julia")
     assert type(info.value) is error
-    assert "svd (Julia): " in str(info.value) and text in str(info.value)
-    assert isinstance(info.value.__cause__, FakeJuliaError)
+    expected = text if kind == "gauge" else "svd (Julia): " + text
+    assert str(info.value) == expected
+    assert info.value.julia_error is julia_error
+    assert info.value.julia_message == text
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+    monkeypatch.setenv("PYSPECTRAL_JULIA_TRACEBACK", "yes")
+    fake.fail("svd_batched", julia_error)
+    with pytest.raises(error) as info:
+        ps.svd(randn(3, 3), backend="julia")
+    assert info.value.__cause__ is julia_error
 
 
 def test_non_julia_exceptions_propagate_unchanged(fake):
@@ -792,7 +809,7 @@ def test_non_julia_exceptions_propagate_unchanged(fake):
 
 
 def test_errors_thrown_by_the_julia_rules(fake):
-    with pytest.raises(DomainError, match=r"matrix_function \(Julia\): .*log"):
+    with pytest.raises(DomainError, match=r"^matrix_function: 'log' .* eigenvalue 0 "):
         ps.matrix_function(-spd(3, 3), "log", backend="julia")
     with pytest.raises(JuliaError, match="UndefVarError"):
         ps.julia.function("no_such_function")
@@ -823,7 +840,7 @@ def test_gauge_warning_surfaces_from_julia(fake, dtype):
     with pytest.warns(GaugeWarning, match=r"^svd: .*degenerate") as record:
         (U[:, 1] * r).real.sum().backward()
     assert len(record) == 1
-    assert fake.calls_to("take_gauge_log") and not fake.gauge_log
+    assert not fake.gauge_log  # taken by the call that recorded it
     # the same loss on the native backend warns the same way (the gradients
     # differ: they depend on the basis each backend picked in the cluster)
     A2 = A.detach().clone().requires_grad_(True)
@@ -835,8 +852,10 @@ def test_gauge_warning_surfaces_from_julia(fake, dtype):
 def test_gauge_raise_and_ignore_through_julia(fake):
     A = degenerate().requires_grad_(True)
     U, S, Vh = ps.svd(A, backend="julia", gauge="raise")
-    with pytest.raises(GaugeError, match=r"^svd \(Julia\): "):
+    with pytest.raises(GaugeError, match=r"^svd: the incoming gradient depends") as e:
         U[:, 1].sum().backward()
+    assert "Julia" not in str(e.value) and "Stacktrace" not in str(e.value)
+    assert fake.calls_to("svd_pullback_batched!")[-1].kwargs["gauge"] == "raise"
     U, S, Vh = ps.svd(A, backend="julia", gauge="ignore")
     U[:, 1].sum().backward()  # no warning (pytest turns GaugeWarning into errors)
     assert fake.calls_to("svd_pullback_batched!")[-1].kwargs["gauge"] == "ignore"
@@ -847,8 +866,23 @@ def test_eigh_gauge_warning(fake):
     H = Q @ torch.diag(torch.tensor([1.0, 2.0, 2.0, 3.0], dtype=torch.float64)) @ Q.T
     A = H.requires_grad_(True)
     w, V = ps.eigh(A, backend="julia")
-    with pytest.warns(GaugeWarning, match=r"^eigh: "):
+    with pytest.warns(GaugeWarning, match=r"^eigh: ") as record:
         V[:, 1].sum().backward()
+    assert len(record) == 1
+    w, V = ps.eigh(A, backend="julia", gauge="raise")
+    with pytest.raises(GaugeError, match=r"^eigh: the incoming gradient depends"):
+        V[:, 1].sum().backward()
+
+
+def test_domain_error_at_the_edge_keeps_julias_words(fake):
+    """Should the native check pass on Julia's spectrum (a tie at the domain's
+    edge), the error is Julia's, named as such."""
+    spectrum = np.asfortranarray(np.array([[1.0], [2.0]]))
+    text = "DomainError with -0.0:\nmatrix_function: :log needs ..."
+    fake.fail("matrix_function_batched", FakeJuliaError("domain", text, spectrum))
+    with pytest.raises(DomainError) as info:
+        ps.matrix_function(spd(2, 2), "log", backend="julia")
+    assert str(info.value) == "matrix_function (Julia): " + text
 
 
 def test_options_reach_julia(fake):
@@ -994,23 +1028,24 @@ def test_the_lock_is_held_during_a_call(fake):
 # ------------------------------------------------------ backend selection
 
 
-def test_auto_uses_julia_for_cpu_tensors(fake):
-    A = randn(4, 3)
-    ps.svd(A)
+def test_auto_is_native_even_with_julia_installed(fake):
+    """backend="auto" (the default) is the native backend for every call, the
+    measured-fast one: Julia, installed here, is not even started."""
+    A = randn(4, 3).requires_grad_(True)
+    U, S, Vh = ps.svd(A)
+    (U.sum() + S.sum()).backward()
+    ps.svd(A, k=2)
     ps.eigh(hermitian(3, 3))
+    ps.eigh(spd(6, 6), k=2, method="randomized")
     ps.svd_function(A, "polar")
     ps.matrix_function(spd(3, 3), "sqrt")
     ps.svdvals(A)
-    names = {c.name for c in fake.calls}
-    assert {
-        "svd_batched",
-        "eigh_batched",
-        "svd_function_batched",
-        "matrix_function_batched",
-        "svdvals_batched",
-    } <= names
-    assert C.resolve_backend("svd", "auto", A) == "julia"
-    assert C.resolve_backend("svd", "torch", A) == "torch"
+    ps.eigvalsh(hermitian(3, 3))
+    for backend in ("auto", "torch"):
+        assert C.resolve_backend("svd", backend, A) == "torch"
+    assert fake.starts == 0 and fake.probes == 0 and fake.calls == []
+    assert _julia.status() == (True, "installed (not started yet)")  # installed
+    assert C.resolve_backend("svd", "julia", A) == "julia" and fake.starts == 1
 
 
 def test_auto_uses_torch_under_torch_func(fake):
@@ -1246,8 +1281,9 @@ def test_testset_names_are_julia_strings(tmp_path):
     path.write_text(
         '@testset "plain" begin end\n'
         '@testset "esc \\"q\\" \\\\ \\$x" begin end\n'
-        '@testset "n = $n" for n in 1:2 end\n'  # interpolated: not a literal name
+        '@testset "n = $n" for n in 1:2\n'  # interpolated: not a literal name
         '    @testset "nested" begin end\n'
+        "end\n"
         '# @testset "comment"\n'
     )
     assert ps.julia.testset_names(path) == ["plain", 'esc "q" \\ $x']
@@ -1294,33 +1330,37 @@ def test_backend_julia_without_julia_raises_quickly():
             _julia._state.update(saved)
 
 
-def test_gauge_log_is_read_by_the_thread_that_wrote_it(fake):
-    """A pullback's gauge records are taken before any other thread enters
-    Julia, so each backward applies its own gauge policy to its own records."""
+def test_gauge_records_belong_to_their_own_call(fake):
+    """Concurrent backward passes under gauge="raise": each pullback's gauge
+    records come back from the very call that made them (under the lock), so a
+    gauge-dependent loss raises in its own thread and an invariant one (the
+    polar factor) never catches another thread's records."""
     ps.svd(randn(3, 3), backend="julia")
     fake.delay = 0.001
-    errors = []
+    A = degenerate()
+    outcomes, errors = [], []
 
-    def work(seed):
+    def work(dependent):
         try:
             for _ in range(3):
-                A = randn(5, 3, seed=seed).requires_grad_(True)
-                U, S, Vh = ps.svd(A, backend="julia", gauge="ignore")
-                (U @ Vh).sum().backward()
+                X = A.clone().requires_grad_(True)
+                U, S, Vh = ps.svd(X, backend="julia", gauge="raise")
+                loss = U[:, 1].sum() if dependent else (U @ Vh).sum()
+                try:
+                    loss.backward()
+                    outcomes.append((dependent, "passed"))
+                except GaugeError:
+                    outcomes.append((dependent, "raised"))
         except BaseException as err:  # noqa: BLE001
             errors.append(err)
 
-    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    threads = [threading.Thread(target=work, args=(d,)) for d in (True, False) * 3]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    assert not errors
-    calls = [c for c in fake.calls if c.name != "gc_enable"]
-    for i, c in enumerate(calls):
-        if c.name == "svd_pullback_batched!":
-            after = calls[i + 1]
-            assert after.name == "take_gauge_log" and after.thread == c.thread
+    assert not errors and len(outcomes) == 18
+    assert set(outcomes) == {(True, "raised"), (False, "passed")}
 
 
 STUB_JULIACALL = """
@@ -1337,8 +1377,9 @@ class JuliaError(Exception):
 
 
 class _Glue:
-    def exception_kind(self, e):
-        return {"DomainError": "domain", "ArgumentError": "argument"}.get(e, "other")
+    def error_description(self, e):
+        kind = {"DomainError": "domain", "ArgumentError": "argument"}.get(e, "other")
+        return kind, e + ": Julia's message", None
 
 
 class _Main:
@@ -1366,11 +1407,16 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("PYTHON_JULIACALL_HANDLE_SIGNALS", "placeholder")
     monkeypatch.delenv("PYTHON_JULIACALL_HANDLE_SIGNALS")
+    import juliapkg
+
+    resolved = []
+    monkeypatch.setattr(juliapkg, "resolve", lambda: resolved.append(True))
     rt = _julia.JuliaRuntime()
     try:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
             glue = rt.start()
+        assert resolved == [True]  # juliapkg's resolve, before juliacall loads
         texts = {w.category: str(w.message) for w in record}
         assert "PYSPECTRAL_START_JULIA" in texts[RuntimeWarning]  # ours, instead of
         assert UserWarning not in texts  # juliacall's own torch warning
@@ -1381,7 +1427,7 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         assert jc.Main.includes == [str(_julia.GLUE)]
         assert os.environ["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
         err = jc.JuliaError("DomainError", "DomainError with -1.0: log")
-        assert rt.describe(err) == ("domain", "DomainError with -1.0: log")
+        assert rt.describe(err) == ("domain", "DomainError: Julia's message", None)
         assert rt.describe(ValueError("not Julia")) is None
         assert rt.probe() is None  # juliacall loaded: installed
     finally:
@@ -1451,3 +1497,314 @@ def test_randomized_eigh_through_julia_matches_native(fake, dtype, uplo):
     assert torch.allclose(wj, wt, atol=1e-10)
     assert torch.allclose(gj, gt, atol=1e-9)
     assert fake.calls_to("eigh_trunc_pullback_batched!")
+
+
+# ----------------------------------------------------------------- the probe
+# JuliaRuntime.probe against the real juliapkg, configured through its own
+# environment variables, with juliacall claimed installed and a shell script
+# that answers what juliapkg asks of a Julia executable.
+
+FAKE_JULIA_EXE = """#!/bin/sh
+# What juliapkg asks a Julia: its version, and (resolve) libjulia and bindir.
+if [ "$1" = "--version" ]; then echo "julia version 1.9.4"; exit 0; fi
+printf '%s\\0%s' "${0%/*}/libjulia.so" "${0%/*}"
+"""
+
+
+@pytest.fixture
+def juliapkg_env(tmp_path, monkeypatch):
+    """``configure(EXE=..., OFFLINE=..., PROJECT=...)``: juliapkg re-reads its
+    settings from these variables only (no julia, no juliaup on PATH); the
+    runtime probes afresh; juliacall counts as installed. Undone afterwards."""
+    juliapkg = pytest.importorskip("juliapkg")
+    if "juliacall" in sys.modules:
+        pytest.skip("the real juliacall is loaded in this process")
+    for key in ("EXE", "OFFLINE", "PROJECT"):
+        monkeypatch.delenv(f"PYTHON_JULIAPKG_{key}", raising=False)
+    (tmp_path / "empty-bin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setenv("JULIA_DEPOT_PATH", str(tmp_path / "depot"))
+    monkeypatch.setenv("JULIAUP_DEPOT_PATH", str(tmp_path / "depot"))
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: object() if name == "juliacall" else find_spec(name, *a),
+    )
+
+    def configure(**env: str):
+        for key, value in env.items():
+            monkeypatch.setenv(f"PYTHON_JULIAPKG_{key}", value)
+        juliapkg.state.reset_state()
+        return juliapkg
+
+    with installed(_julia.JuliaRuntime()):
+        yield configure
+    monkeypatch.undo()
+    juliapkg.state.reset_state()
+
+
+def fake_julia(where) -> str:
+    where.mkdir(exist_ok=True)
+    exe = where / "julia"
+    exe.write_text(FAKE_JULIA_EXE)
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_probe_offline_with_an_executable_and_a_project(juliapkg_env, tmp_path):
+    """The user-provided offline Julia of issue 7: usable, with no resolve
+    having run (juliapkg has no state file yet), and `info` says so."""
+    project = tmp_path / "env"
+    project.mkdir()
+    jp = juliapkg_env(
+        EXE=fake_julia(tmp_path / "bin"), OFFLINE="yes", PROJECT=str(project)
+    )
+    assert not jp.deps.can_skip_resolve()  # what the old probe asked
+    assert _julia.runtime.probe() is None
+    assert _julia.status() == (True, "installed (not started yet)")
+    from pyspectral.__main__ import info
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        info()
+    assert re.search(r"julia\s+usable\s+installed", out.getvalue())
+
+
+def test_offline_resolve_writes_the_state_the_probe_then_uses(
+    juliapkg_env, tmp_path, monkeypatch
+):
+    """juliapkg's offline resolve (what start() runs first) needs no network:
+    it asks the given Julia where libjulia is and writes its state file, after
+    which it would skip resolving."""
+    project = tmp_path / "env"
+    project.mkdir()
+    exe = fake_julia(tmp_path / "bin")
+    jp = juliapkg_env(EXE=exe, OFFLINE="yes", PROJECT=str(project))
+    site = tmp_path / "site"  # no other juliapkg.json on the path than ours
+    site.mkdir()
+    (site / "juliapkg.json").write_text('{"julia": "1.9 - 1.12"}')
+    monkeypatch.setattr(sys, "path", [str(site)])
+    assert jp.resolve() is True
+    monkeypatch.undo()
+    assert (project / "pyjuliapkg" / "meta.json").is_file()
+    assert jp.executable() == exe
+    jp = juliapkg_env(EXE=exe, OFFLINE="yes", PROJECT=str(project))  # a new process
+    monkeypatch.setattr(sys, "path", [str(site)])
+    assert jp.deps.can_skip_resolve()
+    assert _julia.juliapkg_reason(jp) is None
+
+
+@pytest.mark.parametrize(
+    "setting, reason",
+    [
+        ({}, r"not installed yet\. Install it with `python -m pyspectral install"),
+        ({"OFFLINE": "yes", "PROJECT": "env"}, r"no Julia .*PYTHON_JULIAPKG_EXE="),
+        ({"OFFLINE": "yes", "EXE": "julia"}, r"PYTHON_JULIAPKG_PROJECT is not set"),
+        (
+            {"OFFLINE": "yes", "EXE": "julia", "PROJECT": "missing"},
+            r"PYTHON_JULIAPKG_PROJECT=.*missing does not exist",
+        ),
+        (
+            {"OFFLINE": "yes", "EXE": "not-julia", "PROJECT": "env"},
+            r"not-julia is not a Julia executable",
+        ),
+    ],
+    ids=["online", "offline-no-julia", "no-project", "missing-project", "not-julia"],
+)
+def test_probe_says_why_not(juliapkg_env, tmp_path, setting, reason):
+    (tmp_path / "env").mkdir()
+    paths = {
+        "julia": fake_julia(tmp_path / "bin"),
+        "not-julia": str(tmp_path / "not-julia"),
+        "env": str(tmp_path / "env"),
+        "missing": str(tmp_path / "missing"),
+    }
+    (tmp_path / "not-julia").write_text("#!/bin/sh\necho hello\n")
+    (tmp_path / "not-julia").chmod(0o755)
+    juliapkg_env(**{key: paths.get(value, value) for key, value in setting.items()})
+    why = _julia.runtime.probe()
+    assert why is not None and re.search(reason, why), why
+    ok, status = _julia.status()
+    assert not ok and status == why
+
+
+def test_probe_offline_finds_julia_on_the_path(juliapkg_env, tmp_path, monkeypatch):
+    """Offline without PYTHON_JULIAPKG_EXE, juliapkg uses a Julia it finds
+    installed (here on PATH), as its find_julia does."""
+    (tmp_path / "env").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    fake_julia(tmp_path / "bin")
+    juliapkg_env(OFFLINE="yes", PROJECT=str(tmp_path / "env"))
+    assert _julia.runtime.probe() is None
+
+
+def test_probe_with_a_matching_state_file(juliapkg_env, monkeypatch):
+    """Online, Julia counts as installed when juliapkg can skip resolving
+    (its state file matches), and not otherwise."""
+    jp = juliapkg_env()
+    monkeypatch.setattr(jp.deps, "can_skip_resolve", lambda: {"meta_version": 8})
+    assert _julia.runtime.probe() is None
+    monkeypatch.setattr(jp.deps, "can_skip_resolve", lambda: False)
+    assert "not installed yet" in _julia.runtime.probe()
+
+
+def test_probe_without_juliacall(monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "juliacall" else find_spec(name, *a),
+    )
+    if "juliacall" in sys.modules:
+        assert _julia.JuliaRuntime().probe() is None  # loaded: nothing to find
+    else:
+        why = _julia.JuliaRuntime().probe()
+        assert why.startswith("juliacall is not installed: pip install")
+
+
+# ------------------------------------- Julia's warnings, as the native ones
+
+
+def test_gauge_warning_once_per_call_with_the_batch_tolerance(fake):
+    """Julia checks each batch element against its own tolerance and records
+    each violation; the bridge warns once per call, as the native backend does,
+    with the largest measured value against the tolerance of the whole batch
+    of cotangents (here eps**0.75 * max|gU| = eps**0.75)."""
+    A = degenerate().expand(3, 5, 4).contiguous().requires_grad_(True)
+    U, S, Vh = ps.svd(A, backend="julia")
+    with pytest.warns(GaugeWarning) as record:
+        U[..., 1].sum().backward()
+    assert len(record) == 1
+    text = str(record[0].message)
+    measured = float(re.search(r"measured (\S+) >", text)[1])
+    assert text == C.gauge_message("svd", measured, C.eps(A.dtype) ** 0.75)
+
+
+def test_gauge_tolerance_is_the_whole_batchs(fake, monkeypatch):
+    """An element whose violation is large only against its own (tiny)
+    cotangent is recorded by Julia, but, as natively, measured against the
+    batch's tolerance: no warning."""
+    seen = []
+    apply = C.apply_gauge_records
+    monkeypatch.setattr(
+        C, "apply_gauge_records", lambda r, *a: (seen.append(r), apply(r, *a))
+    )
+    A = degenerate().expand(2, 5, 4).contiguous()
+    W = weights((5, 4), torch.float64, 3)
+
+    def loss(X, backend):
+        U, S, Vh = ps.svd(X, backend=backend)
+        return 1e-20 * U[0, :, 1].sum() + 1e6 * ((U @ Vh)[1] * W).sum()
+
+    for backend in ("torch", "julia"):  # neither warns (GaugeWarning is an error)
+        grad_of(lambda X, b=backend: loss(X, b), A)
+    assert len(seen) == 1 and len(seen[0]) == 1  # element 0's own violation
+
+
+def no_gap_svd_grad(backend, batch=()):
+    from _spectra import matrix_with_spectrum
+
+    A = matrix_with_spectrum([5, 4, 3, 3, 3, 1, 0.5, 0.1], 10, 8, seed=3)
+    X = A.expand(*batch, 10, 8).contiguous().requires_grad_(True)
+    U, S, Vh = ps.svd(
+        X, k=3, method="randomized", n_iter=6, backward_maxiter=30, backend=backend
+    )
+    (S.sum() + (U @ U.mT).diagonal(0, -2, -1).sum() + ((U @ Vh) ** 2).sum()).backward()
+    return X.grad
+
+
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+def test_top_k_backward_warns_once_as_natively(fake, batch):
+    """Julia logs "did not converge" (once per batch element); Python gets the
+    native GaugeWarning, once. Julia's record has no residual: left out."""
+    with pytest.warns(GaugeWarning) as native:
+        no_gap_svd_grad("torch", batch)
+    with pytest.warns(GaugeWarning) as julia:
+        g = no_gap_svd_grad("julia", batch)
+    assert len(native) == len(julia) == 1
+    assert str(julia[0].message) == C.topk_backward_message(30, None)
+    assert str(native[0].message).startswith(
+        C.topk_backward_message(30, None).split(":")[0]
+    )
+    assert torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+def test_randomized_eigh_warns_once_as_natively(fake, batch):
+    """Ritz pairs not converged: Julia logs it per batch element with the
+    relative residual in the text; Python warns once, with the native text
+    (the largest residual), word for word."""
+    from _spectra import hermitian_with_spectrum
+
+    w = [-10, -9, -8, 1, 0.9, 0.5, 0.1, 0.05]
+    seeds = (2, 5)[: batch[0] if batch else 1]
+    A = torch.stack([hermitian_with_spectrum(w, seed=s) for s in seeds])
+    A = A.reshape(*batch, 8, 8)
+    messages = {}
+    for backend in ("torch", "julia"):
+        with pytest.warns(GaugeWarning) as record:
+            ps.eigh(
+                A, k=2, method="randomized", oversample=0, n_iter=1, backend=backend
+            )
+        assert len(record) == 1
+        messages[backend] = str(record[0].message)
+    assert messages["julia"] == messages["torch"]
+    assert fake.calls_to("eigh_topk_batched")
+
+
+def test_julia_warning_records(fake):
+    """A top-k record with the numbers as keyword arguments gets them into the
+    native text; a record with no native twin is a RuntimeWarning naming the op
+    (Julia's level and message)."""
+    original = fake.svdvals_batched
+
+    def svdvals_batched(At):
+        kwargs = (("residual", 0.25), ("maxiter", 7))
+        cg = "top-k pullback: the Sylvester solve did not converge in 7 iterations: "
+        fake.log_records.append(("Warn", cg + "...", "PySpectral", "truncated", kwargs))
+        fake.log_records.append(("Error", "something else", "Main", "x", ()))
+        return original(At)
+
+    fake.svdvals_batched = svdvals_batched  # bound when the glue starts
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        ps.svdvals(randn(3, 3), backend="julia")
+    texts = {(w.category, str(w.message)) for w in record}
+    assert texts == {
+        (RuntimeWarning, "svdvals (Julia Error): something else"),
+        (GaugeWarning, C.topk_backward_message(7, 0.25)),
+    }
+
+
+def test_stand_in_texts_are_the_julia_packages():
+    """The Julia texts the stand-in produces are PySpectral.jl's (the fixed
+    parts of its messages), and the bridge recognises them."""
+    from _fake_julia import JULIA_CG_WARNING, JULIA_RITZ_WARNING
+
+    src = ps.julia.PACKAGE_TESTS.parent / "src"
+    text = "\n".join(p.read_text(encoding="utf-8") for p in src.rglob("*.jl"))
+    for fragment in (
+        '"top-k pullback: the Sylvester solve did not converge in $maxiter ',
+        '"the gap between the kept and discarded spectrum is too small. The gradient "',
+        '"eigh_topk: the Ritz pairs have not converged (residual "',
+        "needs a $need input, but eigenvalue $i (1-based, ",
+        '"ascending) is λ[$i] = "',
+        "needs nonzero singular values, but S[$i] = ",
+    ):
+        assert fragment in text, fragment
+    cg = ("Warn", JULIA_CG_WARNING.format(maxiter=12), "PySpectral", "truncated", ())
+    ritz = ("Warn", JULIA_RITZ_WARNING.format(residual="0.031"), "PySpectral", "", ())
+    assert _julia._native_event(cg) == (("cg", 12), None)
+    assert _julia._native_event(ritz) == (("ritz", 0), 0.031)
+
+
+def test_testset_names_through_wrappers(tmp_path):
+    """The names Python lists without Julia: top-level testsets, also in a
+    try/begin/let/macro wrapper, past comments, strings, characters, adjoints,
+    indices and the blocks of functions and types."""
+    from test_julia_rules import WRAPPED_NAMES, WRAPPED_TESTSETS
+
+    path = tmp_path / "wrapped.jl"
+    path.write_text(WRAPPED_TESTSETS, encoding="utf-8")
+    assert ps.julia.testset_names(path) == WRAPPED_NAMES
