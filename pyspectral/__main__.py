@@ -14,7 +14,7 @@ import torch
 
 import pyspectral
 
-from . import _common
+from . import _backend
 
 
 def info() -> int:
@@ -29,7 +29,7 @@ def info() -> int:
     print(f"Python     {platform.python_version()}  ({sys.executable})")
     print(f"CUDA       {cuda}")
     print("backends:")
-    for name, (usable, why) in _common.backend_status().items():
+    for name, (usable, why) in _backend.backend_status().items():
         print(f"  {name:<6} {'usable' if usable else 'not usable':<11} {why}")
     print(
         "  auto   = torch for every call (the measured-fast native backend, any "

@@ -18,7 +18,6 @@ import torch
 from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
 
 from .exceptions import (
-    BackendError,
     GaugeError,
     GaugeWarning,
     InputError,
@@ -26,7 +25,6 @@ from .exceptions import (
 )
 
 GAUGE_POLICIES = ("warn", "raise", "ignore")
-BACKENDS = ("auto", "torch", "julia")
 
 
 @dataclass(frozen=True)
@@ -172,6 +170,33 @@ def gap_inverse(x: torch.Tensor, tol: torch.Tensor, opts: Options) -> torch.Tens
     if opts.broadening is None:
         return inv_safe(x, tol)
     return inv_lorentz(x, opts.broadening)
+
+
+def divided_difference(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: torch.Tensor,
+    fb: torch.Tensor,
+    da: torch.Tensor,
+    db: torch.Tensor,
+) -> torch.Tensor:
+    """Stable ``(fa - fb) / (a - b)``, tending to ``(da + db) / 2`` as ``a -> b``.
+
+    The quotient carries the rounding error of ``fa - fb``, about
+    ``eps (|fa| + |fb|) / |a - b|``, the derivative average a Taylor error
+    ``O(f'''(a - b)**2)``; their difference shows which one is larger. The
+    quotient is used where it differs from the average by more than twice its
+    rounding error, the average elsewhere (the two then agree to that error).
+    This assumes nothing about the scale on which ``f`` varies (``exp`` near 0
+    varies on scale 1, not ``|a|``) and squares nothing (no underflow).
+    """
+    d = a - b
+    average = (da + db) / 2
+    safe_d = torch.where(d != 0, d, torch.ones_like(d))
+    quotient = (fa - fb) / safe_d
+    rounding = eps(a.dtype) * (fa.abs() + fb.abs()) / safe_d.abs()
+    quotient_ok = (d != 0) & ((quotient - average).abs() > 2 * rounding)
+    return torch.where(quotient_ok, quotient, average)
 
 
 def add_diagonal(M: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -333,40 +358,3 @@ def check_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
             f"{tol:.3g}. Symmetrise it, e.g. (A + A.mH) / 2, or pass "
             "check_hermitian=False to read only the UPLO triangle"
         )
-
-
-def backend_status() -> dict[str, tuple[bool, str]]:
-    """For each backend name: whether it can run here, and why (not)."""
-    from . import _julia
-
-    return {"torch": (True, "native PyTorch backend"), "julia": _julia.status()}
-
-
-def resolve_backend(op: str, backend: str, A: torch.Tensor) -> str:
-    """Map ``backend`` to the one that runs: ``"torch"`` or ``"julia"``.
-
-    ``"auto"`` (the default) is the native backend, for every call: it is the
-    one measured fast (benchmarks/), it runs on GPU and under torch.func, and it
-    needs no Julia. Julia runs only when asked for with ``backend="julia"``,
-    which raises when it cannot run this call. Should Julia be measured faster
-    for some call, this is where ``"auto"`` would send that call there; none
-    is today.
-    """
-    if backend not in BACKENDS:
-        raise BackendError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
-    if backend != "julia":
-        return "torch"
-    from . import _julia
-
-    why_not = (
-        "torch.func transforms (vmap, grad, jacrev) run on the native backend"
-        if is_functorch_wrapped_tensor(A)
-        else "empty tensors run on the native backend"
-        if A.numel() == 0
-        else ""
-    )
-    if why_not:
-        raise BackendError(f"{op}: {why_not}; use backend='torch'")
-    _julia.check_tensor(op, A)
-    _julia.glue()
-    return "julia"

@@ -1,5 +1,6 @@
-"""Spectral functions ``f`` for ``svd_function`` / ``matrix_function``, and the
-stable divided differences their exact pullbacks are made of."""
+"""Spectral functions ``f`` for ``svd_function`` / ``matrix_function``: named
+and user-given ``f`` evaluated with ``f'`` on a spectrum (the divided
+differences their pullbacks are made of are in ``_common``)."""
 
 from __future__ import annotations
 
@@ -11,33 +12,6 @@ from torch import Tensor
 
 from . import _common as C
 from .exceptions import DomainError, InputError, InputTypeError
-
-
-def divided_difference(
-    a: torch.Tensor,
-    b: torch.Tensor,
-    fa: torch.Tensor,
-    fb: torch.Tensor,
-    da: torch.Tensor,
-    db: torch.Tensor,
-) -> torch.Tensor:
-    """Stable ``(fa - fb) / (a - b)``, tending to ``(da + db) / 2`` as ``a -> b``.
-
-    The quotient carries the rounding error of ``fa - fb``, about
-    ``eps (|fa| + |fb|) / |a - b|``, the derivative average a Taylor error
-    ``O(f'''(a - b)**2)``; their difference shows which one is larger. The
-    quotient is used where it differs from the average by more than twice its
-    rounding error, the average elsewhere (the two then agree to that error).
-    This assumes nothing about the scale on which ``f`` varies (``exp`` near 0
-    varies on scale 1, not ``|a|``) and squares nothing (no underflow).
-    """
-    d = a - b
-    average = (da + db) / 2
-    safe_d = torch.where(d != 0, d, torch.ones_like(d))
-    quotient = (fa - fb) / safe_d
-    rounding = C.eps(a.dtype) * (fa.abs() + fb.abs()) / safe_d.abs()
-    quotient_ok = (d != 0) & ((quotient - average).abs() > 2 * rounding)
-    return torch.where(quotient_ok, quotient, average)
 
 
 class SpectralFn:

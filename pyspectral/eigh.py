@@ -10,9 +10,14 @@ import torch
 from torch import Tensor
 
 from . import _common as C
-from . import _julia, _lowrank
-from ._fns import SpectralFn, divided_difference, named_argument, power, user_pair
+from . import _julia
+from ._backend import resolve_backend
+from ._fns import SpectralFn, named_argument, power, user_pair
 from .exceptions import DomainError, InputError, InputTypeError
+from .forward.topk import top_k_method
+from .pullbacks.eigh import eigh_pullback
+from .pullbacks.matfun import matrix_function_pullback
+from .topk import EighTopK, EighTopKJulia
 
 __all__ = ["EighResult", "eigh", "eigvalsh", "matrix_function", "eigh_pullback"]
 
@@ -20,78 +25,6 @@ __all__ = ["EighResult", "eigh", "eigvalsh", "matrix_function", "eigh_pullback"]
 class EighResult(NamedTuple):
     eigenvalues: Tensor
     eigenvectors: Tensor
-
-
-# --------------------------------------------------------------- pullbacks
-
-
-def fold_triangle(G: Tensor, uplo: str) -> Tensor:
-    """Gradient w.r.t. the input of a function that reads only the ``uplo``
-    triangle, given its gradient ``G`` w.r.t. the Hermitian matrix it builds.
-
-    Entry ``(i, j)`` of the triangle stands for both ``A_ij`` and
-    ``conj(A_ji)``, so it gets ``2 G_ij``; the diagonal gets ``Re G_ii`` (LAPACK
-    ignores its imaginary part) and the other triangle nothing.
-    """
-    T = (torch.tril(G, -1) if uplo == "L" else torch.triu(G, 1)).mul_(2)
-    # In place on T, which is new: one full-size temporary instead of four.
-    T.diagonal(dim1=-2, dim2=-1).copy_(G.diagonal(dim1=-2, dim2=-1).real)
-    return T
-
-
-def eigh_pullback(
-    w: Tensor,
-    V: Tensor,
-    gw: Tensor | None,
-    gV: Tensor | None,
-    uplo: str,
-    opts: C.Options,
-    middle_only: bool = False,
-) -> Tensor | None:
-    """Gradient w.r.t. the input of ``eigh`` from the cotangents of ``w, V``
-    (``middle_only=True``: the middle matrix ``M`` of ``fold(V M V^H)``, for
-    ``gV`` given)."""
-    # With dP = V^H dA V (Hermitian) and Omega = V^H dV (anti-Hermitian),
-    # dP_ij = Omega_ij (w_j - w_i) off the diagonal; pairing with K = V^H gV and
-    # keeping the Hermitian part (dP is Hermitian) gives
-    #   G = V (Ka / (2 (w_j - w_i)) + diag(gw)) V^H,   Ka = K - K^H.
-    # Inside a degenerate cluster (diagonal included: complex phases) the
-    # quotient is 0/0; a gauge-invariant loss has Ka = 0 there.
-    if gV is None:
-        if gw is None:
-            return None
-        G = (V * gw.unsqueeze(-2).to(V.dtype)) @ V.mH
-        return fold_triangle(G, uplo)
-    tol = C.degeneracy_atol(w, opts.degeneracy_atol)
-    gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
-    K = V.mH @ gV
-    Ka = K - K.mH
-    C.check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
-    M = Ka * (0.5 * C.gap_inverse(gap, tol, opts))
-    if gw is not None:
-        M = C.add_diagonal(M, gw)
-    if middle_only:
-        return M
-    return fold_triangle(V @ M @ V.mH, uplo)
-
-
-def matrix_function_pullback(
-    w: Tensor, V: Tensor, fn: SpectralFn, gY: Tensor, uplo: str, opts: C.Options
-) -> Tensor:
-    """Gradient of ``Y = V f(diag(w)) V^H`` (Daleckii-Krein), exact at every
-    spectrum: ``V (L o herm(V^H gY V)) V^H`` with ``L`` the divided differences
-    of ``f``, then folded onto the triangle the forward read."""
-    f, d = fn(w, opts)
-    L = divided_difference(
-        w.unsqueeze(-1),
-        w.unsqueeze(-2),
-        f.unsqueeze(-1),
-        f.unsqueeze(-2),
-        d.unsqueeze(-1),
-        d.unsqueeze(-2),
-    )
-    X = V.mH @ gY @ V
-    return fold_triangle(V @ (L * (X + X.mH) * 0.5) @ V.mH, uplo)
 
 
 # ----------------------------------------------------- autograd functions
@@ -348,7 +281,7 @@ def eigh(
     _check("eigh", A, UPLO, check_hermitian, hermitian_tol)
     opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
     if k is not None:
-        method, params = _lowrank.top_k_method(
+        method, params = top_k_method(
             "eigh", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
         )
         if method == "randomized" and not largest:
@@ -359,11 +292,11 @@ def eigh(
         if method == "randomized":
             # products with A read both triangles: A must be Hermitian
             C.check_hermitian("eigh", A, hermitian_tol)
-    impl = _EighJulia if C.resolve_backend("eigh", backend, A) == "julia" else _Eigh
+    impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
     if k is None:
         return EighResult(*impl.apply(A, UPLO, opts))
     if method == "randomized":
-        topk = _lowrank.EighTopK if impl is _Eigh else _lowrank.EighTopKJulia
+        topk = EighTopK if impl is _Eigh else EighTopKJulia
         return EighResult(*topk.apply(A, k, largest, UPLO, params, opts))
     w, V = impl.apply(A, UPLO, opts)
     sel = slice(-k, None) if largest else slice(0, k)
@@ -379,7 +312,7 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, backend: str = "auto") -> Tensor:
     ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
     """
     _check("eigvalsh", A, UPLO, False, None)
-    julia = C.resolve_backend("eigvalsh", backend, A) == "julia"
+    julia = resolve_backend("eigvalsh", backend, A) == "julia"
     if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)) and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
     return (_EighJulia if julia else _Eigh).apply(A, UPLO, C.options())[0]
@@ -431,7 +364,7 @@ def matrix_function(
     _check("matrix_function", A, UPLO, check_hermitian, hermitian_tol)
     fn = _matfun(f)
     opts = C.options(degeneracy_atol, None, None, None)
-    backend = C.resolve_backend("matrix_function", backend, A)
+    backend = resolve_backend("matrix_function", backend, A)
     if backend == "julia":
         return _MatrixFunctionJulia.apply(A, f, fn, UPLO, opts)
     return _MatrixFunction.apply(A, fn, UPLO, opts)[0]

@@ -10,9 +10,13 @@ import torch
 from torch import Tensor
 
 from . import _common as C
-from . import _julia, _lowrank
-from ._fns import SpectralFn, divided_difference, named_argument, power, user_pair
+from . import _julia
+from ._backend import resolve_backend
+from ._fns import SpectralFn, named_argument, power, user_pair
 from .exceptions import DomainError, InputError, InputTypeError
+from .forward.topk import top_k_method
+from .pullbacks.svd import svd_function_pullback, svd_pullback
+from .topk import SVDTopK, SVDTopKJulia
 
 __all__ = ["SVDResult", "svd", "svdvals", "svd_function", "svd_pullback"]
 
@@ -21,99 +25,6 @@ class SVDResult(NamedTuple):
     U: Tensor
     S: Tensor
     Vh: Tensor
-
-
-# --------------------------------------------------------------- pullbacks
-
-
-def _skew(X: Tensor) -> Tensor:
-    return X - X.mH
-
-
-def svd_pullback(
-    U: Tensor,
-    S: Tensor,
-    Vh: Tensor,
-    gU: Tensor | None,
-    gS: Tensor | None,
-    gVh: Tensor | None,
-    opts: C.Options,
-    middle_only: bool = False,
-) -> Tensor | None:
-    """Gradient w.r.t. ``A = U diag(S) Vh`` from the cotangents of U, S, Vh.
-
-    ``U``/``Vh`` may be thin (``k = len(S)`` columns/rows) or full; ``None``
-    cotangents are zero. Nothing is modified in place. ``middle_only=True``
-    returns the ``k x k`` middle matrix ``M`` of ``U M Vh`` instead (for the
-    truncated pullback of ``_lowrank``, which adds its own complement terms).
-    """
-    # Derivation (Townsend 2016; Wan & Zhang 2019; torch's svd_backward;
-    # MatrixAlgebraKit.jl's svd_pullback!). With dP = U^H dA V, the skew part of
-    # U^H dU solves dP_ij s_j + conj(dP_ji) s_i = (s_j^2 - s_i^2) (U^H dU)_ij, and
-    # likewise for V. Collecting terms, the middle matrix is, for all i, j,
-    #   M_ij = (Ja+Ka)_ij / (2(s_j - s_i)) + (Ja-Ka)_ij / (2(s_j + s_i)),
-    # Ja = J - J^H, J = U^H gU, Ka = K - K^H, K = V^H gV. The second term on the
-    # diagonal is the complex phase term i Im(J_ii - K_ii) / (2 s_i). Inside a
-    # degenerate cluster the first term is 0/0: a gauge-invariant loss has
-    # (Ja+Ka)_ij = 0 there, so it is set to 0 and the residual is measured.
-    # Every 1/gap goes through one regularised inverse (cutoff or Lorentzian),
-    # which makes the zero-singular-value terms pseudo-inverses.
-    k = S.shape[-1]
-    if U.shape[-1] > k or Vh.shape[-2] > k:
-        U, gU = _fold_complement("svd", U, gU, k, opts)
-        V, gV = _fold_complement("svd", Vh.mH, None if gVh is None else gVh.mH, k, opts)
-        Vh, gVh = V.mH, None if gV is None else gV.mH
-    if gU is None and gVh is None:
-        return None if gS is None else (U * gS.unsqueeze(-2)) @ Vh
-
-    tol = C.degeneracy_atol(S, opts.degeneracy_atol)
-    Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
-    J = None if gU is None else U.mH @ gU
-    K = None if gVh is None else Vh @ gVh.mH
-    Ja = 0 if J is None else _skew(J)
-    Ka = 0 if K is None else _skew(K)
-    JKa, gap = Ja + Ka, Sj - Si
-    C.check_gauge(
-        "svd",
-        JKa,
-        gap.abs() <= tol,
-        tuple(g for g in (gU, gVh) if g is not None),
-        opts,
-    )
-    M = JKa * (0.5 * C.gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
-        0.5 * C.gap_inverse(Sj + Si, tol, opts)
-    )
-    if gS is not None:
-        M = C.add_diagonal(M, gS)
-    if middle_only:
-        return M
-    gA = U @ M @ Vh
-    Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
-    if U.shape[-2] > k and J is not None:
-        gA = gA + ((gU - U @ J) * Sinv) @ Vh
-    if Vh.shape[-1] > k and K is not None:
-        gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
-    return gA
-
-
-def _fold_complement(
-    op: str, U: Tensor, gU: Tensor | None, k: int, opts: C.Options
-) -> tuple[Tensor, Tensor | None]:
-    """Fold the cotangent of the complement columns ``U[..., k:]`` of a full
-    SVD into the thin one: ``gU_k -= U_perp (gU_perp^H U_k)``.
-
-    Exact for losses that see ``U_perp`` only through its span (its basis is
-    arbitrary); the part of ``U_perp^H gU_perp`` that is not Hermitian would
-    depend on that basis and is checked like any gauge dependence.
-    """
-    Uk, Up = U[..., :k], U[..., k:]
-    if gU is None or Up.shape[-1] == 0:
-        return Uk, None if gU is None else gU[..., :k]
-    gUp = gU[..., k:]
-    block = Up.mH @ gUp
-    everywhere = torch.ones(block.shape[-2:], dtype=torch.bool, device=U.device)
-    C.check_gauge(op, _skew(block), everywhere, (gU,), opts)
-    return Uk, gU[..., :k] - Up @ (gUp.mH @ Uk)
 
 
 # ----------------------------------------------------- autograd functions
@@ -219,36 +130,6 @@ class _SVDFunction(torch.autograd.Function):
             # itself differentiable (double backward, jacrev of grad).
             U, S, Vh = _SVD.apply(A, False, ctx.opts)
         return svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts), None, None
-
-
-def svd_function_pullback(
-    U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, gY: Tensor, opts: C.Options
-) -> Tensor:
-    """Gradient of ``Y = U f(S) Vh`` (thin SVD) with cotangent ``gY``.
-
-    Exact at every spectrum: only divided differences of ``f`` appear.
-    """
-    # dY = U (L- o sym(dP) + L+ o skew(dP)) V^H + the one-sided complement
-    # terms, dP = U^H dA V, where L-_ij = (f_i - f_j)/(s_i - s_j) and
-    # L+_ij = (f_i + f_j)/(s_i + s_j) (divided differences of the odd extension
-    # of f). The map is self-adjoint entrywise, so the pullback has the same
-    # form with X = U^H gY V. Ties are limits (f'), never 0/0.
-    f, d = fn(S, opts)
-    k = S.shape[-1]
-    Si, Sj, fi, fj = S.unsqueeze(-1), S.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2)
-    di, dj = d.unsqueeze(-1), d.unsqueeze(-2)
-    Lm = divided_difference(Si, Sj, fi, fj, di, dj)
-    Lp = divided_difference(Si, -Sj, fi, -fj, di, dj)
-    X = U.mH @ gY @ Vh.mH
-    gA = U @ ((Lm * (X + X.mH) + Lp * (X - X.mH)) * 0.5) @ Vh
-    if U.shape[-2] > k or Vh.shape[-1] > k:
-        zero = torch.zeros_like(S)
-        w = divided_difference(S, zero, f, zero, d, d).unsqueeze(-2)
-        if U.shape[-2] > k:
-            gA = gA + ((gY @ Vh.mH - U @ X) * w) @ Vh
-        if Vh.shape[-1] > k:
-            gA = gA + (U * w) @ (U.mH @ gY - X @ Vh)
-    return gA
 
 
 # ------------------------------------------------- singular value functions
@@ -400,14 +281,14 @@ def svd(
                 "svd: k (top-k triplets) cannot be combined with full_matrices=True; "
                 "pass one of them"
             )
-        method, params = _lowrank.top_k_method(
+        method, params = top_k_method(
             "svd", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
         )
-    impl = _SVDJulia if C.resolve_backend("svd", backend, A) == "julia" else _SVD
+    impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
     if k is None:
         return SVDResult(*impl.apply(A, full_matrices, opts))
     if method == "randomized":
-        topk = _lowrank.SVDTopK if impl is _SVD else _lowrank.SVDTopKJulia
+        topk = SVDTopK if impl is _SVD else SVDTopKJulia
         return SVDResult(*topk.apply(A, k, params, opts))
     U, S, Vh = impl.apply(A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
@@ -422,7 +303,7 @@ def svdvals(A: Tensor, *, backend: str = "auto") -> Tensor:
     ``backend`` as in :func:`svd` (``"auto"``: native).
     """
     C.check_matrix("svdvals", A)
-    julia = C.resolve_backend("svdvals", backend, A) == "julia"
+    julia = resolve_backend("svdvals", backend, A) == "julia"
     if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)):
         return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
     return (_SVDJulia if julia else _SVD).apply(A, False, C.options())[1]
@@ -471,7 +352,7 @@ def svd_function(
     C.check_matrix("svd_function", A)
     fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
     opts = C.options(degeneracy_atol, None, gauge, None)
-    julia = C.resolve_backend("svd_function", backend, A) == "julia"
+    julia = resolve_backend("svd_function", backend, A) == "julia"
     if fn is None:
         smax = (_SVDJulia if julia else _SVD).apply(A, False, opts)[1][..., :1, None]
         if bool((C._peek(smax) == 0).any()):

@@ -42,13 +42,7 @@ import torch
 from pyspectral import _common as C
 from pyspectral import _julia
 from pyspectral._fns import SpectralFn
-from pyspectral._lowrank import (
-    randomized_eigh,
-    randomized_svd,
-    truncated_eigh_pullback,
-    truncated_svd_pullback,
-)
-from pyspectral.eigh import _matfun, eigh_pullback, matrix_function_pullback
+from pyspectral.eigh import _matfun
 from pyspectral.exceptions import (
     DomainError,
     GaugeError,
@@ -57,7 +51,15 @@ from pyspectral.exceptions import (
     InputTypeError,
     PySpectralError,
 )
-from pyspectral.svd import _svd_fn, svd_function_pullback, svd_pullback
+from pyspectral.forward.topk import randomized_eigh, randomized_svd
+from pyspectral.pullbacks.eigh import eigh_pullback
+from pyspectral.pullbacks.matfun import matrix_function_pullback
+from pyspectral.pullbacks.svd import svd_function_pullback, svd_pullback
+from pyspectral.pullbacks.truncated import (
+    truncated_eigh_pullback,
+    truncated_svd_pullback,
+)
+from pyspectral.svd import _svd_fn
 
 
 def pointer(a: np.ndarray) -> int:

@@ -20,8 +20,8 @@ from _spectra import (
 
 import pyspectral as ps
 from pyspectral import _common as C
-from pyspectral._fns import divided_difference
-from pyspectral.svd import svd_pullback
+from pyspectral._common import divided_difference
+from pyspectral.pullbacks.svd import svd_pullback
 
 EPS34 = {d: torch.finfo(d).eps ** 0.75 for d in (torch.float32, torch.float64)}
 

@@ -29,8 +29,8 @@ from _spectra import (
 
 import pyspectral as ps
 from pyspectral._common import options
-from pyspectral.eigh import eigh_pullback
-from pyspectral.svd import svd_pullback
+from pyspectral.pullbacks.eigh import eigh_pullback
+from pyspectral.pullbacks.svd import svd_pullback
 
 TOL = 1e-5
 DTYPES = [torch.float64, torch.complex128]

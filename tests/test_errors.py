@@ -18,8 +18,7 @@ import torch
 from _fake_julia import installed
 
 import pyspectral as ps
-from pyspectral import _common as C
-from pyspectral import _julia
+from pyspectral import _backend, _julia
 
 A = torch.randn(4, 3, dtype=torch.float64)
 H = torch.eye(3, dtype=torch.float64)
@@ -153,7 +152,7 @@ def test_unknown_backend(op) -> None:
 
 
 def test_julia_backend_where_julia_is_missing() -> None:
-    if C.backend_status()["julia"][0]:
+    if _backend.backend_status()["julia"][0]:
         pytest.skip("Julia is installed here")
     for op in OPS.values():
         t = time.perf_counter()

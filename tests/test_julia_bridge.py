@@ -30,8 +30,8 @@ from _spectra import (
 )
 
 import pyspectral as ps
+from pyspectral import _backend, _julia
 from pyspectral import _common as C
-from pyspectral import _julia
 from pyspectral.exceptions import (
     BackendError,
     DomainError,
@@ -1042,10 +1042,10 @@ def test_auto_is_native_even_with_julia_installed(fake):
     ps.svdvals(A)
     ps.eigvalsh(hermitian(3, 3))
     for backend in ("auto", "torch"):
-        assert C.resolve_backend("svd", backend, A) == "torch"
+        assert _backend.resolve_backend("svd", backend, A) == "torch"
     assert fake.starts == 0 and fake.probes == 0 and fake.calls == []
     assert _julia.status() == (True, "installed (not started yet)")  # installed
-    assert C.resolve_backend("svd", "julia", A) == "julia" and fake.starts == 1
+    assert _backend.resolve_backend("svd", "julia", A) == "julia" and fake.starts == 1
 
 
 def test_auto_uses_torch_under_torch_func(fake):
@@ -1080,9 +1080,9 @@ def test_auto_treats_user_pairs_like_named_functions(fake):
 
 def test_non_cpu_tensors(fake):
     A = torch.empty(4, 3, device="meta", dtype=torch.float64)
-    assert C.resolve_backend("svd", "auto", A) == "torch"
+    assert _backend.resolve_backend("svd", "auto", A) == "torch"
     with pytest.raises(BackendError, match="CPU tensors only.*meta.*backend='torch'"):
-        C.resolve_backend("svd", "julia", A)
+        _backend.resolve_backend("svd", "julia", A)
     with pytest.raises(BackendError, match="CPU tensors only"):
         _julia.check_tensor("svd", A)
     assert fake.starts == 0  # refused before starting Julia

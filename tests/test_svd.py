@@ -21,7 +21,7 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import pyspectral as ps
 from pyspectral._common import options
-from pyspectral.svd import svd_pullback
+from pyspectral.pullbacks.svd import svd_pullback
 
 SHAPES = [(5, 3), (3, 5), (4, 4), (2, 5, 3), (2, 1, 3, 4)]
 DTYPES = [torch.float64, torch.complex128]

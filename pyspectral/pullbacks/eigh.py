@@ -1,0 +1,63 @@
+"""Hermitian eigendecomposition pullbacks as plain torch functions:
+``eigh_pullback`` and the triangle fold ``fold_triangle``.
+Mirrors ``julia/PySpectral/src/pullbacks/eigh.jl``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import _common as C
+
+__all__ = ["eigh_pullback", "fold_triangle"]
+
+
+def fold_triangle(G: Tensor, uplo: str) -> Tensor:
+    """Gradient w.r.t. the input of a function that reads only the ``uplo``
+    triangle, given its gradient ``G`` w.r.t. the Hermitian matrix it builds.
+
+    Entry ``(i, j)`` of the triangle stands for both ``A_ij`` and
+    ``conj(A_ji)``, so it gets ``2 G_ij``; the diagonal gets ``Re G_ii`` (LAPACK
+    ignores its imaginary part) and the other triangle nothing.
+    """
+    T = (torch.tril(G, -1) if uplo == "L" else torch.triu(G, 1)).mul_(2)
+    # In place on T, which is new: one full-size temporary instead of four.
+    T.diagonal(dim1=-2, dim2=-1).copy_(G.diagonal(dim1=-2, dim2=-1).real)
+    return T
+
+
+def eigh_pullback(
+    w: Tensor,
+    V: Tensor,
+    gw: Tensor | None,
+    gV: Tensor | None,
+    uplo: str,
+    opts: C.Options,
+    middle_only: bool = False,
+) -> Tensor | None:
+    """Gradient w.r.t. the input of ``eigh`` from the cotangents of ``w, V``
+    (``middle_only=True``: the middle matrix ``M`` of ``fold(V M V^H)``, for
+    ``gV`` given)."""
+    # With dP = V^H dA V (Hermitian) and Omega = V^H dV (anti-Hermitian),
+    # dP_ij = Omega_ij (w_j - w_i) off the diagonal; pairing with K = V^H gV and
+    # keeping the Hermitian part (dP is Hermitian) gives
+    #   G = V (Ka / (2 (w_j - w_i)) + diag(gw)) V^H,   Ka = K - K^H.
+    # Inside a degenerate cluster (diagonal included: complex phases) the
+    # quotient is 0/0; a gauge-invariant loss has Ka = 0 there.
+    if gV is None:
+        if gw is None:
+            return None
+        G = (V * gw.unsqueeze(-2).to(V.dtype)) @ V.mH
+        return fold_triangle(G, uplo)
+    tol = C.degeneracy_atol(w, opts.degeneracy_atol)
+    gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
+    K = V.mH @ gV
+    Ka = K - K.mH
+    C.check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
+    M = Ka * (0.5 * C.gap_inverse(gap, tol, opts))
+    if gw is not None:
+        M = C.add_diagonal(M, gw)
+    if middle_only:
+        return M
+    return fold_triangle(V @ M @ V.mH, uplo)

@@ -1,0 +1,34 @@
+"""The exact (Daleckii-Krein) pullback of a spectral matrix function
+``V f(diag(w)) V^H``. Mirrors ``julia/PySpectral/src/pullbacks/matfun.jl``
+(the pullback of ``U f(S) V^H`` is in ``svd.py``, as in Julia's ``svd.jl``).
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from .. import _common as C
+from .._common import divided_difference
+from .._fns import SpectralFn
+from .eigh import fold_triangle
+
+__all__ = ["matrix_function_pullback"]
+
+
+def matrix_function_pullback(
+    w: Tensor, V: Tensor, fn: SpectralFn, gY: Tensor, uplo: str, opts: C.Options
+) -> Tensor:
+    """Gradient of ``Y = V f(diag(w)) V^H`` (Daleckii-Krein), exact at every
+    spectrum: ``V (L o herm(V^H gY V)) V^H`` with ``L`` the divided differences
+    of ``f``, then folded onto the triangle the forward read."""
+    f, d = fn(w, opts)
+    L = divided_difference(
+        w.unsqueeze(-1),
+        w.unsqueeze(-2),
+        f.unsqueeze(-1),
+        f.unsqueeze(-2),
+        d.unsqueeze(-1),
+        d.unsqueeze(-2),
+    )
+    X = V.mH @ gY @ V
+    return fold_triangle(V @ (L * (X + X.mH) * 0.5) @ V.mH, uplo)

@@ -1,0 +1,135 @@
+"""SVD pullbacks as plain torch functions (no autograd.Function): the thin/full
+``svd_pullback`` and the exact ``svd_function_pullback`` of ``U f(S) Vh``.
+Mirrors ``julia/PySpectral/src/pullbacks/svd.jl``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .. import _common as C
+from .._common import divided_difference
+from .._fns import SpectralFn
+
+__all__ = ["svd_pullback", "svd_function_pullback"]
+
+
+def _skew(X: Tensor) -> Tensor:
+    return X - X.mH
+
+
+def svd_pullback(
+    U: Tensor,
+    S: Tensor,
+    Vh: Tensor,
+    gU: Tensor | None,
+    gS: Tensor | None,
+    gVh: Tensor | None,
+    opts: C.Options,
+    middle_only: bool = False,
+) -> Tensor | None:
+    """Gradient w.r.t. ``A = U diag(S) Vh`` from the cotangents of U, S, Vh.
+
+    ``U``/``Vh`` may be thin (``k = len(S)`` columns/rows) or full; ``None``
+    cotangents are zero. Nothing is modified in place. ``middle_only=True``
+    returns the ``k x k`` middle matrix ``M`` of ``U M Vh`` instead (for the
+    truncated pullback in ``truncated.py``, which adds its own complement terms).
+    """
+    # Derivation (Townsend 2016; Wan & Zhang 2019; torch's svd_backward;
+    # MatrixAlgebraKit.jl's svd_pullback!). With dP = U^H dA V, the skew part of
+    # U^H dU solves dP_ij s_j + conj(dP_ji) s_i = (s_j^2 - s_i^2) (U^H dU)_ij, and
+    # likewise for V. Collecting terms, the middle matrix is, for all i, j,
+    #   M_ij = (Ja+Ka)_ij / (2(s_j - s_i)) + (Ja-Ka)_ij / (2(s_j + s_i)),
+    # Ja = J - J^H, J = U^H gU, Ka = K - K^H, K = V^H gV. The second term on the
+    # diagonal is the complex phase term i Im(J_ii - K_ii) / (2 s_i). Inside a
+    # degenerate cluster the first term is 0/0: a gauge-invariant loss has
+    # (Ja+Ka)_ij = 0 there, so it is set to 0 and the residual is measured.
+    # Every 1/gap goes through one regularised inverse (cutoff or Lorentzian),
+    # which makes the zero-singular-value terms pseudo-inverses.
+    k = S.shape[-1]
+    if U.shape[-1] > k or Vh.shape[-2] > k:
+        U, gU = _fold_complement("svd", U, gU, k, opts)
+        V, gV = _fold_complement("svd", Vh.mH, None if gVh is None else gVh.mH, k, opts)
+        Vh, gVh = V.mH, None if gV is None else gV.mH
+    if gU is None and gVh is None:
+        return None if gS is None else (U * gS.unsqueeze(-2)) @ Vh
+
+    tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+    Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
+    J = None if gU is None else U.mH @ gU
+    K = None if gVh is None else Vh @ gVh.mH
+    Ja = 0 if J is None else _skew(J)
+    Ka = 0 if K is None else _skew(K)
+    JKa, gap = Ja + Ka, Sj - Si
+    C.check_gauge(
+        "svd",
+        JKa,
+        gap.abs() <= tol,
+        tuple(g for g in (gU, gVh) if g is not None),
+        opts,
+    )
+    M = JKa * (0.5 * C.gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
+        0.5 * C.gap_inverse(Sj + Si, tol, opts)
+    )
+    if gS is not None:
+        M = C.add_diagonal(M, gS)
+    if middle_only:
+        return M
+    gA = U @ M @ Vh
+    Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
+    if U.shape[-2] > k and J is not None:
+        gA = gA + ((gU - U @ J) * Sinv) @ Vh
+    if Vh.shape[-1] > k and K is not None:
+        gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
+    return gA
+
+
+def _fold_complement(
+    op: str, U: Tensor, gU: Tensor | None, k: int, opts: C.Options
+) -> tuple[Tensor, Tensor | None]:
+    """Fold the cotangent of the complement columns ``U[..., k:]`` of a full
+    SVD into the thin one: ``gU_k -= U_perp (gU_perp^H U_k)``.
+
+    Exact for losses that see ``U_perp`` only through its span (its basis is
+    arbitrary); the part of ``U_perp^H gU_perp`` that is not Hermitian would
+    depend on that basis and is checked like any gauge dependence.
+    """
+    Uk, Up = U[..., :k], U[..., k:]
+    if gU is None or Up.shape[-1] == 0:
+        return Uk, None if gU is None else gU[..., :k]
+    gUp = gU[..., k:]
+    block = Up.mH @ gUp
+    everywhere = torch.ones(block.shape[-2:], dtype=torch.bool, device=U.device)
+    C.check_gauge(op, _skew(block), everywhere, (gU,), opts)
+    return Uk, gU[..., :k] - Up @ (gUp.mH @ Uk)
+
+
+def svd_function_pullback(
+    U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, gY: Tensor, opts: C.Options
+) -> Tensor:
+    """Gradient of ``Y = U f(S) Vh`` (thin SVD) with cotangent ``gY``.
+
+    Exact at every spectrum: only divided differences of ``f`` appear.
+    """
+    # dY = U (L- o sym(dP) + L+ o skew(dP)) V^H + the one-sided complement
+    # terms, dP = U^H dA V, where L-_ij = (f_i - f_j)/(s_i - s_j) and
+    # L+_ij = (f_i + f_j)/(s_i + s_j) (divided differences of the odd extension
+    # of f). The map is self-adjoint entrywise, so the pullback has the same
+    # form with X = U^H gY V. Ties are limits (f'), never 0/0.
+    f, d = fn(S, opts)
+    k = S.shape[-1]
+    Si, Sj, fi, fj = S.unsqueeze(-1), S.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2)
+    di, dj = d.unsqueeze(-1), d.unsqueeze(-2)
+    Lm = divided_difference(Si, Sj, fi, fj, di, dj)
+    Lp = divided_difference(Si, -Sj, fi, -fj, di, dj)
+    X = U.mH @ gY @ Vh.mH
+    gA = U @ ((Lm * (X + X.mH) + Lp * (X - X.mH)) * 0.5) @ Vh
+    if U.shape[-2] > k or Vh.shape[-1] > k:
+        zero = torch.zeros_like(S)
+        w = divided_difference(S, zero, f, zero, d, d).unsqueeze(-2)
+        if U.shape[-2] > k:
+            gA = gA + ((gY @ Vh.mH - U @ X) * w) @ Vh
+        if Vh.shape[-1] > k:
+            gA = gA + (U * w) @ (U.mH @ gY - X @ Vh)
+    return gA
