@@ -8,9 +8,11 @@ by ``julia/PySpectral/src/common``; change them in both places or in neither.
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -86,16 +88,20 @@ def _known(settings: dict[str, Any]) -> dict[str, Any]:
     return settings
 
 
-def _check_options(opts: Options) -> Options:
+def _check_options(opts: Options, op: str = "set_defaults") -> Options:
+    """``opts`` with its numbers validated and normalised (see
+    :func:`check_keywords`) and a known gauge policy."""
     if opts.gauge not in GAUGE_POLICIES:
-        raise InputError(f"gauge must be one of {GAUGE_POLICIES}, got {opts.gauge!r}")
-    for name in ("degeneracy_atol", "broadening", "gauge_atol"):
-        value = getattr(opts, name)
-        if value is not None and not (isinstance(value, (int, float)) and value >= 0):
-            raise InputError(
-                f"{name} must be a non-negative number or None, got {value!r}"
-            )
-    return opts
+        raise InputError(
+            f"{op}: gauge must be one of {GAUGE_POLICIES}, got {opts.gauge!r}"
+        )
+    numbers = check_keywords(
+        op,
+        degeneracy_atol=opts.degeneracy_atol,
+        broadening=opts.broadening,
+        gauge_atol=opts.gauge_atol,
+    )
+    return replace(opts, **numbers)
 
 
 def options(
@@ -103,6 +109,8 @@ def options(
     broadening: float | None = None,
     gauge: str | None = None,
     gauge_atol: float | None = None,
+    *,
+    op: str = "options",
 ) -> Options:
     """Per-call settings, with ``None`` falling back to the package defaults."""
     d = _defaults
@@ -114,7 +122,8 @@ def options(
             broadening=d.broadening if broadening is None else broadening,
             gauge=d.gauge if gauge is None else gauge,
             gauge_atol=d.gauge_atol if gauge_atol is None else gauge_atol,
-        )
+        ),
+        op,
     )
 
 
@@ -306,6 +315,102 @@ def _peek(t: torch.Tensor) -> torch.Tensor:
     while is_functorch_wrapped_tensor(t):
         t = get_unwrapped(t)
     return t
+
+
+# Every numeric keyword of the public API: what it must be (said in the error
+# message) and the test its value must pass once normalised (a Python int for
+# the integer ones, a float for the others; NaN fails every test). The same
+# rules, in the same words, are in julia/PySpectral/src/common/defaults.jl.
+_INTEGER_KEYWORDS: dict[str, tuple[str, Callable[[int], bool]]] = {
+    "oversample": ("an integer >= 0", lambda x: x >= 0),
+    "n_iter": ("an integer >= 0", lambda x: x >= 0),
+    "backward_maxiter": ("an integer >= 1", lambda x: x >= 1),
+}
+_TOLERANCE = ("a finite number >= 0, or None", lambda x: 0 <= x < math.inf)
+_REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "backward_rtol": (
+        "a number with 0 < backward_rtol < 1, or None",
+        lambda x: 0 < x < 1,
+    ),
+    "broadening": ("a finite number > 0, or None", lambda x: 0 < x < math.inf),
+    "degeneracy_atol": _TOLERANCE,
+    "gauge_atol": _TOLERANCE,
+    "hermitian_tol": _TOLERANCE,
+}
+
+
+def check_keywords(
+    op: str, A: torch.Tensor | None = None, **keywords: Any
+) -> dict[str, Any]:
+    """Validate the numeric keywords of a public call; the one place where
+    they are checked, before any backend is chosen. Returns them normalised.
+
+    ``k`` (``None`` or an integer with ``1 <= k <= min(m, n)`` of ``A``),
+    ``oversample``, ``n_iter``, ``backward_maxiter``: integers given as a Python
+    int, a numpy integer or a 0-d integer tensor (never a bool or a float),
+    returned as int. ``backward_rtol``, ``broadening``, ``degeneracy_atol``,
+    ``gauge_atol``, ``hermitian_tol``: ``None`` or a real number (0-d real
+    tensors included), returned as float. Raises ``InputError`` naming the
+    keyword, what it must be and what was passed.
+    """
+    checked: dict[str, Any] = {}
+    for name, value in keywords.items():
+        if name == "k":
+            checked[name] = _check_k(op, A, value)
+        elif name in _INTEGER_KEYWORDS:
+            need, ok = _INTEGER_KEYWORDS[name]
+            x = _as_integer(value)
+            if x is None or not ok(x):
+                raise InputError(f"{op}: {name} must be {need}, got {value!r}")
+            checked[name] = x
+        elif name in _REAL_KEYWORDS:
+            need, ok = _REAL_KEYWORDS[name]
+            y = None if value is None else _as_real(value)
+            if value is not None and (y is None or not ok(y)):
+                raise InputError(f"{op}: {name} must be {need}, got {value!r}")
+            checked[name] = y
+        else:
+            raise TypeError(f"check_keywords: no rule for the keyword {name!r}")
+    return checked
+
+
+def _check_k(op: str, A: torch.Tensor | None, k: Any) -> int | None:
+    if k is None:
+        return None
+    if A is None:
+        raise TypeError("check_keywords: k is checked against the shape of A")
+    kmax = min(A.shape[-2:])
+    x = _as_integer(k)
+    if x is None or not 1 <= x <= kmax:
+        raise InputError(
+            f"{op}: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
+            f"A of shape {tuple(A.shape)}, got {k!r}"
+        )
+    return x
+
+
+def _as_integer(x: Any) -> int | None:
+    """``x`` as an int if it is an integer (Python, numpy or a 0-d integer
+    tensor), else None: bools and floats (even ``2.0``) are not integers."""
+    if isinstance(x, torch.Tensor):
+        integer = x.dim() == 0 and not (
+            x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool
+        )
+        return int(x) if integer else None
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    return None
+
+
+def _as_real(x: Any) -> float | None:
+    """``x`` as a float if it is a real number (Python, numpy or a 0-d real
+    tensor), else None (bools, complex numbers, strings)."""
+    if isinstance(x, torch.Tensor):
+        real = x.dim() == 0 and not (x.dtype.is_complex or x.dtype == torch.bool)
+        return float(x) if real else None
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return float(x)
+    return None
 
 
 def check_matrix(op: str, A: Any, *, square: bool = False) -> None:

@@ -207,12 +207,10 @@ def _matfun(f: Any) -> SpectralFn:
 # ------------------------------------------------------------ public API
 
 
-def _check(op: str, A: Any, UPLO: str, check_hermitian: bool, tol: Any) -> None:
+def _check(op: str, A: Any, UPLO: str) -> None:
     C.check_matrix(op, A, square=True)
     if UPLO not in ("L", "U"):
         raise InputError(f"{op}: UPLO must be 'L' or 'U', got {UPLO!r}")
-    if check_hermitian:
-        C.check_hermitian(op, A, tol)
 
 
 def eigh(
@@ -278,11 +276,36 @@ def eigh(
         tensor(True)
     """
     # Every argument is validated before a backend is chosen (and Julia started).
-    _check("eigh", A, UPLO, check_hermitian, hermitian_tol)
-    opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
+    _check("eigh", A, UPLO)
+    kw = C.check_keywords(
+        "eigh",
+        A,
+        k=k,
+        hermitian_tol=hermitian_tol,
+        degeneracy_atol=degeneracy_atol,
+        broadening=broadening,
+        gauge_atol=gauge_atol,
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
+    hermitian_tol, k = kw["hermitian_tol"], kw["k"]
+    if check_hermitian:
+        C.check_hermitian("eigh", A, hermitian_tol)
+    opts = C.options(
+        kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh"
+    )
     if k is not None:
         method, params = top_k_method(
-            "eigh", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
+            "eigh",
+            A,
+            k,
+            method,
+            kw["oversample"],
+            kw["n_iter"],
+            kw["backward_rtol"],
+            kw["backward_maxiter"],
         )
         if method == "randomized" and not largest:
             raise InputError(
@@ -311,11 +334,11 @@ def eigvalsh(A: Tensor, UPLO: str = "L", *, backend: str = "auto") -> Tensor:
     exact for symmetric functions of the eigenvalues at any spectrum.
     ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
     """
-    _check("eigvalsh", A, UPLO, False, None)
+    _check("eigvalsh", A, UPLO)
     julia = resolve_backend("eigvalsh", backend, A) == "julia"
     if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)) and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
-    return (_EighJulia if julia else _Eigh).apply(A, UPLO, C.options())[0]
+    return (_EighJulia if julia else _Eigh).apply(A, UPLO, C.options(op="eigvalsh"))[0]
 
 
 def matrix_function(
@@ -361,9 +384,14 @@ def matrix_function(
         >>> torch.dist(R @ R, A) < 1e-10
         tensor(True)
     """
-    _check("matrix_function", A, UPLO, check_hermitian, hermitian_tol)
+    _check("matrix_function", A, UPLO)
+    kw = C.check_keywords(
+        "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol
+    )
+    if check_hermitian:
+        C.check_hermitian("matrix_function", A, kw["hermitian_tol"])
     fn = _matfun(f)
-    opts = C.options(degeneracy_atol, None, None, None)
+    opts = C.options(kw["degeneracy_atol"], None, None, None, op="matrix_function")
     backend = resolve_backend("matrix_function", backend, A)
     if backend == "julia":
         return _MatrixFunctionJulia.apply(A, f, fn, UPLO, opts)

@@ -274,7 +274,22 @@ def svd(
     """
     # Every argument is validated before a backend is chosen (and Julia started).
     C.check_matrix("svd", A)
-    opts = C.options(degeneracy_atol, broadening, gauge, gauge_atol)
+    kw = C.check_keywords(
+        "svd",
+        A,
+        k=k,
+        degeneracy_atol=degeneracy_atol,
+        broadening=broadening,
+        gauge_atol=gauge_atol,
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
+    opts = C.options(
+        kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
+    )
+    k = kw["k"]
     if k is not None:
         if full_matrices:
             raise InputError(
@@ -282,7 +297,14 @@ def svd(
                 "pass one of them"
             )
         method, params = top_k_method(
-            "svd", A, k, method, oversample, n_iter, backward_rtol, backward_maxiter
+            "svd",
+            A,
+            k,
+            method,
+            kw["oversample"],
+            kw["n_iter"],
+            kw["backward_rtol"],
+            kw["backward_maxiter"],
         )
     impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
     if k is None:
@@ -306,7 +328,7 @@ def svdvals(A: Tensor, *, backend: str = "auto") -> Tensor:
     julia = resolve_backend("svdvals", backend, A) == "julia"
     if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)):
         return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
-    return (_SVDJulia if julia else _SVD).apply(A, False, C.options())[1]
+    return (_SVDJulia if julia else _SVD).apply(A, False, C.options(op="svdvals"))[1]
 
 
 def svd_function(
@@ -350,8 +372,9 @@ def svd_function(
         tensor(True)
     """
     C.check_matrix("svd_function", A)
+    kw = C.check_keywords("svd_function", degeneracy_atol=degeneracy_atol)
     fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
-    opts = C.options(degeneracy_atol, None, gauge, None)
+    opts = C.options(kw["degeneracy_atol"], None, gauge, None, op="svd_function")
     julia = resolve_backend("svd_function", backend, A) == "julia"
     if fn is None:
         smax = (_SVDJulia if julia else _SVD).apply(A, False, opts)[1][..., :1, None]

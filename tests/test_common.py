@@ -310,11 +310,20 @@ def test_defaults_restored_after_an_exception() -> None:
     "settings, match",
     [
         ({"tolerance": 1.0}, "unknown setting"),
-        ({"gauge": "loud"}, "gauge must be one of"),
+        ({"gauge": "loud"}, "set_defaults: gauge must be one of"),
         ({"gauge": None}, "gauge must be one of"),
-        ({"degeneracy_atol": -1.0}, "degeneracy_atol must be a non-negative"),
-        ({"broadening": "wide"}, "broadening must be a non-negative"),
-        ({"gauge_atol": -1e-3}, "gauge_atol must be a non-negative"),
+        (
+            {"degeneracy_atol": -1.0},
+            "degeneracy_atol must be a finite number >= 0",
+        ),
+        (
+            {"broadening": "wide"},
+            "broadening must be a finite number > 0",
+        ),
+        (
+            {"gauge_atol": -1e-3},
+            "gauge_atol must be a finite number >= 0",
+        ),
     ],
 )
 def test_bad_settings(settings, match) -> None:

@@ -290,6 +290,6 @@ def test_bad_gauge_policy(op, gauge, backend) -> None:
 
 @pytest.mark.parametrize("op", ["svd", "svd_function", "eigh", "matrix_function"])
 def test_bad_tolerance(op, backend) -> None:
-    with raises(ps.InputError, "degeneracy_atol must be a non-negative number"):
+    with raises(ps.InputError, f"{op}: degeneracy_atol must be a finite number >= 0"):
         OPS[op](H, degeneracy_atol=-1.0, backend=backend)
     assert julia_starts() == 0

@@ -27,15 +27,11 @@ def top_k_method(
     rtol: float | None,
     maxiter: int,
 ) -> tuple[str, tuple]:
-    """Validate ``k`` and ``method``; resolve ``"auto"``: randomized when
+    """Validate ``method`` and resolve ``"auto"``: randomized when
     ``min(m, n) >= 512`` and ``k + oversample <= min(m, n) / 8``. Returns the
-    method and the parameters of the randomized one."""
+    method and the parameters of the randomized one. The numbers (``k`` and
+    the rest) were validated by ``_common.check_keywords``."""
     kmax = min(A.shape[-2:])
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= kmax:
-        raise InputError(
-            f"{op}: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
-            f"A of shape {tuple(A.shape)}, got {k!r}"
-        )
     if method not in ("auto", "full", "randomized"):
         raise InputError(
             f"{op}: method must be 'auto', 'full' or 'randomized', got {method!r}"

@@ -48,7 +48,7 @@ function ChainRulesCore.rrule(::typeof(svd), A::AbstractMatrix; full::Bool=false
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
     # Top-k pulls back through all triplets, with zero cotangents on the discarded
     # ones: that is the exact coupling to the discarded spectrum.
-    _check_topk(k, full, min(size(A)...))
+    _check_topk("svd", k, full, min(size(A)...))
     Fall = svd(A; full, degeneracy_atol, broadening, gauge, gauge_atol)
     F = k === nothing ? Fall : _topk(Fall, k)  # exactly what svd(A; k) returns
     project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
@@ -148,6 +148,7 @@ function ChainRulesCore.rrule(::typeof(svd_topk), A::AbstractMatrix, k::Integer;
                               oversample::Integer=10, n_iter::Integer=4, rtol=nothing,
                               maxiter::Integer=500, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    _check_options("svd_topk"; rtol, maxiter, degeneracy_atol, broadening, gauge, gauge_atol)
     F = svd_topk(A, k; oversample, n_iter)
     project_A = ProjectTo(A)
     function svd_topk_back(ΔF)
@@ -165,6 +166,8 @@ function ChainRulesCore.rrule(::typeof(eigh_topk), A::AbstractMatrix, k::Integer
                               uplo::Symbol=:L, oversample::Integer=10, n_iter::Integer=4,
                               rtol=nothing, maxiter::Integer=500, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    _check_options("eigh_topk"; rtol, maxiter, degeneracy_atol, broadening, gauge,
+                   gauge_atol)
     E = eigh_topk(A, k; uplo, oversample, n_iter)
     project_A = ProjectTo(A)
     function eigh_topk_back(ΔE)

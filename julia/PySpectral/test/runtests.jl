@@ -726,6 +726,86 @@ end
     @test_throws MethodError SpectralValues(ones(ComplexF64, 3), ones(3))
 end
 
+# The message of the ArgumentError that `f()` throws ("no error" if it returns);
+# anything else it throws propagates, so the test errors.
+function argument_error_message(f)
+    try
+        f()
+    catch err
+        err isa ArgumentError && return err.msg
+        rethrow()
+    end
+    return "no error"
+end
+
+# The same rules and wording as pyspectral's check_keywords (tests/test_keywords.py):
+# `nothing` for None, and the Julia names `rtol`, `maxiter` of the top-k rrules.
+@testset "keyword validation" begin
+    Random.seed!(12)
+    A = randn(4, 3)
+    H = with_eigenvalues(Float64, [1.0, 2.0, 4.0])
+    H = (H + H') / 2
+    TOL = "a finite number >= 0, or nothing"
+    tolerance_bad = (-1.0, -1, -1e-300, NaN, Inf, -Inf, true, "1e-8", 1im)
+    rules = (
+        degeneracy_atol=(TOL, tolerance_bad),
+        gauge_atol=(TOL, tolerance_bad),
+        hermitian_tol=(TOL, tolerance_bad),
+        broadening=("a finite number > 0, or nothing", (0, 0.0, -1e-3, NaN, Inf, true, "wide")),
+        rtol=("a number with 0 < rtol < 1, or nothing", (0, 0.0, -1e-6, 1, 1.0, 2.0, NaN, Inf, true)),
+        oversample=("an integer >= 0", (-1, -2, true)),
+        n_iter=("an integer >= 0", (-1, false)),
+        maxiter=("an integer >= 1", (0, -5, true)),
+    )
+    # op name => (call with keywords, the numeric keywords it takes)
+    calls = (
+        ("svd", kw -> PySpectral.svd(A; kw...), (:degeneracy_atol, :broadening, :gauge_atol)),
+        ("svd_function", kw -> svd_function(A, :polar; kw...), (:degeneracy_atol,)),
+        ("eigh", kw -> PySpectral.eigh(H; kw...),
+         (:degeneracy_atol, :broadening, :gauge_atol, :hermitian_tol)),
+        ("eigvalsh", kw -> eigvalsh(H; kw...), (:hermitian_tol,)),
+        ("matrix_function", kw -> matrix_function(H, :exp; kw...),
+         (:degeneracy_atol, :hermitian_tol)),
+        ("svd_topk", kw -> svd_topk(A, 2; kw...), (:oversample, :n_iter)),
+        ("eigh_topk", kw -> eigh_topk(H, 2; kw...), (:oversample, :n_iter)),
+        ("svd_topk", kw -> rrule(svd_topk, A, 2; kw...),
+         (:rtol, :maxiter, :degeneracy_atol, :broadening, :gauge_atol)),
+        ("eigh_topk", kw -> rrule(eigh_topk, H, 2; kw...),
+         (:rtol, :maxiter, :degeneracy_atol, :broadening, :gauge_atol)),
+    )
+    for (op, call, names) in calls, name in names
+        need, bad = rules[name]
+        for value in bad
+            kw = NamedTuple{(name,)}((value,))
+            @test argument_error_message(() -> call(kw)) ==
+                  "$op: $name must be $need, got $(repr(value))"
+        end
+    end
+
+    # k: an integer (not a Bool) with 1 <= k <= min(m, n)
+    for k in (0, -1, 4, true)
+        need = "k must be an integer with 1 <= k <= min(m, n) = 3, got $(repr(k))"
+        @test argument_error_message(() -> PySpectral.svd(A; k)) == "svd: $need"
+        @test argument_error_message(() -> svd_topk(A, k)) == "svd_topk: $need"
+        @test argument_error_message(() -> eigh_topk(H, k)) == "eigh_topk: $need"
+    end
+    # Integer keywords are typed: a float is refused by dispatch.
+    @test_throws TypeError svd_topk(A, 2; oversample=2.0)
+    @test_throws TypeError PySpectral.svd(A; k=2.0)
+
+    # Edge values that are valid: no extra probe, no power iteration, a zero tolerance,
+    # other integer types. With k = min(m, n) the range is exact.
+    F = svd_topk(A, Int32(3); oversample=0, n_iter=0)
+    @test F.S ≈ PySpectral.svd(A).S rtol = 1e-12
+    E = eigh_topk(H, Int16(3); oversample=0, n_iter=0)
+    @test E.values ≈ [1.0, 2.0, 4.0] rtol = 1e-12
+    @test PySpectral.svd(A; k=Int8(2), degeneracy_atol=0, gauge_atol=0.0,
+                         broadening=1e-100).S ≈ F.S[1:2]
+    @test PySpectral.eigh(H; check_hermitian=true, hermitian_tol=0).values ≈ E.values
+    @test rrule(svd_topk, A, 3; rtol=0.5, maxiter=1)[1].S ≈ F.S
+    @test rrule(eigh_topk, H, 3; rtol=1e-300, maxiter=1)[1].values ≈ E.values
+end
+
 # Script runs: close the outer testset (see the top of the file); throws if any failed.
 if STANDALONE
     Test.pop_testset()

@@ -42,19 +42,72 @@ Largest `|A - Aᴴ|` entry accepted by `check_hermitian = true`:
 """
 default_hermitian_tol(A::AbstractMatrix) = _maxabs(A) * _eps34(eltype(A))
 
-# Option validation, shared by every public entry point: a tolerance is `nothing`
-# (computed from the data by the functions above) or a non-negative number.
-function _check_tolerance(op, name, x)
-    x === nothing && return nothing
-    (x isa Real && !(x isa Bool) && x >= 0) && return nothing
-    throw(ArgumentError("$op: $name must be a non-negative number or nothing, got $(repr(x))"))
+# Keyword validation, shared by every public entry point: the one place where the
+# numeric keywords are checked, before any work. The rules and their wording are those
+# of `check_keywords` in pyspectral/_common.py (`nothing` for None; `rtol`, `maxiter`
+# for backward_rtol, backward_maxiter); change them in both places or in neither.
+_isinteger(x) = x isa Integer && !(x isa Bool)
+_isnumber(x) = x isa Real && !(x isa Bool)
+
+_keyword_error(op, name, need, x) =
+    throw(ArgumentError("$op: $name must be $need, got $(repr(x))"))
+
+function _check_integer(op, name, x, lo)
+    (_isinteger(x) && x >= lo) && return nothing
+    return _keyword_error(op, name, "an integer >= $lo", x)
 end
 
-function _check_options(op; degeneracy_atol=nothing, broadening=nothing,
-                        gauge=:warn, gauge_atol=nothing)
+# A tolerance: `nothing` (computed from the data by the functions above) or a finite
+# number >= 0. NaN fails every comparison, so it is refused too.
+function _check_tolerance(op, name, x)
+    x === nothing && return nothing
+    (_isnumber(x) && isfinite(x) && x >= 0) && return nothing
+    return _keyword_error(op, name, "a finite number >= 0, or nothing", x)
+end
+
+function _check_broadening(op, x)
+    x === nothing && return nothing
+    (_isnumber(x) && isfinite(x) && x > 0) && return nothing
+    return _keyword_error(op, "broadening", "a finite number > 0, or nothing", x)
+end
+
+function _check_rtol(op, x)
+    x === nothing && return nothing
+    (_isnumber(x) && 0 < x < 1) && return nothing
+    return _keyword_error(op, "rtol", "a number with 0 < rtol < 1, or nothing", x)
+end
+
+"""
+    _check_options(op; degeneracy_atol, broadening, gauge, gauge_atol, hermitian_tol,
+                   oversample, n_iter, rtol, maxiter)
+
+Throw an `ArgumentError` naming the first keyword of `op` that breaks its rule:
+tolerances (`degeneracy_atol`, `gauge_atol`, `hermitian_tol`) `nothing` or finite
+`>= 0`; `broadening` `nothing` or finite `> 0`; `rtol` `nothing` or `0 < rtol < 1`;
+`oversample >= 0`, `n_iter >= 0`, `maxiter >= 1`, integers (not `Bool`); `gauge` a
+known policy. The defaults pass, so each caller names only the keywords it has.
+"""
+function _check_options(op; degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                        gauge_atol=nothing, hermitian_tol=nothing, oversample=0, n_iter=0,
+                        rtol=nothing, maxiter=1)
     _check_tolerance(op, "degeneracy_atol", degeneracy_atol)
-    _check_tolerance(op, "broadening", broadening)
+    _check_broadening(op, broadening)
     _check_tolerance(op, "gauge_atol", gauge_atol)
+    _check_tolerance(op, "hermitian_tol", hermitian_tol)
+    _check_integer(op, "oversample", oversample, 0)
+    _check_integer(op, "n_iter", n_iter, 0)
+    _check_rtol(op, rtol)
+    _check_integer(op, "maxiter", maxiter, 1)
     _checks_gauge(gauge)  # throws on an unknown policy name
     return nothing
+end
+
+# `k` of a top-k call: nothing (all), or an integer (not a Bool) in 1:K, K = min(m, n).
+function _check_topk(op, k, full, K)
+    k === nothing && return nothing
+    full && throw(ArgumentError("$op: k (top-k triplets) cannot be combined with " *
+                                "full=true; pass one of them"))
+    (_isinteger(k) && 1 <= k <= K) && return nothing
+    throw(ArgumentError("$op: k must be an integer with 1 <= k <= min(m, n) = $K, " *
+                        "got $(repr(k))"))
 end

@@ -48,7 +48,7 @@ Stable divided difference `(fa - fb) / (a - b)`, tending to `(da + db) / 2` as
 twice its own rounding error, the average elsewhere (the two then agree to that
 error). This assumes nothing about the scale on which `f` varies (`exp` near 0 varies
 on scale 1, not `|a|`) and squares nothing (no underflow). Same criterion as
-`divided_difference` in pyspectral/_fns.py.
+`divided_difference` in pyspectral/_common.py.
 """
 function divdiff(a, b, fa, fb, da, db)
     d = a - b

@@ -55,7 +55,7 @@ finite differences of the raw eigenvectors are meaningless.
 function eigh(A::AbstractMatrix; uplo::Symbol=:L, check_hermitian::Bool=false,
               hermitian_tol=nothing, degeneracy_atol=nothing, broadening=nothing,
               gauge=:warn, gauge_atol=nothing)
-    _check_options("eigh"; degeneracy_atol, broadening, gauge, gauge_atol)
+    _check_options("eigh"; degeneracy_atol, broadening, gauge, gauge_atol, hermitian_tol)
     return LinearAlgebra.eigen!(_hermitian_copy("eigh", A, uplo, check_hermitian, hermitian_tol))
 end
 
@@ -68,6 +68,7 @@ functions of the eigenvalues at every spectrum.
 """
 function eigvalsh(A::AbstractMatrix; uplo::Symbol=:L, check_hermitian::Bool=false,
                   hermitian_tol=nothing)
+    _check_options("eigvalsh"; hermitian_tol)
     return LinearAlgebra.eigvals!(_hermitian_copy("eigvalsh", A, uplo, check_hermitian,
                                                   hermitian_tol))
 end
@@ -87,7 +88,7 @@ ascending) and its value.
 """
 function matrix_function(A::AbstractMatrix, f; uplo::Symbol=:L, check_hermitian::Bool=false,
                          hermitian_tol=nothing, degeneracy_atol=nothing)
-    _check_options("matrix_function"; degeneracy_atol)
+    _check_options("matrix_function"; degeneracy_atol, hermitian_tol)
     E = eigh(A; uplo, check_hermitian, hermitian_tol)
     return matrix_function_apply(E, f; degeneracy_atol)
 end

@@ -16,15 +16,6 @@ function _check_finite(op, A)
                         "the decomposition of such a matrix is undefined"))
 end
 
-function _check_topk(k, full, K)
-    k === nothing && return nothing
-    k isa Bool && throw(ArgumentError("svd: k must be an integer, got $k"))
-    full && throw(ArgumentError("svd: k (top-k triplets) cannot be combined with " *
-                                "full=true; pass one of them"))
-    1 <= k <= K && return nothing
-    throw(ArgumentError("svd: k must be an integer with 1 <= k <= min(m, n) = $K, got $k"))
-end
-
 """
     svd(A; full=false, k=nothing, degeneracy_atol=nothing, broadening=nothing,
         gauge=:warn, gauge_atol=nothing) -> LinearAlgebra.SVD
@@ -50,7 +41,7 @@ Not `LinearAlgebra.svd`: call it as `PySpectral.svd` when both are loaded.
 function svd(A::AbstractMatrix; full::Bool=false, k::Union{Nothing,Integer}=nothing,
              degeneracy_atol=nothing, broadening=nothing, gauge=:warn, gauge_atol=nothing)
     _check_options("svd"; degeneracy_atol, broadening, gauge, gauge_atol)
-    _check_topk(k, full, min(size(A)...))
+    _check_topk("svd", k, full, min(size(A)...))
     _check_finite("svd", A)
     F = LinearAlgebra.svd!(Matrix{_lapack_eltype(A)}(A); full=full)
     return k === nothing ? F : _topk(F, k)
