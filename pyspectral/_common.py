@@ -170,8 +170,14 @@ def inv_safe(x: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
 
 
 def inv_lorentz(x: torch.Tensor, width: float) -> torch.Tensor:
-    """Lorentzian-broadened inverse ``x / (x**2 + width**2)`` (smooth, signed)."""
-    return x / (x * x + width**2)
+    """Lorentzian-broadened inverse ``x / (x**2 + width**2)`` (smooth, signed).
+
+    Evaluated in units of ``m = max(|x|, width)``, the same value for every
+    ``m > 0``: squaring ``x`` and ``width`` directly underflows to ``0 / 0``
+    for widths below ``sqrt(tiny)`` (1e-154 in float64)."""
+    m = torch.clamp(x.abs(), min=width)
+    xm = x / m
+    return xm / ((xm * xm + (width / m) ** 2) * m)
 
 
 def gap_inverse(x: torch.Tensor, tol: torch.Tensor, opts: Options) -> torch.Tensor:

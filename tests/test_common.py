@@ -148,6 +148,34 @@ def test_inv_safe_and_inv_lorentz() -> None:
     assert torch.equal(C.gap_inverse(x, tol, C.options()), expected)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inv_lorentz_with_a_width_whose_square_underflows(dtype) -> None:
+    w = 100 * torch.finfo(dtype).tiny  # w**2 and x**2 underflow to 0
+    x = torch.tensor([-w, 0.0, w, 4 * w, 1.0], dtype=dtype)
+    exact = [-1 / (2 * w), 0.0, 1 / (2 * w), 4 / (17 * w), 1.0]
+    for got, want in zip(C.inv_lorentz(x, w).tolist(), exact):
+        assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_tiny_broadening_gives_finite_gradients_at_degeneracy() -> None:
+    from _spectra import matrix_with_spectrum
+
+    A = matrix_with_spectrum([3.0, 2.0, 2.0, 1.0], 5, 4)
+    W = torch.randn(
+        5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+
+    def loss(X, b):
+        U, S, Vh = ps.svd(X, broadening=b, gauge="ignore")
+        return (W * (U @ Vh)).sum() + S.sum()
+
+    X = A.clone().requires_grad_()
+    (g,) = torch.autograd.grad(loss(X, 1e-170), X)
+    (g_ref,) = torch.autograd.grad(loss(X, 1e-100), X)
+    assert torch.isfinite(g).all()
+    torch.testing.assert_close(g, g_ref, rtol=1e-9, atol=1e-9)
+
+
 def test_inv_safe_is_differentiable_at_the_cutoff() -> None:
     x = torch.tensor([0.0, 1e-14, 2.0], dtype=torch.float64, requires_grad=True)
     (g,) = torch.autograd.grad(C.inv_safe(x, torch.tensor(1e-12)).sum(), x)

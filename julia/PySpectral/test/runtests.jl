@@ -159,6 +159,14 @@ end
     @test inv_safe(0.0, 0.0) == 0
     @test inv_lorentz(-2.0, 1.0) == -0.4
     @test inv_lorentz(0.0, 1.0) == 0
+    # η² underflows below sqrt(floatmin): evaluated in units of max(|x|, η), no 0/0
+    for T in (Float32, Float64)
+        η = 100 * floatmin(T)
+        @test inv_lorentz(zero(T), η) == 0
+        @test inv_lorentz(η, η) ≈ 1 / (2η) rtol = 4 * eps(T)
+        @test inv_lorentz(-4η, η) ≈ -4 / (17η) rtol = 4 * eps(T)
+        @test isfinite(inv_lorentz(η / 3, η))
+    end
     @test gap_inverse(0.5, 1.0, nothing) == 0
     @test gap_inverse(2.0, 1.0, nothing) == 0.5
     @test gap_inverse(2.0, 1.0, 1.0) == 0.4

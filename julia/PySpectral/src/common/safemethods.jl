@@ -21,11 +21,17 @@ inv_safe(x::Real, tol::Real) = abs(x) > tol ? inv(x) : zero(float(x))
     inv_lorentz(x, η)
 
 Lorentzian-broadened inverse of a signed gap: `x / (x^2 + η^2)`. Smooth, odd in `x`,
-`≈ 1/x` for `|x| ≫ η` and `0` at `x = 0`.
+`≈ 1/x` for `|x| ≫ η` and `0` at `x = 0`. Evaluated in units of `m = max(|x|, η)`
+(the same value for every `m > 0`): squaring `x` and `η` directly underflows to `0/0`
+for `η` below `sqrt(floatmin)`.
 """
 function inv_lorentz(x::Real, η::Real)
-    η = oftype(float(x), η)
-    return x / (x * x + η * η)
+    x = float(x)
+    η = oftype(x, η)
+    m = max(abs(x), η)
+    iszero(m) && return zero(x)
+    xm, ηm = x / m, η / m
+    return xm / ((xm * xm + ηm * ηm) * m)
 end
 
 """
