@@ -1,21 +1,27 @@
-"""Shared benchmark helpers: interleaved timing and the command line.
+"""Shared benchmark helpers: interleaved timing, progress, streamed tables and
+the command line.
 
-Both implementations run in the same process, alternately (the order flips
-every round), so that drifts in clock speed or cache state hit both alike; the
-reported time of each is its median over the rounds.
+All implementations of one measurement run in the same process, alternately
+(the order flips every round), so that drifts in clock speed or cache state
+hit them alike; the reported time of each is its median over the rounds, and a
+ratio is the median over rounds of the per-round ratio. Each table row is
+printed (and flushed) as soon as it is measured; a measurement expected to
+take more than a few seconds says so on stderr first.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
 DEFAULT_SIZES = "64,256,512,1024,4096x8"
 QUICK_SIZES = "64,256,4096x8"
+SLOW = 3.0  # seconds: a measurement expected to take longer announces itself
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -28,42 +34,105 @@ def label(batch: int, n: int) -> str:
     return f"{batch} x {n}x{n}" if batch else f"{n}x{n}"
 
 
+def progress(message: str) -> None:
+    """What the benchmark is doing, on stderr (stdout keeps the tables)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def _run(fn: Callable[[], object]) -> float:
+    """Seconds one call of ``fn`` took: what it returns if that is a number
+    (its own measurement, e.g. taken inside Julia), else the wall time."""
+    start = time.perf_counter()
+    own = fn()
+    wall = time.perf_counter() - start
+    return float(own) if isinstance(own, (int, float)) else wall
+
+
 def interleaved(
-    fns: dict[str, Callable[[], object]], repeat: int, warmup: int = 2
+    fns: dict[str, Callable[[], object]],
+    repeat: int,
+    warmup: int = 2,
+    what: str | None = None,
 ) -> dict[str, list[float]]:
-    """Wall times (seconds) of each function over ``repeat`` rounds; in every
-    round each function runs once, in an order that flips every round."""
+    """Times (seconds) of each function over ``repeat`` rounds; in every round
+    each function runs once, in an order that flips every round. A function
+    may return its own measurement of the call (seconds), used instead of the
+    wall time. If the rounds are expected (from the last warm-up round) to take
+    more than ``SLOW`` seconds, ``"measuring <what> ..."`` goes to stderr."""
     names = list(fns)
+    last = 0.0
     for _ in range(warmup):
+        start = time.perf_counter()
         for name in names:
             fns[name]()
+        last = time.perf_counter() - start
+    expected = last * repeat
+    if what is not None and expected > SLOW:
+        progress(f"measuring {what} ({repeat} rounds, about {expected:.0f} s)...")
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeat):
         for name in names if r % 2 == 0 else names[::-1]:
-            start = time.perf_counter()
-            fns[name]()
-            times[name].append(time.perf_counter() - start)
+            times[name].append(_run(fns[name]))
     return times
 
 
+def ratio(times: dict[str, list[float]], base: str, other: str) -> float:
+    """Median over rounds of ``other / base`` (paired within a round, so slow
+    drifts of the machine cancel)."""
+    return statistics.median(b / a for a, b in zip(times[base], times[other]))
+
+
 def summary(times: dict[str, list[float]], base: str, other: str) -> tuple:
-    """Median times of ``base`` and ``other``, and the median over rounds of
-    their ratio (paired within a round, so slow drifts of the machine cancel)."""
-    ratios = [b / a for a, b in zip(times[base], times[other])]
+    """Median times of ``base`` and ``other``, and their paired ratio."""
     return (
         statistics.median(times[base]),
         statistics.median(times[other]),
-        statistics.median(ratios),
+        ratio(times, base, other),
     )
 
 
-def arguments(description: str, argv: Sequence[str] | None) -> argparse.Namespace:
+class Table:
+    """A markdown table printed as it grows: the title and header at once,
+    then each row (flushed) when :meth:`row` is called."""
+
+    def __init__(self, title: str, columns: Sequence[str], align: str = "") -> None:
+        self.columns = list(columns)
+        align = align or "l" + "r" * (len(self.columns) - 1)
+        rule = ("---" if a == "l" else "---:" for a in align)
+        print(f"\n{title}\n", flush=True)
+        print("| " + " | ".join(self.columns) + " |")
+        print("|" + "|".join(rule) + "|", flush=True)
+
+    def row(self, cells: Iterable[object]) -> None:
+        cells = list(cells)
+        if len(cells) != len(self.columns):
+            raise ValueError(f"{len(cells)} cells for columns {self.columns}")
+        print("| " + " | ".join(map(str, cells)) + " |", flush=True)
+
+
+def versus_torch(title: str) -> Table:
+    """The table of ``bench_svd`` / ``bench_eigh``: median ms and the ratio."""
+    return Table(
+        f"{title}: float64, forward+backward, median ms; torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads",
+        ("size", "torch.linalg", "pyspectral", "ratio"),
+    )
+
+
+def versus_torch_row(size: str, t_torch: float, t_ps: float, r: float) -> list[str]:
+    return [size, f"{1e3 * t_torch:.3f}", f"{1e3 * t_ps:.3f}", f"{r:.2f}"]
+
+
+def parser(
+    description: str, sizes: str = DEFAULT_SIZES, quick: str = QUICK_SIZES
+) -> argparse.ArgumentParser:
+    """The options every size-sweeping benchmark takes (default ``sizes``;
+    ``quick`` ones with --quick)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument(
         "--sizes",
         default=None,
-        help=f"comma-separated n (square) or BxN (batch of B NxN); default "
-        f"{DEFAULT_SIZES}",
+        help=f"comma-separated n (square) or BxN (batch of B NxN); default {sizes}",
     )
     p.add_argument(
         "--repeat", type=int, default=None, help="timed rounds per size (default 21)"
@@ -72,16 +141,19 @@ def arguments(description: str, argv: Sequence[str] | None) -> argparse.Namespac
         "--threads", type=int, default=None, help="torch threads (default: all)"
     )
     p.add_argument(
-        "--backend", default="torch", help='pyspectral backend (default "torch")'
-    )
-    p.add_argument(
         "--quick",
         action="store_true",
-        help=f"sizes {QUICK_SIZES} and 5 rounds (a smoke test, not a measurement)",
+        help=f"sizes {quick} and 5 rounds (a smoke test, not a measurement)",
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def finish(
+    args: argparse.Namespace, sizes: str = DEFAULT_SIZES, quick: str = QUICK_SIZES
+) -> argparse.Namespace:
+    """Fill in the defaults that depend on ``--quick``; apply ``--threads``."""
     if args.sizes is None:
-        args.sizes = QUICK_SIZES if args.quick else DEFAULT_SIZES
+        args.sizes = quick if args.quick else sizes
     if args.repeat is None:
         args.repeat = 5 if args.quick else 21
     if args.threads is not None:
@@ -89,13 +161,10 @@ def arguments(description: str, argv: Sequence[str] | None) -> argparse.Namespac
     return args
 
 
-def report(title: str, rows: list[tuple[str, float, float, float]]) -> None:
-    """Print a markdown table of median times (ms) and the median ratio."""
-    print(
-        f"\n{title}: float64, forward+backward, median ms; torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads\n"
+def arguments(description: str, argv: Sequence[str] | None) -> argparse.Namespace:
+    """``bench_svd`` / ``bench_eigh``'s command line."""
+    p = parser(description)
+    p.add_argument(
+        "--backend", default="torch", help='pyspectral backend (default "torch")'
     )
-    print("| size | torch.linalg | pyspectral | ratio |")
-    print("|---|---:|---:|---:|")
-    for size, t_torch, t_ps, ratio in rows:
-        print(f"| {size} | {1e3 * t_torch:.3f} | {1e3 * t_ps:.3f} | {ratio:.2f} |")
+    return finish(p.parse_args(argv))

@@ -1,16 +1,17 @@
 """Forward+backward time of ``pyspectral.eigh`` vs ``torch.linalg.eigh``.
 
     python benchmarks/bench_eigh.py [--sizes 64,256,4096x8] [--repeat 21]
-        [--threads N] [--quick]
+        [--threads N] [--backend torch|julia] [--quick]
 
 Loss ``<V diag(tanh(w)) V^H, W>``: gauge invariant, with cotangents on the
-eigenvalues and the eigenvectors.
+eigenvalues and the eigenvectors. Each row is printed as soon as it is
+measured.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
@@ -30,28 +31,38 @@ def step(eigh, A0: torch.Tensor, W: torch.Tensor):
     return run
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = _timing.arguments("pyspectral.eigh vs torch.linalg.eigh", argv)
+def problem(batch: int, n: int, g: torch.Generator) -> tuple:
+    """``(A, W)``: the symmetric matrix (or batch) and the loss weights."""
+    shape = (batch, n, n) if batch else (n, n)
+    X = torch.randn(shape, generator=g, dtype=torch.float64)
+    return (X + X.mT) / 2, torch.randn(shape, generator=g, dtype=torch.float64)
+
+
+def rows(sizes: str, repeat: int, backend: str = "torch") -> Iterator[tuple]:
+    """``(size, t_torch, t_pyspectral, ratio)`` for each size, one at a time
+    (measured when asked for)."""
     g = torch.Generator().manual_seed(0)
-    rows = []
-    for size in args.sizes.split(","):
+    for size in sizes.split(","):
         batch, n = _timing.parse_size(size)
-        shape = (batch, n, n) if batch else (n, n)
-        X = torch.randn(shape, generator=g, dtype=torch.float64)
-        A = (X + X.mT) / 2
-        W = torch.randn(shape, generator=g, dtype=torch.float64)
+        A, W = problem(batch, n, g)
         times = _timing.interleaved(
             {
                 "torch": step(torch.linalg.eigh, A, W),
-                "pyspectral": step(lambda A: ps.eigh(A, backend=args.backend), A, W),
+                "pyspectral": step(lambda A: ps.eigh(A, backend=backend), A, W),
             },
-            args.repeat,
+            repeat,
+            what=f"eigh {_timing.label(batch, n)} fwd+bwd",
         )
-        rows.append(
-            (_timing.label(batch, n), *_timing.summary(times, "torch", "pyspectral"))
-        )
-    _timing.report("eigh", rows)
+        yield (_timing.label(batch, n), *_timing.summary(times, "torch", "pyspectral"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _timing.arguments("pyspectral.eigh vs torch.linalg.eigh", argv)
+    table = _timing.versus_torch("eigh")
+    for row in rows(args.sizes, args.repeat, args.backend):
+        table.row(_timing.versus_torch_row(*row))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -35,13 +35,44 @@ def info() -> int:
         "  auto   = torch for every call (the measured-fast native backend, any "
         "device); Julia runs with backend='julia'"
     )
+    blas = julia_blas()
+    if blas is not None:
+        print(f"Julia BLAS {blas}")
     return 0
+
+
+def julia_blas() -> str | None:
+    """Julia's BLAS: what libblastrampoline forwards to once Julia runs in this
+    process, else what PYSPECTRAL_JULIA_BLAS will make it; None when Julia is
+    neither running, usable nor configured."""
+    from . import _julia
+
+    running = _julia.julia_blas()
+    if running is not None:
+        return running
+    if not _julia.status()[0] and _julia.requested_blas() is None:
+        return None
+    path, problem = _julia.blas_choice()
+    if problem is not None:
+        return f"default (Julia not started here): {problem}"
+    if path is not None:
+        return f"{path} ({_julia.BLAS_ENV}; Julia not started here)"
+    return (
+        f"default, OpenBLAS (Julia not started here; {_julia.BLAS_ENV}=mkl for "
+        "the mkl wheel's MKL)"
+    )
 
 
 def demo(seed: int) -> int:
     from . import _demo
 
     return _demo.run(seed)
+
+
+BENCHMARKS = ("svd", "eigh", "topk", "julia")
+
+# bench_topk.py has no --quick: its smallest sensible problem instead.
+TOPK_QUICK = ["--n", "256", "--k", "8", "--gap-n", "64"]
 
 
 def _benchmarks_dir() -> Path | None:
@@ -51,8 +82,21 @@ def _benchmarks_dir() -> Path | None:
     return None
 
 
-def bench(which: str, argv: list[str]) -> int:
-    """Run ``benchmarks/bench_<which>.py``'s ``main(argv)`` (a source checkout)."""
+def bench_argv(name: str, args: argparse.Namespace) -> list[str]:
+    """The command line ``bench`` passes to ``bench_<name>.py``'s ``main``."""
+    if name == "topk":  # takes none of the sweep options
+        return list(TOPK_QUICK) if args.quick else []
+    argv = ["--quick"] if args.quick else []
+    options = ("sizes", "repeat", "threads", "blas")
+    for option in options if name == "julia" else options[:-1]:
+        if getattr(args, option, None) is not None:
+            argv += [f"--{option}", str(getattr(args, option))]
+    return argv
+
+
+def bench(which: str, args: argparse.Namespace) -> int:
+    """Run ``benchmarks/bench_<which>.py``'s ``main`` (each of them for
+    ``"all"``) from a source checkout; each prints its rows as it measures."""
     where = _benchmarks_dir()
     if where is None:
         print(
@@ -62,13 +106,24 @@ def bench(which: str, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
-    for name in ("svd", "eigh") if which == "all" else (which,):
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    status = 0
+    for name in BENCHMARKS if which == "all" else (which,):
+        argv = bench_argv(name, args)
+        command = " ".join([f"benchmarks/bench_{name}.py", *argv])
+        print(f"pyspectral bench: running {command}", file=sys.stderr, flush=True)
+        if name == "topk" and (args.sizes or args.repeat):
+            print(
+                "pyspectral bench: bench_topk.py takes no --sizes/--repeat; ignored",
+                file=sys.stderr,
+            )
         path = where / f"bench_{name}.py"
         spec = importlib.util.spec_from_file_location(f"bench_{name}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        module.main(argv)
-    return 0
+        status = max(status, module.main(argv) or 0)
+    return status
 
 
 def install_julia(tests: bool) -> int:
@@ -103,13 +158,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.add_argument("--seed", type=int, default=0, help="seed of the random matrices")
     b = sub.add_parser(
         "bench",
-        help="forward+backward time against torch.linalg (needs a source checkout)",
+        help="forward+backward time against torch.linalg, row by row: svd, eigh, "
+        "topk, julia or all (needs a source checkout)",
     )
-    b.add_argument("which", nargs="?", choices=("svd", "eigh", "all"), default="all")
-    b.add_argument("--quick", action="store_true", help="small sizes, few rounds")
+    b.add_argument("which", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
+    b.add_argument(
+        "--quick", action="store_true", help="small sizes, few rounds (seconds)"
+    )
     b.add_argument("--sizes", help="e.g. 64,256,512,1024,4096x8 (BxN: a batch)")
     b.add_argument("--repeat", type=int, help="timed rounds per size")
     b.add_argument("--threads", type=int, help="torch threads (default: all)")
+    b.add_argument(
+        "--blas",
+        choices=("default", "mkl", "both"),
+        help="julia: Julia's BLAS (mkl: the mkl wheel's; both: each in a fresh "
+        "process)",
+    )
     i = sub.add_parser(
         "install-julia",
         help="install Julia and the Julia packages (once; needs network, or "
@@ -137,11 +201,7 @@ def _run(args: argparse.Namespace) -> int:
         return info()
     if args.command == "demo":
         return demo(args.seed)
-    forward = ["--quick"] if args.quick else []
-    for name in ("sizes", "repeat", "threads"):
-        if getattr(args, name) is not None:
-            forward += [f"--{name}", str(getattr(args, name))]
-    return bench(args.which, forward)
+    return bench(args.which, args)
 
 
 if __name__ == "__main__":

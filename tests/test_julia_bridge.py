@@ -1423,7 +1423,8 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         assert texts[FutureWarning] == "an unrelated note from juliacall"  # passed on
         jc = sys.modules["juliacall"]
         assert glue is jc.Main.PySpectralGlue
-        assert jc.Main.evals == ["using PySpectral"]
+        # Julia's BLAS is set up (start_blas) before any package loads.
+        assert jc.Main.evals == [_julia.BLAS_JL.strip(), "using PySpectral"]
         assert jc.Main.includes == [str(_julia.GLUE)]
         assert os.environ["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
         err = jc.JuliaError("DomainError", "DomainError with -1.0: log")

@@ -1,0 +1,412 @@
+"""The Julia backend, measured: what the bridge costs per call, and forward+
+backward end to end against ``torch.linalg`` and the native backend.
+
+    python benchmarks/bench_julia.py [--quick] [--sizes 8,64,512,4096x8]
+        [--repeat 21] [--threads N] [--op svd,eigh] [--part overhead,e2e]
+        [--blas default|mkl|both]
+
+Where Julia is not usable it prints ``skipped: <reason>`` and exits 0.
+
+overhead: the same rule timed two ways, interleaved: inside Julia (a loop
+timed with ``time_ns()`` that calls the glue functions the bridge calls,
+``svd_batched`` + ``svd_pullback_batched!`` or ``eigh_batched`` +
+``eigh_pullback_batched!``, on plain Julia arrays), and from Python,
+``ps.svd(A, backend="julia")`` + ``torch.autograd.backward`` with the same
+cotangents (no loss: only the bridge's own work differs). The difference per
+call is the bridge (the autograd.Function, validation, zero-copy conversions,
+juliacall, the lock, Julia's warning and gauge collection). Goal: <= 20 us
+per call, <= 2 % at n >= 512.
+
+e2e: ``torch.linalg``, the native backend and the Julia backend, forward +
+backward of the losses of bench_svd.py / bench_eigh.py, interleaved in one
+process; ratios to ``torch.linalg``. Julia's BLAS threads are set to torch's
+thread count. ``--blas mkl`` runs with PYSPECTRAL_JULIA_BLAS=mkl (Julia's
+libblastrampoline forwarded to the ``mkl`` wheel's libmkl_rt; skipped if that
+is not installed); ``--blas both`` runs default and mkl, each in a fresh
+process, one after the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing  # noqa: E402
+import bench_eigh  # noqa: E402
+import bench_svd  # noqa: E402
+
+import pyspectral as ps  # noqa: E402
+from pyspectral import _julia  # noqa: E402
+
+SIZES = "8,32,64,128,256,512,1024,4096x8"
+QUICK_SIZES = "8,64,256,512x8"
+TARGET = 0.02  # seconds of calls per timed round (many calls at small n)
+
+# One Julia expression (juliacall's seval parses one), evaluated into Main.
+JULIA_TIMERS = """
+module PySpectralBench
+
+import LinearAlgebra
+
+# One forward+backward pass of a rule as the bridge runs it (`fwd` and `bwd!`
+# are the glue's functions, the arguments in Julia's layout as the bridge
+# passes them); returns the gradient. SVD: At is the batch of transposes, dU
+# the cotangent of Julia's U (Python's gVh transposed), dVt Python's gU
+# transposed.
+function svd_pass(fwd, bwd!, At, dU, dS, dVt)
+    U, S, Vt = fwd(At, false)
+    dAt = zeros(eltype(At), size(At))
+    return bwd!(dAt, U, S, Vt, dU, dS, dVt; gauge="warn")
+end
+
+# eigh: Python's lower triangle is Julia's upper one ("U"); dV is Python's gV
+# with the same indexing (column-major).
+function eigh_pass(fwd, bwd!, At, dw, dV)
+    w, V = fwd(At, "U")
+    dAt = zeros(eltype(At), size(At))
+    return bwd!(dAt, w, V, dw, dV, "U"; gauge="warn")
+end
+
+# `number` passes on plain Array copies of the arguments; seconds by time_ns().
+function seconds(f, args, number)
+    start = time_ns()
+    for _ in 1:number
+        f(args...)
+    end
+    return (time_ns() - start) / 1e9
+end
+
+svd_seconds(fwd, bwd!, At, dU, dS, dVt, number::Integer) =
+    seconds(svd_pass, (fwd, bwd!, Array(At), Array(dU), Array(dS), Array(dVt)), number)
+eigh_seconds(fwd, bwd!, At, dw, dV, number::Integer) =
+    seconds(eigh_pass, (fwd, bwd!, Array(At), Array(dw), Array(dV)), number)
+
+# The gradient of one pass: the benchmark checks it against the bridge's.
+svd_gradient(fwd, bwd!, At, dU, dS, dVt) =
+    svd_pass(fwd, bwd!, Array(At), Array(dU), Array(dS), Array(dVt))
+eigh_gradient(fwd, bwd!, At, dw, dV) =
+    eigh_pass(fwd, bwd!, Array(At), Array(dw), Array(dV))
+
+version() = string(VERSION)
+blas_threads() = LinearAlgebra.BLAS.get_num_threads()
+set_blas_threads(n::Integer) = LinearAlgebra.BLAS.set_num_threads(n)
+
+end
+"""
+
+
+# ------------------------------------------------------------ what runs here
+
+
+def torch_blas() -> str:
+    """torch's BLAS and LAPACK, as ``torch.__config__.show()`` reports them."""
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    lapack = re.search(r"LAPACK_INFO=(\w+)", config)
+    mkl = re.search(r"Math Kernel Library Version ([\w.-]+)", config)
+    text = (
+        f"BLAS {blas[1] if blas else 'unknown'}, "
+        f"LAPACK {lapack[1] if lapack else 'unknown'}"
+    )
+    if mkl:
+        text += f" (oneMKL {mkl[1]})"
+    elif "openblas" in config.lower():
+        text += " (OpenBLAS)"
+    return text
+
+
+def real_julia() -> bool:
+    """Whether the Julia runtime is the real one (tests swap in a stand-in,
+    which has no Julia to time a loop in)."""
+    return isinstance(_julia.runtime, _julia.JuliaRuntime)
+
+
+def start_julia(threads: int) -> Any:
+    """Start Julia (through pyspectral, so PYSPECTRAL_JULIA_BLAS applies),
+    define the timing loops, give Julia's BLAS ``threads`` threads; return the
+    timing module (None for a stand-in runtime)."""
+    _timing.progress("starting Julia (through pyspectral)...")
+    _julia.glue()
+    if not real_julia():
+        return None
+    from juliacall import Main as jl
+
+    jl.seval(JULIA_TIMERS.strip())
+    jl.PySpectralBench.set_blas_threads(threads)
+    return jl.PySpectralBench
+
+
+def header(bench: Any) -> str:
+    if bench is None:
+        julia = "Julia: a stand-in runtime, not Julia"
+    else:
+        julia = (
+            f"Julia {bench.version()}, BLAS: {_julia.julia_blas()}, "
+            f"{bench.blas_threads()} BLAS threads"
+        )
+    return (
+        f"{julia}; torch {torch.__version__}: {torch_blas()}, "
+        f"{torch.get_num_threads()} threads"
+    )
+
+
+# ---------------------------------------------------------------- overhead
+
+
+def cotangents(op: str, A: torch.Tensor, g: torch.Generator) -> tuple:
+    """Random cotangents of the outputs of ``op`` on ``A`` (svd: U, S, Vh;
+    eigh: w, V)."""
+
+    def r(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=A.dtype)
+
+    if op == "svd":
+        return r(*A.shape), r(*A.shape[:-1]), r(*A.shape)
+    return r(*A.shape[:-1]), r(*A.shape)
+
+
+def python_calls(op: str, A: torch.Tensor, cot: tuple) -> Callable:
+    """``number -> run``: ``run()`` makes ``number`` calls of ``ps.<op>(A,
+    backend="julia")`` + backward with ``cot``."""
+    fn = {"svd": ps.svd, "eigh": ps.eigh}[op]
+
+    def calls(number: int) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(number):
+                X = A.detach().requires_grad_(True)
+                torch.autograd.backward(fn(X, backend="julia"), cot)
+
+        return run
+
+    return calls
+
+
+def julia_calls(op: str, bench: Any, A: torch.Tensor, cot: tuple) -> tuple:
+    """``(calls, gradient)``: ``calls(number)()`` makes ``number`` calls of the
+    rule inside Julia and returns their time (seconds) as measured there;
+    ``gradient()`` is the gradient one such call computes (as a tensor)."""
+    g = _julia.glue()
+    At = _julia.to_julia(A)
+    if op == "svd":
+        gU, gS, gVh = cot
+        # Julia's U is Python's Vh^T and its Vt Python's U^T (see _julia.py).
+        args = (_julia.to_julia(gVh), _julia.to_julia_vectors(gS), _julia.to_julia(gU))
+        timer, one = bench.svd_seconds, bench.svd_gradient
+        rule = (g.svd_batched, getattr(g, "svd_pullback_batched!"))
+    else:
+        gw, gV = cot
+        args = (_julia.to_julia_vectors(gw), _julia.to_julia_matrices(gV))
+        timer, one = bench.eigh_seconds, bench.eigh_gradient
+        rule = (g.eigh_batched, getattr(g, "eigh_pullback_batched!"))
+
+    def calls(number: int) -> Callable[[], float]:
+        return lambda: float(timer(*rule, At, *args, number))
+
+    def gradient() -> torch.Tensor:
+        return _julia.from_julia(one(*rule, At, *args), A.shape[:-2])
+
+    return calls, gradient
+
+
+def check_same_rule(op: str, A: torch.Tensor, cot: tuple, gradient: Callable) -> None:
+    """The loop timed inside Julia computes what ``backend="julia"`` computes
+    (same arrays, roles and options): else the comparison would mean nothing."""
+    X = A.detach().requires_grad_(True)
+    fn = {"svd": ps.svd, "eigh": ps.eigh}[op]
+    (expected,) = torch.autograd.grad(fn(X, backend="julia"), X, cot)
+    got, scale = gradient(), float(expected.abs().max())
+    if not torch.allclose(got, expected, rtol=1e-9, atol=1e-12 * scale):
+        raise RuntimeError(
+            f"bench_julia: the {op} gradient computed inside Julia differs from "
+            f"the bridge's by {float((got - expected).abs().max()):.3g}: the Julia "
+            "timing loop does not call the rule as the bridge does"
+        )
+
+
+def calls_per_round(calls: Callable) -> int:
+    """How many calls make a timed round of about ``TARGET`` seconds."""
+    calls(1)()  # compiles what the size needs
+    start = time.perf_counter()
+    calls(1)()
+    once = time.perf_counter() - start
+    return max(1, min(10_000, round(TARGET / max(once, 1e-7))))
+
+
+def overhead_rows(op: str, bench: Any, sizes: str, repeat: int) -> Iterator[list]:
+    """One row per size: the rule inside Julia, the same through the bridge,
+    and the difference per call (us and %)."""
+    g = torch.Generator().manual_seed(0)
+    problem = {"svd": bench_svd.problem, "eigh": bench_eigh.problem}[op]
+    for size in sizes.split(","):
+        batch, n = _timing.parse_size(size)
+        A, _ = problem(batch, n, g)
+        cot = cotangents(op, A, g)
+        python, (julia, gradient) = (
+            python_calls(op, A, cot),
+            julia_calls(op, bench, A, cot),
+        )
+        check_same_rule(op, A, cot, gradient)
+        number = calls_per_round(python)
+        times = _timing.interleaved(
+            {"julia": julia(number), "python": python(number)},
+            repeat,
+            what=f"{op} {_timing.label(batch, n)} bridge overhead, {number} calls "
+            "a round",
+        )
+        diff = statistics.median(p - j for p, j in zip(times["python"], times["julia"]))
+        yield [
+            _timing.label(batch, n),
+            f"{1e6 * statistics.median(times['julia']) / number:.1f}",
+            f"{1e6 * statistics.median(times['python']) / number:.1f}",
+            f"{1e6 * diff / number:.1f}",
+            f"{100 * (_timing.ratio(times, 'julia', 'python') - 1):.1f} %",
+        ]
+
+
+# --------------------------------------------------------------- end to end
+
+
+def e2e_rows(op: str, sizes: str, repeat: int) -> Iterator[list]:
+    """One row per size: torch.linalg, native and Julia backends, fwd+bwd of
+    bench_<op>.py's loss; ratios to torch.linalg."""
+    g = torch.Generator().manual_seed(0)
+    module = {"svd": bench_svd, "eigh": bench_eigh}[op]
+    stock = {
+        "svd": lambda A: torch.linalg.svd(A, full_matrices=False),
+        "eigh": torch.linalg.eigh,
+    }[op]
+    ours = {"svd": ps.svd, "eigh": ps.eigh}[op]
+    for size in sizes.split(","):
+        batch, n = _timing.parse_size(size)
+        A, W = module.problem(batch, n, g)
+        times = _timing.interleaved(
+            {
+                "torch": module.step(stock, A, W),
+                "native": module.step(lambda A: ours(A, backend="torch"), A, W),
+                "julia": module.step(lambda A: ours(A, backend="julia"), A, W),
+            },
+            repeat,
+            what=f"{op} {_timing.label(batch, n)} fwd+bwd, 3 implementations",
+        )
+        med = {k: statistics.median(v) for k, v in times.items()}
+        yield [
+            _timing.label(batch, n),
+            *(f"{1e3 * med[k]:.3f}" for k in ("torch", "native", "julia")),
+            f"{_timing.ratio(times, 'torch', 'native'):.2f}",
+            f"{_timing.ratio(times, 'torch', 'julia'):.2f}",
+        ]
+
+
+# ------------------------------------------------------------ command line
+
+
+def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = _timing.parser(__doc__.split("\n\n")[0], SIZES, QUICK_SIZES)
+    p.add_argument("--op", default="svd,eigh", help="svd, eigh or svd,eigh")
+    p.add_argument(
+        "--part", default="overhead,e2e", help="overhead, e2e or overhead,e2e"
+    )
+    p.add_argument(
+        "--blas",
+        choices=("default", "mkl", "both"),
+        default=None,
+        help="Julia's BLAS: its default, the mkl wheel's (PYSPECTRAL_JULIA_BLAS="
+        "mkl), or both, each in a fresh process (default: as PYSPECTRAL_JULIA_BLAS "
+        "says)",
+    )
+    args = _timing.finish(p.parse_args(argv), SIZES, QUICK_SIZES)
+    for name, allowed in (("op", ("svd", "eigh")), ("part", ("overhead", "e2e"))):
+        values = getattr(args, name).split(",")
+        if not values or any(v not in allowed for v in values):
+            p.error(f"--{name} takes a comma-separated subset of {allowed}")
+        setattr(args, name, values)
+    return args
+
+
+def child_argv(args: argparse.Namespace, blas: str) -> list[str]:
+    argv = ["--sizes", args.sizes, "--repeat", str(args.repeat)]
+    argv += ["--threads", str(torch.get_num_threads()), "--blas", blas]
+    return argv + ["--op", ",".join(args.op), "--part", ",".join(args.part)]
+
+
+def both(args: argparse.Namespace) -> int:
+    """``--blas default`` and ``--blas mkl``, each in a fresh process (Julia's
+    BLAS is chosen once per process), their output streamed through."""
+    env = dict(os.environ)
+    root = Path(ps.__file__).resolve().parent.parent  # this pyspectral first
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(root), env.get("PYTHONPATH")) if p
+    )
+    status = 0
+    for blas in ("default", "mkl"):
+        print(f"\n## Julia's BLAS: {blas} (a fresh process)", flush=True)
+        command = [sys.executable, __file__, *child_argv(args, blas)]
+        status = max(status, subprocess.run(command, env=env).returncode)
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = arguments(argv)
+    if args.blas == "both":
+        return both(args)
+    if args.blas is not None:
+        os.environ[_julia.BLAS_ENV] = args.blas  # read when Julia starts
+    usable, why = _julia.status()
+    if not usable:
+        print(f"skipped: the Julia backend is not usable here: {why}")
+        return 0
+    if args.blas == "mkl" and _julia.blas_choice()[1] is not None:
+        print(f"skipped: --blas mkl: {_julia.blas_choice()[1]}")
+        return 0
+    if args.blas is not None and _julia.julia_blas() is not None:
+        _timing.progress(
+            "note: Julia was already running in this process, so --blas does not "
+            "apply; the header says which BLAS Julia uses"
+        )
+    try:
+        bench = start_julia(torch.get_num_threads())
+    except ps.PySpectralError as err:
+        print(f"bench_julia: {err}", file=sys.stderr)
+        return 1
+    print(header(bench), flush=True)
+    for op in args.op:
+        if "overhead" in args.part and bench is None:
+            print(f"\n{op} overhead: skipped: the stand-in runtime has no Julia")
+        elif "overhead" in args.part:
+            table = _timing.Table(
+                f"{op}: bridge overhead per forward+backward call, float64, "
+                "median us (goal: <= 20 us, <= 2 % at n >= 512)",
+                ("size", "in Julia", 'ps backend="julia"', "overhead", "overhead %"),
+            )
+            for row in overhead_rows(op, bench, args.sizes, args.repeat):
+                table.row(row)
+        if "e2e" in args.part:
+            table = _timing.Table(
+                f"{op}: forward+backward, float64, median ms; ratios to torch.linalg",
+                (
+                    "size",
+                    "torch.linalg",
+                    "native",
+                    "julia",
+                    "native/torch",
+                    "julia/torch",
+                ),
+            )
+            for row in e2e_rows(op, args.sizes, args.repeat):
+                table.row(row)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,672 @@
+"""The benchmarks and ``python -m pyspectral bench``: the command line reaches
+every benchmark, rows are printed as they are measured, the Julia benchmark
+skips cleanly where Julia is absent; and the opt-in MKL for Julia
+(PYSPECTRAL_JULIA_BLAS in pyspectral/_julia.py): finding libmkl_rt, parsing
+the setting, warning when it cannot be honoured. No timing is asserted: the
+numbers are whatever the machine gives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import importlib.util
+import io
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _fake_julia import FakeJulia, installed
+
+import pyspectral.__main__ as cli
+from pyspectral import _julia
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARKS = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+import _timing  # noqa: E402
+import bench_eigh  # noqa: E402
+import bench_julia  # noqa: E402
+
+JULIA_USABLE, JULIA_WHY = _julia.status()
+needs_no_julia = pytest.mark.skipif(
+    JULIA_USABLE,
+    reason="Julia is usable here, so this command would run the Julia benchmark "
+    "for real (minutes); the skip path is tested where Julia is absent",
+)
+needs_julia = pytest.mark.skipif(not JULIA_USABLE, reason=f"no Julia: {JULIA_WHY}")
+
+
+def child_env() -> dict[str, str]:
+    """This environment for a child Python: this checkout's pyspectral first,
+    and stdout block-buffered (as for any pipe) unless the code flushes."""
+    env = dict(os.environ)
+    env.pop("PYTHONUNBUFFERED", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), env.get("PYTHONPATH")) if p
+    )
+    return env
+
+
+# ------------------------------------------------------------ command line
+
+
+@pytest.mark.parametrize("which", ["svd", "eigh", "topk", "julia", "all"])
+def test_bench_command_parses_every_benchmark(which, monkeypatch):
+    seen = {}
+
+    def fake_bench(name: str, args: argparse.Namespace) -> int:
+        seen.update(name=name, args=args)
+        return 0
+
+    monkeypatch.setattr(cli, "bench", fake_bench)
+    assert cli.main(["bench", which, "--quick"]) == 0
+    assert seen["name"] == which and seen["args"].quick
+
+
+def test_bench_command_rejects_an_unknown_benchmark(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["bench", "qr"])
+    assert exit_.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def namespace(**kw) -> argparse.Namespace:
+    base = dict(quick=False, sizes=None, repeat=None, threads=None, blas=None)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_bench_arguments_per_benchmark():
+    args = namespace(quick=True, sizes="8,16", repeat=3, blas="mkl")
+    assert cli.bench_argv("svd", args) == [
+        "--quick",
+        "--sizes",
+        "8,16",
+        "--repeat",
+        "3",
+    ]
+    assert cli.bench_argv("eigh", namespace()) == []
+    assert cli.bench_argv("julia", args)[-2:] == ["--blas", "mkl"]
+    # bench_topk.py has no --quick, --sizes nor --repeat: its smallest problem.
+    assert cli.bench_argv("topk", args) == cli.TOPK_QUICK
+    assert cli.bench_argv("topk", namespace()) == []
+
+
+def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
+    """``bench all`` loads benchmarks/bench_<name>.py for svd, eigh, topk and
+    julia (stand-in scripts here) and calls main with their arguments."""
+    for name in cli.BENCHMARKS:
+        (tmp_path / f"bench_{name}.py").write_text(
+            f"def main(argv):\n    print('ran {name}', list(argv))\n"
+        )
+    monkeypatch.setattr(cli, "_benchmarks_dir", lambda: tmp_path)
+    assert cli.bench("all", namespace(quick=True)) == 0
+    out = capsys.readouterr()
+    assert out.out.splitlines() == [
+        "ran svd ['--quick']",
+        "ran eigh ['--quick']",
+        f"ran topk {cli.TOPK_QUICK}",
+        "ran julia ['--quick']",
+    ]
+    assert "running benchmarks/bench_topk.py" in out.err
+
+
+def test_topk_benchmark_accepts_the_quick_arguments(capsys):
+    spec = importlib.util.spec_from_file_location(
+        "bench_topk", BENCHMARKS / "bench_topk.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(list(cli.TOPK_QUICK))
+    assert "| ps randomized |" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------- streaming
+
+
+def test_rows_stream_through_a_pipe_before_the_next_size_is_measured():
+    """`python -m pyspectral bench svd`: the child blocks before measuring
+    its second size until the parent has read the first row from the pipe, so
+    the test passes only if that row was flushed (stdout is a block-buffered
+    pipe here), and the child cannot have ended before."""
+    gate = f"""
+import sys
+sys.path.insert(0, {str(BENCHMARKS)!r})
+import _timing
+measure, calls = _timing.interleaved, []
+def gated(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+        sys.stdin.readline()  # until the parent has seen the first row
+    return measure(*args, **kwargs)
+_timing.interleaved = gated
+from pyspectral.__main__ import main
+sys.exit(main(["bench", "svd", "--quick", "--sizes", "8,16", "--repeat", "1"]))
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", gate],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(
+        target=lambda: [lines.put(x) for x in child.stdout] + [lines.put(None)],
+        daemon=True,
+    ).start()
+    seen = []
+    try:
+        while not (seen and seen[-1] and seen[-1].startswith("| 8x8 |")):
+            try:
+                seen.append(lines.get(timeout=120))  # a guard against a hang
+            except queue.Empty:
+                pytest.fail(f"no row reached the pipe (not flushed?); read {seen}")
+            assert seen[-1] is not None, f"ended without a row: {seen}"
+        assert child.poll() is None  # still waiting at the gate
+        child.stdin.write("go\n")
+        child.stdin.close()
+        assert child.wait(timeout=120) == 0, child.stderr.read()
+    finally:
+        child.kill()
+    rest = []
+    while (line := lines.get(timeout=10)) is not None:
+        rest.append(line)
+    assert any(x.startswith("| 16x16 |") for x in rest), rest
+
+
+def test_each_row_is_printed_before_the_next_measurement(monkeypatch, capsys):
+    measure, printed = _timing.interleaved, []
+
+    def spy(*args, **kwargs):
+        printed.append(capsys.readouterr().out)  # what was printed so far
+        return measure(*args, **kwargs)
+
+    monkeypatch.setattr(_timing, "interleaved", spy)
+    assert bench_eigh.main(["--sizes", "4,6,2x4", "--repeat", "1"]) == 0
+    assert "| size | torch.linalg | pyspectral | ratio |" in printed[0]
+    assert "| 4x4 |" in printed[1] and "| 6x6 |" in printed[2]
+    assert "| 2 x 4x4 |" in capsys.readouterr().out
+
+
+def test_quick_defaults():
+    args = _timing.arguments("x", ["--quick"])
+    assert (args.sizes, args.repeat) == (_timing.QUICK_SIZES, 5)
+    args = _timing.arguments("x", [])
+    assert (args.sizes, args.repeat) == (_timing.DEFAULT_SIZES, 21)
+
+
+def test_interleaved_takes_a_functions_own_measurement_and_announces_slow_ones(
+    monkeypatch, capsys
+):
+    order = []
+
+    def own() -> float:
+        order.append("own")
+        return 0.25  # e.g. seconds measured inside Julia
+
+    def wall() -> None:
+        order.append("wall")
+
+    monkeypatch.setattr(_timing, "SLOW", -1.0)  # everything counts as slow
+    times = _timing.interleaved({"own": own, "wall": wall}, 3, warmup=1, what="x")
+    assert times["own"] == [0.25, 0.25, 0.25]
+    assert all(t >= 0 for t in times["wall"]) and len(times["wall"]) == 3
+    assert order == ["own", "wall", "own", "wall", "wall", "own", "own", "wall"]
+    assert "measuring x (3 rounds" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ the Julia one
+
+
+def run_bench_julia(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = bench_julia.main(list(argv))
+    return status, out.getvalue()
+
+
+def test_bench_julia_skips_where_julia_is_absent():
+    with installed(FakeJulia(probe_reason="no Julia in this test")) as fake:
+        status, out = run_bench_julia("--quick")
+    assert status == 0
+    assert (
+        out == "skipped: the Julia backend is not usable here: no Julia in this test\n"
+    )
+    assert fake.starts == 0
+
+
+@needs_no_julia
+def test_bench_julia_command_skips_where_julia_is_absent():
+    run = subprocess.run(
+        [sys.executable, "-m", "pyspectral", "bench", "julia", "--quick"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("skipped: the Julia backend is not usable here: ")
+
+
+@needs_no_julia
+def test_bench_julia_both_blas_runs_two_fresh_processes():
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_julia.py"), "--blas", "both"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert out.index("## Julia's BLAS: default") < out.index("## Julia's BLAS: mkl")
+    assert out.count("skipped: ") == 2
+
+
+def test_bench_julia_end_to_end_rows_with_the_stand_in_runtime():
+    """The end-to-end part runs the three implementations through the real
+    bridge (Julia replaced by the numpy stand-in); the overhead part, which
+    times a loop inside Julia, says it cannot run there."""
+    with installed() as fake:
+        status, out = run_bench_julia(
+            "--sizes", "4,2x3", "--repeat", "1", "--op", "svd,eigh"
+        )
+    assert status == 0
+    assert "Julia: a stand-in runtime, not Julia" in out
+    assert out.count("overhead: skipped: the stand-in runtime has no Julia") == 2
+    assert (
+        "| size | torch.linalg | native | julia | native/torch | julia/torch |" in out
+    )
+    assert out.count("| 4x4 |") == 2 and out.count("| 2 x 3x3 |") == 2
+    assert fake.calls_to("svd_batched") and fake.calls_to("eigh_pullback_batched!")
+
+
+class StandInTimers:
+    """bench_julia's Julia module PySpectralBench, in Python, over the stand-in
+    glue: Julia's ``Array(x)`` is a column-major copy, the passes call the glue
+    functions they are given as the Julia code does. ``swap``: pass the two
+    SVD cotangents in the wrong roles (what the gradient check must catch)."""
+
+    def __init__(self, swap: bool = False) -> None:
+        self.swap = swap
+
+    def svd_gradient(self, fwd, bwd, At, dU, dS, dVt):
+        if self.swap:
+            dU, dVt = dVt, dU
+        F = [np.array(x, order="F") for x in (At, dU, dS, dVt)]
+        U, S, Vt = fwd(F[0], False)
+        dAt = np.zeros(At.shape, order="F")
+        return bwd(dAt, U, S, Vt, *F[1:], gauge="warn")
+
+    def eigh_gradient(self, fwd, bwd, At, dw, dV):
+        F = [np.array(x, order="F") for x in (At, dw, dV)]
+        w, V = fwd(F[0], "U")
+        dAt = np.zeros(At.shape, order="F")
+        return bwd(dAt, w, V, *F[1:], "U", gauge="warn")
+
+    def svd_seconds(self, *args):
+        return self._seconds(self.svd_gradient, args)
+
+    def eigh_seconds(self, *args):
+        return self._seconds(self.eigh_gradient, args)
+
+    @staticmethod
+    def _seconds(one, args) -> float:
+        *args, number = args
+        start = time.perf_counter()
+        for _ in range(number):
+            one(*args)
+        return time.perf_counter() - start
+
+    def version(self) -> str:
+        return "(stand-in)"
+
+    def blas_threads(self) -> int:
+        return 1
+
+
+def test_bench_julia_overhead_rows_with_stand_in_timers(monkeypatch):
+    """The overhead part's Python side: the arrays it hands the timing loop
+    give the bridge's gradient (checked before timing), and rows come out."""
+    monkeypatch.setattr(bench_julia, "start_julia", lambda threads: StandInTimers())
+    monkeypatch.setattr(bench_julia, "TARGET", 1e-4)  # few calls a round
+    with installed():
+        status, out = run_bench_julia(
+            "--sizes", "5,2x3", "--repeat", "1", "--part", "overhead"
+        )
+    assert status == 0
+    assert out.startswith("Julia (stand-in), BLAS: None, 1 BLAS threads; torch")
+    assert out.count('| size | in Julia | ps backend="julia" | overhead |') == 2
+    assert out.count("| 5x5 |") == 2 and out.count("| 2 x 3x3 |") == 2
+
+
+def test_bench_julia_gradient_check_catches_a_wrong_timing_loop():
+    A = torch.randn(5, 5, dtype=torch.float64)
+    cot = bench_julia.cotangents("svd", A, torch.Generator().manual_seed(1))
+    with installed():
+        _, gradient = bench_julia.julia_calls("svd", StandInTimers(True), A, cot)
+        with pytest.raises(RuntimeError, match="differs from the bridge's"):
+            bench_julia.check_same_rule("svd", A, cot, gradient)
+        _, gradient = bench_julia.julia_calls("svd", StandInTimers(), A, cot)
+        bench_julia.check_same_rule("svd", A, cot, gradient)
+
+
+def test_bench_julia_mkl_skips_when_the_mkl_wheel_is_missing(monkeypatch):
+    monkeypatch.setenv(_julia.BLAS_ENV, "default")  # restored after the test
+    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: None)
+    with installed() as fake:
+        status, out = run_bench_julia("--blas", "mkl", "--quick")
+    assert status == 0
+    assert out.startswith("skipped: --blas mkl: PYSPECTRAL_JULIA_BLAS=mkl, but no")
+    assert fake.starts == 0
+
+
+def test_bench_julia_rejects_an_unknown_part():
+    with pytest.raises(SystemExit):
+        bench_julia.arguments(["--part", "overhead,speed"])
+
+
+def test_torch_blas_names_torchs_blas():
+    text = bench_julia.torch_blas()
+    assert text.startswith("BLAS ") and "LAPACK" in text
+    if "BLAS_INFO=mkl" in torch.__config__.show():
+        assert "oneMKL" in text
+
+
+@pytest.mark.parametrize(
+    "source", [_julia.BLAS_JL, bench_julia.JULIA_TIMERS], ids=["blas", "timers"]
+)
+def test_julia_sources_in_python_parse(source):
+    ts = pytest.importorskip("tree_sitter")
+    tsj = pytest.importorskip("tree_sitter_julia")
+    tree = ts.Parser(ts.Language(tsj.language())).parse(source.encode())
+    bad, stack = [], [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            bad.append(f"line {node.start_point[0] + 1}: {node.type}")
+        stack.extend(node.children)
+    assert not bad, bad
+    top = [c for c in tree.root_node.children if c.type != "line_comment"]
+    assert len(top) == 1 and top[0].type == "module_definition"  # seval: one expr
+
+
+@needs_julia
+def test_bench_julia_runs_for_real():
+    status, out = run_bench_julia("--sizes", "8", "--repeat", "1", "--op", "svd")
+    assert status == 0
+    assert out.startswith("Julia ") and "BLAS threads" in out
+    assert out.count("| 8x8 |") == 2  # the overhead and the end-to-end rows
+
+
+# ------------------------------------------------- Julia's BLAS: finding MKL
+
+
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("libmkl_rt.so", True),
+        ("libmkl_rt.so.2", True),
+        ("libmkl_rt.so.3", True),
+        ("libmkl_rt.2.dylib", True),
+        ("mkl_rt.2.dll", True),
+        ("libmkl_core.so.2", False),
+        ("libmkl_rt.so.2.py", False),
+        ("libmkl_rt_extra.so", False),
+    ],
+)
+def test_mkl_rt_names(name, match):
+    assert bool(_julia._MKL_RT.match(name)) is match
+
+
+@pytest.mark.parametrize(
+    "value, wanted",
+    [
+        (None, None),
+        ("", None),
+        ("  ", None),
+        ("default", None),
+        ("DEFAULT", None),
+        ("mkl", "mkl"),
+        (" MKL ", "mkl"),
+        ("/opt/blas/libblis.so", "/opt/blas/libblis.so"),
+    ],
+)
+def test_requested_blas(value, wanted, monkeypatch):
+    if value is None:
+        monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_julia.BLAS_ENV, value)
+    assert _julia.requested_blas() == wanted
+
+
+def mkl_wheel(tmp_path: Path, files: bool = True) -> tuple[Path, Path]:
+    """An installed ``mkl`` wheel as pip lays it out: the dist-info in
+    site-packages, whose RECORD lists ``../../libmkl_rt.so.3`` (data files in
+    ``<prefix>/lib``). Returns (site-packages, the library)."""
+    prefix = tmp_path / "wheel-prefix"
+    site = prefix / "lib" / "python3.x" / "site-packages"
+    info = site / "mkl-2099.1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: mkl\nVersion: 2099.1.0\n"
+    )
+    (info / "RECORD").write_text(
+        "../../libmkl_core.so.3,,\n../../libmkl_rt.so.3,,\n"
+        "mkl-2099.1.0.dist-info/METADATA,,\n"
+    )
+    library = prefix / "lib" / "libmkl_rt.so.3"
+    if files:
+        library.write_bytes(b"")
+        (prefix / "lib" / "libmkl_core.so.3").write_bytes(b"")
+    return site, library
+
+
+@pytest.fixture
+def empty_prefix(tmp_path, monkeypatch):
+    prefix = tmp_path / "python-prefix"
+    (prefix / "lib").mkdir(parents=True)
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    return prefix
+
+
+def test_find_mkl_rt_in_the_installed_wheels_files(tmp_path, monkeypatch, empty_prefix):
+    site, library = mkl_wheel(tmp_path)
+    monkeypatch.syspath_prepend(str(site))
+    assert _julia.find_mkl_rt() == library.resolve()
+
+
+def test_find_mkl_rt_in_the_prefix_lib(tmp_path, monkeypatch, empty_prefix):
+    site, _ = mkl_wheel(tmp_path, files=False)  # RECORD lists a missing file
+    monkeypatch.syspath_prepend(str(site))
+    (empty_prefix / "lib" / "libmkl_rt.so.2").write_bytes(b"")
+    assert _julia.find_mkl_rt() == (empty_prefix / "lib" / "libmkl_rt.so.2").resolve()
+
+
+def test_find_mkl_rt_finds_none(monkeypatch, empty_prefix):
+    def not_installed(name: str) -> None:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "files", not_installed)
+    assert _julia.find_mkl_rt() is None
+
+
+def test_blas_choice(tmp_path, monkeypatch):
+    library = tmp_path / "libmkl_rt.so.3"
+    library.write_bytes(b"")
+    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: library)
+    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
+    assert _julia.blas_choice() == (library, None)
+    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
+    assert _julia.blas_choice() == (library.resolve(), None)
+    monkeypatch.setenv(_julia.BLAS_ENV, str(tmp_path / "missing.so"))
+    path, problem = _julia.blas_choice()
+    assert path is None and "missing.so: no such file" in problem
+    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: None)
+    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
+    path, problem = _julia.blas_choice()
+    assert path is None and "`pip install mkl`" in problem
+    monkeypatch.setenv(_julia.BLAS_ENV, "default")
+    assert _julia.blas_choice() == (None, None)
+
+
+# ------------------------------------- Julia's BLAS: what happens at start
+
+
+class StandInMain:
+    """What start_blas needs of juliacall's Main: ``seval`` of the module
+    source, and the module's functions (recorded)."""
+
+    def __init__(
+        self,
+        count: int = 3000,
+        error: Exception | None = None,
+        seval_error: Exception | None = None,
+    ) -> None:
+        self.seval_error = seval_error
+        self.evaluated: list[str] = []
+        self.forwarded: list[tuple[str, str]] = []
+        self.count, self.error = count, error
+        self.PySpectralBLAS = types.SimpleNamespace(
+            forward_mkl=lambda path: self._forward("mkl", path),
+            forward=lambda path: self._forward("generic", path),
+            describe=lambda: "libfoo.so (ilp64)",
+        )
+
+    def seval(self, source: str) -> None:
+        self.evaluated.append(source)
+        if self.seval_error is not None:
+            raise self.seval_error
+
+    def _forward(self, how: str, path: str) -> int:
+        self.forwarded.append((how, path))
+        if self.error is not None:
+            raise self.error
+        return self.count
+
+
+def test_start_blas_by_default_forwards_nothing(monkeypatch):
+    monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+    jl = StandInMain()
+    assert _julia.start_blas(jl) == "libfoo.so (ilp64)"
+    assert jl.evaluated == [_julia.BLAS_JL.strip()] and jl.forwarded == []
+
+
+def test_start_blas_forwards_to_the_mkl_wheel(tmp_path, monkeypatch):
+    library = tmp_path / "libmkl_rt.so.3"
+    library.write_bytes(b"")
+    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: library)
+    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
+    jl = StandInMain()
+    _julia.start_blas(jl)
+    assert jl.forwarded == [("mkl", str(library))]
+
+
+def test_start_blas_forwards_to_a_library_path(tmp_path, monkeypatch):
+    library = tmp_path / "libblis.so.4"
+    library.write_bytes(b"")
+    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
+    jl = StandInMain()
+    _julia.start_blas(jl)
+    assert jl.forwarded == [("generic", str(library.resolve()))]
+
+
+def test_start_blas_warns_when_mkl_is_missing(monkeypatch):
+    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: None)
+    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
+    jl = StandInMain()
+    with pytest.warns(RuntimeWarning, match=r"pip install mkl.*default BLAS"):
+        assert _julia.start_blas(jl) == "libfoo.so (ilp64)"
+    assert jl.forwarded == []
+
+
+@pytest.mark.parametrize(
+    "jl, message",
+    [
+        (StandInMain(count=0), "libblastrampoline could not use"),
+        (StandInMain(error=RuntimeError("dlopen failed")), "could not load .*dlopen"),
+    ],
+    ids=["nothing forwarded", "Julia error"],
+)
+def test_start_blas_warns_when_julia_cannot_use_the_library(
+    jl, message, tmp_path, monkeypatch
+):
+    library = tmp_path / "libmkl_rt.so.2"
+    library.write_bytes(b"")
+    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
+    with pytest.warns(RuntimeWarning, match=message):
+        _julia.start_blas(jl)
+    assert jl.forwarded == [("mkl", str(library.resolve()))]  # by its name
+
+
+def test_start_blas_never_keeps_julia_from_starting(tmp_path, monkeypatch):
+    monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+    jl = StandInMain(seval_error=RuntimeError("UndefVarError"))
+    assert _julia.start_blas(jl) == "unknown (RuntimeError while asking Julia)"
+    library = tmp_path / "libmkl_rt.so.2"
+    library.write_bytes(b"")
+    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
+    with pytest.warns(RuntimeWarning, match=r"cannot forward Julia's BLAS"):
+        _julia.start_blas(jl)
+
+
+def test_info_shows_julias_blas_once_julia_has_started(monkeypatch):
+    monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+    fake = FakeJulia()
+    fake.blas = "libmkl_rt.so.3 (ilp64), libmkl_rt.so.3 (lp64)"
+    with installed(fake):
+        assert _julia.julia_blas() is None
+        before = io.StringIO()
+        with contextlib.redirect_stdout(before):
+            cli.info()
+        _julia.glue()
+        after = io.StringIO()
+        with contextlib.redirect_stdout(after):
+            cli.info()
+    assert "Julia BLAS default, OpenBLAS (Julia not started here" in before.getvalue()
+    assert "Julia BLAS libmkl_rt.so.3 (ilp64), libmkl_rt.so.3 (lp64)\n" in (
+        after.getvalue()
+    )
+
+
+# ------------------------------------------------ Julia's BLAS, for real
+
+
+@needs_julia
+def test_julia_reports_its_blas_once_started():
+    _julia.glue()
+    blas = _julia.julia_blas()
+    assert blas and ("(ilp64)" in blas or "(lp64)" in blas), blas
+
+
+@needs_julia
+def test_julia_uses_the_mkl_wheel_when_asked(tmp_path):
+    if _julia.find_mkl_rt() is None:
+        pytest.skip("the mkl wheel is not installed here (pip install mkl)")
+    code = (
+        "import warnings, torch, pyspectral as ps\n"
+        "from pyspectral import _julia\n"
+        "warnings.simplefilter('error')\n"
+        "A = torch.randn(40, 30, dtype=torch.float64)\n"
+        "U, S, Vh = ps.svd(A, backend='julia')\n"
+        "assert torch.allclose((U * S) @ Vh, A, atol=1e-10)\n"
+        "print(_julia.julia_blas())\n"
+    )
+    env = child_env()
+    env[_julia.BLAS_ENV] = "mkl"
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr
+    assert "mkl_rt" in run.stdout and "(ilp64)" in run.stdout
