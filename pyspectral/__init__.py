@@ -14,12 +14,16 @@ from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,
     DomainError,
+    DtypeError,
     GaugeError,
     GaugeWarning,
     InputError,
     InputTypeError,
     JuliaError,
+    NonFiniteError,
     PySpectralError,
+    ShapeError,
+    UPLOError,
 )
 from .svd import SVDResult, svd, svd_function, svdvals
 
@@ -28,14 +32,18 @@ __version__ = "0.1.0"
 __all__ = [
     "BackendError",
     "DomainError",
+    "DtypeError",
     "EighResult",
     "GaugeError",
     "GaugeWarning",
     "InputError",
     "InputTypeError",
     "JuliaError",
+    "NonFiniteError",
     "PySpectralError",
     "SVDResult",
+    "ShapeError",
+    "UPLOError",
     "__version__",
     "defaults",
     "eigh",

@@ -8,22 +8,30 @@ by ``julia/PySpectral/src/common``; change them in both places or in neither.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import math
 import numbers
+import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
 
 from .exceptions import (
+    BackendError,
+    DtypeError,
     GaugeError,
     GaugeWarning,
     InputError,
     InputTypeError,
+    NonFiniteError,
+    ShapeError,
+    UPLOError,
 )
 
 GAUGE_POLICIES = ("warn", "raise", "ignore")
@@ -42,19 +50,49 @@ class Options:
     broadening: float | None = None
     gauge: str = "warn"
     gauge_atol: float | None = None
+    # Not a setting: where the user's code made the call (see :func:`warn`),
+    # for a warning raised by a backward that runs where the user's frames are
+    # not on the stack (an autograd device thread). No part of equality.
+    site: Any = field(default=None, compare=False, repr=False)
 
 
+# The user settings among Options' fields (get_defaults, set_defaults, defaults)
+SETTINGS = ("degeneracy_atol", "broadening", "gauge", "gauge_atol")
+
+
+def _settings(opts: Options) -> dict[str, Any]:
+    return {name: getattr(opts, name) for name in SETTINGS}
+
+
+# Two layers of defaults: the process-wide ones (set_defaults) and the scoped
+# overrides of ``with defaults(...)``, kept in a ContextVar so that each thread
+# (and asyncio task) sees only its own: two threads inside ``defaults`` blocks
+# neither see nor undo each other's settings, and nothing is left behind.
 _defaults = Options()
 _defaults_lock = threading.Lock()
+_scoped: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "pyspectral_scoped_defaults", default=None
+)
+
+
+def _effective() -> Options:
+    """The defaults in force here: the process-wide ones under this context's
+    scoped overrides."""
+    scoped = _scoped.get()
+    return replace(_defaults, **scoped) if scoped else _defaults
 
 
 def get_defaults() -> dict[str, Any]:
-    """The package defaults used when a call leaves a setting as ``None``."""
-    return dict(vars(_defaults))
+    """The package defaults used when a call leaves a setting as ``None``: the
+    process-wide ones, with the overrides of the enclosing ``defaults(...)``
+    blocks of this thread."""
+    return _settings(_effective())
 
 
 def set_defaults(**settings: Any) -> dict[str, Any]:
-    """Set package defaults; returns the previous ones (to restore them later).
+    """Set the process-wide package defaults; returns the previous process-wide
+    ones (to restore them later). Inside a ``defaults(...)`` block its scoped
+    overrides still win for the settings it names.
 
     Keys: ``degeneracy_atol`` (float or None = ``max(S) * eps**0.75``),
     ``broadening`` (Lorentzian width, float or None = hard cutoff),
@@ -63,27 +101,33 @@ def set_defaults(**settings: Any) -> dict[str, Any]:
     """
     global _defaults
     with _defaults_lock:
-        old = get_defaults()
+        old = _settings(_defaults)
         _defaults = _check_options(replace(_defaults, **_known(settings)))
     return old
 
 
 @contextlib.contextmanager
 def defaults(**settings: Any) -> Iterator[None]:
-    """Context manager that sets package defaults and restores them on exit."""
-    old = set_defaults(**settings)
+    """Context manager: package defaults for the code inside the block, in this
+    thread (or asyncio task) only. Nests; the process-wide defaults
+    (:func:`set_defaults`) are never changed, so concurrent blocks in other
+    threads neither see these settings nor can leave them behind. Threads
+    started inside the block start from the process-wide defaults."""
+    merged = {**(_scoped.get() or {}), **_known(settings)}
+    # validated as set_defaults validates (same messages), before entering
+    checked = _check_options(replace(Options(), **merged))
+    token = _scoped.set({name: getattr(checked, name) for name in merged})
     try:
         yield
     finally:
-        set_defaults(**old)
+        _scoped.reset(token)
 
 
 def _known(settings: dict[str, Any]) -> dict[str, Any]:
-    unknown = set(settings) - set(vars(_defaults))
+    unknown = set(settings) - set(SETTINGS)
     if unknown:
         raise InputError(
-            f"unknown setting(s) {sorted(unknown)}; the settings are "
-            f"{sorted(vars(_defaults))}"
+            f"unknown setting(s) {sorted(unknown)}; the settings are {sorted(SETTINGS)}"
         )
     return settings
 
@@ -112,8 +156,9 @@ def options(
     *,
     op: str = "options",
 ) -> Options:
-    """Per-call settings, with ``None`` falling back to the package defaults."""
-    d = _defaults
+    """Per-call settings, with ``None`` falling back to the package defaults in
+    force in this thread (see :func:`defaults`)."""
+    d = _effective()
     return _check_options(
         Options(
             degeneracy_atol=d.degeneracy_atol
@@ -122,6 +167,7 @@ def options(
             broadening=d.broadening if broadening is None else broadening,
             gauge=d.gauge if gauge is None else gauge,
             gauge_atol=d.gauge_atol if gauge_atol is None else gauge_atol,
+            site=_user_frame_site(),
         ),
         op,
     )
@@ -142,7 +188,16 @@ def degeneracy_atol(spectrum: torch.Tensor, atol: float | None) -> torch.Tensor:
     change when the input is rescaled.
     """
     if atol is not None:
-        return torch.full_like(spectrum[..., :1, None], atol)
+        return torch.full(
+            (*spectrum.shape[:-1], 1, 1),
+            atol,
+            dtype=spectrum.dtype,
+            device=spectrum.device,
+        )
+    if spectrum.shape[-1] == 0:
+        # An empty spectrum (0 x n matrices) has no pair to compare; amax has
+        # no identity element and would raise.
+        return spectrum.detach().new_zeros((*spectrum.shape[:-1], 1, 1))
     scale = spectrum.detach().abs().amax(dim=-1, keepdim=True)
     return (scale * eps(spectrum.dtype) ** 0.75).unsqueeze(-1)
 
@@ -152,7 +207,10 @@ def gauge_atol(*cotangent_blocks: torch.Tensor, atol: float | None) -> float:
     largest entry of the incoming cotangents of the singular/eigen vectors)."""
     if atol is not None:
         return atol
-    scale = max(float(_peek(b.detach()).abs().max()) for b in cotangent_blocks)
+    scale = max(
+        (float(_peek(b.detach()).abs().max()) for b in cotangent_blocks if b.numel()),
+        default=0.0,
+    )
     return eps(cotangent_blocks[0].dtype) ** 0.75 * scale
 
 
@@ -204,14 +262,69 @@ def divided_difference(
     rounding error, the average elsewhere (the two then agree to that error).
     This assumes nothing about the scale on which ``f`` varies (``exp`` near 0
     varies on scale 1, not ``|a|``) and squares nothing (no underflow).
+
+    An infinite derivative at an end (``sqrt`` at 0) never replaces a finite
+    quotient: ``sqrt[0, x] = sqrt(x) / x`` is finite for ``x != 0``; only the
+    limit ``a = b`` itself is infinite (see :func:`with_infinite_weights`).
     """
     d = a - b
     average = (da + db) / 2
     safe_d = torch.where(d != 0, d, torch.ones_like(d))
     quotient = (fa - fb) / safe_d
     rounding = eps(a.dtype) * (fa.abs() + fb.abs()) / safe_d.abs()
-    quotient_ok = (d != 0) & ((quotient - average).abs() > 2 * rounding)
+    quotient_ok = (d != 0) & (
+        ~torch.isfinite(average) | ((quotient - average).abs() > 2 * rounding)
+    )
     return torch.where(quotient_ok, quotient, average)
+
+
+def with_infinite_weights(
+    linear: Callable[..., torch.Tensor],
+    weights: tuple[torch.Tensor, ...],
+    scale: torch.Tensor,
+) -> torch.Tensor:
+    """``linear(*weights)`` for a map linear in each weight tensor, without the
+    NaN of ``0 * inf`` where some weights are infinite.
+
+    A divided difference is infinite where ``f'`` is (``sqrt`` at an exact zero
+    eigenvalue or singular value): the true gradient is then infinite in the
+    entries that the infinite weights reach and finite elsewhere, but the
+    matrix products of the pullback would mix ``inf`` with zeros into NaN
+    everywhere. So the map is evaluated twice: with the infinite weights set to
+    0 (the finite part) and with only their signs (the direction ``D`` of the
+    infinite part). An entry is ``sign(D) * inf`` where ``|D|`` exceeds the
+    rounding level ``eps**(3/4) * scale`` (``scale``: the largest entry of the
+    incoming cotangent), else the finite part. Complex entries are treated by
+    real and imaginary part. Without infinite weights: one evaluation.
+    """
+    if not any(bool(torch.isinf(_peek(w.detach())).any()) for w in weights):
+        return linear(*weights)
+    infinite = [torch.isinf(w.detach()) for w in weights]
+    finite = linear(*(torch.where(i, 0.0, w) for i, w in zip(infinite, weights)))
+    direction = linear(
+        *(torch.where(i, w.detach().sign(), 0.0) for i, w in zip(infinite, weights))
+    ).detach()
+    tol = eps(finite.dtype) ** 0.75 * scale
+    if finite.is_complex():
+        return torch.complex(
+            _infinite_where(direction.real, finite.real, tol),
+            _infinite_where(direction.imag, finite.imag, tol),
+        )
+    return _infinite_where(direction, finite, tol)
+
+
+def max_abs(G: torch.Tensor) -> torch.Tensor:
+    """``max |G|`` per matrix, detached, shape ``(*, 1, 1)`` (0 if empty)."""
+    if G.shape[-1] * G.shape[-2] == 0:
+        return G.detach().abs().new_zeros((*G.shape[:-2], 1, 1))
+    return G.detach().abs().amax(dim=(-2, -1), keepdim=True)
+
+
+def _infinite_where(
+    direction: torch.Tensor, finite: torch.Tensor, tol: torch.Tensor
+) -> torch.Tensor:
+    inf = torch.full_like(finite.detach(), math.inf).copysign(direction)
+    return torch.where(direction.abs() > tol, inf, finite)
 
 
 def add_diagonal(M: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -304,12 +417,84 @@ def ritz_message(residual: float) -> str:
     )
 
 
+def policy_applied(opts: Options) -> Options:
+    """``opts`` with ``gauge="ignore"``, for re-evaluating in a backward what the
+    forward has already checked and reported (one warning per event)."""
+    return replace(opts, gauge="ignore")
+
+
 def apply_gauge_policy(msg: str, opts: Options) -> None:
-    """Raise ``GaugeError`` under ``gauge="raise"``, else warn ``GaugeWarning``."""
+    """Raise ``GaugeError`` under ``gauge="raise"``, else warn ``GaugeWarning``
+    (attributed to the user's line, see :func:`warn`)."""
     if opts.gauge == "raise":
         raise GaugeError(msg)
     if opts.gauge == "warn":
-        warnings.warn(msg, GaugeWarning, stacklevel=5)
+        warn(msg, GaugeWarning, opts.site)
+
+
+# Library code a warning must not be attributed to: torch, pyspectral, and the
+# thread machinery (a thread that runs ``loss.backward`` directly has no frame
+# of the user's).
+_LIBRARY = (
+    *(os.path.dirname(os.path.abspath(p)) + os.sep for p in (torch.__file__, __file__)),
+    os.path.abspath(threading.__file__),
+)
+_INTERNAL: dict[str, bool] = {}  # co_filename -> library code
+
+
+def _internal(filename: str) -> bool:
+    """Whether code in ``filename`` is library code (see ``_LIBRARY``)."""
+    known = _INTERNAL.get(filename)
+    if known is None:
+        known = _INTERNAL[filename] = os.path.abspath(filename).startswith(_LIBRARY)
+    return known
+
+
+def _user_frame(frame: Any) -> Any:
+    """The innermost frame at or above ``frame`` outside library code (None if
+    there is none: a thread that only runs library code)."""
+    while frame is not None and _internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame
+
+
+def _user_frame_site() -> tuple[str, int, dict[str, Any]] | None:
+    """``(filename, lineno, globals)`` of the user's line calling pyspectral."""
+    frame = _user_frame(sys._getframe(1))
+    return None if frame is None else _site(frame)
+
+
+def _site(frame: Any) -> tuple[str, int, dict[str, Any]]:
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_globals
+
+
+def warn(message: str, category: type[Warning], site: Any = None) -> None:
+    """``warnings.warn`` attributed to the user's line: the innermost frame
+    outside torch and pyspectral.
+
+    A fixed ``stacklevel`` cannot do it: a warning from a pullback is raised
+    inside torch's autograd engine (``loss.backward()``, ``torch.autograd.grad``,
+    ``torch.func``), at a depth that depends on the entry point and the torch
+    version; the user's frame is still on the stack, below them. Where none is
+    (a backward run by an autograd device thread, as for CUDA tensors), the
+    warning names ``site``, the user's line of the forward call
+    (``Options.site``), else the pyspectral line that raised it. Filters and
+    the once-per-location registry work as for ``warnings.warn``.
+    """
+    caller = sys._getframe(1)
+    frame = _user_frame(caller)
+    filename, lineno, globals_ = (
+        _site(frame) if frame is not None else site or _site(caller)
+    )
+    warnings.warn_explicit(
+        message,
+        category,
+        filename,
+        lineno,
+        module=globals_.get("__name__", "<string>"),
+        registry=globals_.setdefault("__warningregistry__", {}),
+        module_globals=globals_,
+    )
 
 
 # -------------------------------------------------------------- validation
@@ -419,8 +604,16 @@ def _as_real(x: Any) -> float | None:
     return None
 
 
-def check_matrix(op: str, A: Any, *, square: bool = False) -> None:
-    """Validate a ``(*, m, n)`` floating or complex tensor with finite entries."""
+def check_matrix(
+    op: str, A: Any, *, square: bool = False, uplo: str | None = None
+) -> None:
+    """Validate a ``(*, m, n)`` floating or complex tensor with finite entries.
+
+    The errors subclass what ``torch.linalg`` raises for the same input (see
+    ``exceptions``). ``uplo``: only that triangle is read (``eigh``), so only
+    it must be finite, and of its diagonal only the real part (LAPACK ignores
+    the imaginary part), as ``torch.linalg.eigh`` requires.
+    """
     if not isinstance(A, torch.Tensor):
         raise InputTypeError(
             f"{op}: A must be a torch.Tensor, got {type(A).__name__}; "
@@ -430,36 +623,97 @@ def check_matrix(op: str, A: Any, *, square: bool = False) -> None:
         torch.float16,
         torch.bfloat16,
     ):
-        raise InputTypeError(
+        raise DtypeError(
             f"{op}: A must have dtype float32, float64, complex64 or complex128, "
             f"got {A.dtype}; convert with A.to(torch.float64)"
         )
     if A.dim() < 2:
-        raise InputError(
+        raise ShapeError(
             f"{op}: A must have shape (*, m, n) with at least 2 dimensions, got "
             f"shape {tuple(A.shape)}; use A.reshape(1, -1) or A.unsqueeze(-1)"
         )
     if square and A.shape[-1] != A.shape[-2]:
-        raise InputError(
+        raise ShapeError(
             f"{op}: A must be square, shape (*, n, n), got shape {tuple(A.shape)}"
         )
     # Any NaN or Inf entry makes the sum non-finite, so a finite sum (one cheap
     # reduction) proves every entry finite; only otherwise look entry by entry
-    # (a sum can also overflow).
+    # at what is read (a sum can also overflow).
     P = _peek(A)
-    if P.numel() and not (
-        bool(torch.isfinite(P.sum())) or bool(torch.isfinite(P).all())
-    ):
-        raise InputError(
-            f"{op}: A contains NaN or Inf entries (shape {tuple(A.shape)}); "
+    if P.numel() and not (bool(torch.isfinite(P.sum())) or _read_finite(P, uplo)):
+        where = "" if uplo is None else f" in the UPLO='{uplo}' triangle it reads"
+        raise NonFiniteError(
+            f"{op}: A contains NaN or Inf entries{where} (shape {tuple(A.shape)}); "
             "the decomposition of such a matrix is undefined"
         )
 
 
+def _read_finite(P: torch.Tensor, uplo: str | None) -> bool:
+    """Whether the entries of ``P`` that are read are finite: all of them, or
+    (``uplo``) the strict ``uplo`` triangle and the real part of the diagonal."""
+    if uplo is None:
+        return bool(torch.isfinite(P).all())
+    strict = torch.tril(P, -1) if uplo == "L" else torch.triu(P, 1)
+    diagonal = P.diagonal(dim1=-2, dim2=-1).real
+    return bool(torch.isfinite(strict).all()) and bool(torch.isfinite(diagonal).all())
+
+
+def check_out(
+    op: str, out: Any, backend: str, A: torch.Tensor, k: int | None = None
+) -> bool:
+    """Whether to run ``op`` with ``out=`` (not None), after checking that it can.
+
+    With ``out=`` there is no autograd (torch raises if ``A`` requires grad), so
+    the result is ``torch.linalg``'s forward, which is the native backend's:
+    the call is handed to ``torch.linalg`` itself, whose ``out=`` semantics
+    (resizing with a warning, dtype and device checks) are then torch's own.
+    Not with ``k`` (torch has no top-k ``op``) or ``backend="julia"``, which
+    raise ``InputError``; an unknown backend name raises ``BackendError``.
+    """
+    if out is None:
+        return False
+    if k is not None:
+        raise InputError(
+            f"{op}: out= is not supported with k (top-k); drop out= and use the "
+            "returned tensors"
+        )
+    if backend == "julia":
+        raise InputError(
+            f"{op}: out= runs torch.linalg's forward (no autograd with out=), i.e. "
+            "the native backend; drop out= or pass backend='auto'"
+        )
+    if backend not in ("auto", "torch"):
+        backends = ("auto", "torch", "julia")  # as _backend.BACKENDS
+        raise BackendError(f"{op}: backend must be one of {backends}, got {backend!r}")
+    return True
+
+
+def check_uplo(op: str, UPLO: Any) -> str:
+    """``UPLO`` normalised to ``"L"`` or ``"U"``; like ``torch.linalg.eigh``,
+    either case is accepted, another string raises ``UPLOError`` (a
+    ``RuntimeError``, as torch's) and a non-string ``InputTypeError``."""
+    if not isinstance(UPLO, str):
+        raise InputTypeError(
+            f"{op}: UPLO must be a str, 'L' or 'U' (either case), got "
+            f"{type(UPLO).__name__} {UPLO!r}"
+        )
+    if UPLO.upper() not in ("L", "U"):
+        raise UPLOError(f"{op}: UPLO must be 'L' or 'U' (either case), got {UPLO!r}")
+    return UPLO.upper()
+
+
 def check_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
-    """Raise if ``A`` is not Hermitian to ``tol`` (default ``eps**0.75 max|A|``)."""
+    """Raise if ``A`` is not Hermitian to ``tol`` (default ``eps**0.75 max|A|``).
+
+    This reads both triangles, so both must be finite (``NonFiniteError``): a
+    NaN would otherwise compare as "Hermitian"."""
     P = _peek(A)
     P = P.detach()
+    if P.numel() and not _read_finite(P, None):
+        raise NonFiniteError(
+            f"{op}: A contains NaN or Inf entries (shape {tuple(A.shape)}); "
+            "checking that it is Hermitian reads both triangles"
+        )
     err = float((P - P.mH).abs().max()) if P.numel() else 0.0
     if tol is None:
         tol = eps(A.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)

@@ -336,7 +336,7 @@ def warn_julia_logs(op: str, records: Any) -> None:
         event = _native_event(record)
         if event is None:
             level, message = str(record[0]), str(record[1])
-            warnings.warn(f"{op} (Julia {level}): {message}", RuntimeWarning, 3)
+            C.warn(f"{op} (Julia {level}): {message}", RuntimeWarning)
         else:
             residuals.setdefault(event[0], []).append(event[1])
     for (event, maxiter), values in residuals.items():
@@ -346,7 +346,7 @@ def warn_julia_logs(op: str, records: Any) -> None:
             message = C.ritz_message(residual)
         else:
             message = C.topk_backward_message(maxiter, residual)
-        warnings.warn(message, GaugeWarning, stacklevel=3)
+        C.warn(message, GaugeWarning)  # at the user's line
 
 
 # ------------------------------------------------------------ conversions

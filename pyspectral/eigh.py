@@ -207,10 +207,12 @@ def _matfun(f: Any) -> SpectralFn:
 # ------------------------------------------------------------ public API
 
 
-def _check(op: str, A: Any, UPLO: str) -> None:
-    C.check_matrix(op, A, square=True)
-    if UPLO not in ("L", "U"):
-        raise InputError(f"{op}: UPLO must be 'L' or 'U', got {UPLO!r}")
+def _check(op: str, A: Any, UPLO: Any) -> str:
+    """Validate ``A`` and ``UPLO`` as ``torch.linalg.eigh`` does (either case of
+    ``UPLO``; only that triangle must be finite); returns ``"L"`` or ``"U"``."""
+    uplo = C.check_uplo(op, UPLO)
+    C.check_matrix(op, A, square=True, uplo=uplo)
+    return uplo
 
 
 def eigh(
@@ -231,6 +233,7 @@ def eigh(
     n_iter: int = 4,
     backward_rtol: float | None = None,
     backward_maxiter: int = 500,
+    out: tuple[Tensor, Tensor] | None = None,
 ) -> EighResult:
     r"""eigh(A, UPLO="L", *, backend="auto", ...) -> (eigenvalues, eigenvectors)
 
@@ -241,10 +244,12 @@ def eigh(
         A = V \operatorname{diag}(\Lambda) V^{H}, \qquad
         \Lambda_1 \le \Lambda_2 \le \dots
 
-    ``A`` has shape ``(*, n, n)`` where ``*`` is zero or more batch dimensions;
-    only the ``UPLO`` triangle is read (as in ``torch.linalg.eigh``), unless
-    ``check_hermitian=True``, which first raises if
-    ``max|A - A^H| > hermitian_tol`` (default ``eps**0.75 max|A|``).
+    ``A`` has shape ``(*, n, n)`` where ``*`` is zero or more batch dimensions
+    (``n = 0`` and empty batches give empty results). As in
+    ``torch.linalg.eigh``, ``UPLO`` is ``"L"`` or ``"U"`` in either case and
+    only that triangle is read (and must be finite; the imaginary part of the
+    diagonal is ignored), unless ``check_hermitian=True``, which first raises
+    if ``max|A - A^H| > hermitian_tol`` (default ``eps**0.75 max|A|``).
 
     .. warning:: The gradient is the true gradient w.r.t. the entries read:
         the other triangle gets zero and the read triangle twice the
@@ -262,7 +267,9 @@ def eigh(
     eigenpairs of a Hermitian ``A`` (checked to ``hermitian_tol``) whose
     largest eigenvalues are also the largest in magnitude, e.g. positive
     semidefinite ``A``, and warns when its Ritz pairs have not converged.
-    ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
+    ``backend`` and ``out=(eigenvalues, eigenvectors)`` as in
+    :func:`pyspectral.svd` (``"auto"``: native; ``out=`` as
+    ``torch.linalg.eigh``'s, without autograd, not with ``k``).
 
     Returns:
         ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues are real
@@ -276,7 +283,7 @@ def eigh(
         tensor(True)
     """
     # Every argument is validated before a backend is chosen (and Julia started).
-    _check("eigh", A, UPLO)
+    UPLO = _check("eigh", A, UPLO)
     kw = C.check_keywords(
         "eigh",
         A,
@@ -296,6 +303,8 @@ def eigh(
     opts = C.options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh"
     )
+    if C.check_out("eigh", out, backend, A, k):
+        return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
     if k is not None:
         method, params = top_k_method(
             "eigh",
@@ -326,15 +335,19 @@ def eigh(
     return EighResult(w[..., sel], V[..., sel])
 
 
-def eigvalsh(A: Tensor, UPLO: str = "L", *, backend: str = "auto") -> Tensor:
-    r"""eigvalsh(A, UPLO="L", *, backend="auto") -> Tensor
+def eigvalsh(
+    A: Tensor, UPLO: str = "L", *, backend: str = "auto", out: Tensor | None = None
+) -> Tensor:
+    r"""eigvalsh(A, UPLO="L", *, backend="auto", out=None) -> Tensor
 
     Eigenvalues of a Hermitian ``A`` (shape ``(*, n, n)``), real and ascending.
     The gradient ``V diag(gw) V^H`` (folded onto the ``UPLO`` triangle) is
     exact for symmetric functions of the eigenvalues at any spectrum.
-    ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
+    ``UPLO``, ``backend`` and ``out`` as in :func:`eigh` (``"auto"``: native).
     """
-    _check("eigvalsh", A, UPLO)
+    UPLO = _check("eigvalsh", A, UPLO)
+    if C.check_out("eigvalsh", out, backend, A):
+        return torch.linalg.eigvalsh(A, UPLO=UPLO, out=out)
     julia = resolve_backend("eigvalsh", backend, A) == "julia"
     if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)) and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
@@ -369,10 +382,14 @@ def matrix_function(
     .. warning:: The gradient is exact at every spectrum, degenerate ones
         included. ``"log"``, ``"invsqrt"`` and negative powers need a positive
         definite ``A``; ``"sqrt"`` and fractional powers a semidefinite one
-        (eigenvalues down to ``-degeneracy_atol`` are clamped to 0, where the
-        gradient of ``sqrt`` is infinite). Outside the domain a
-        :class:`DomainError` names the eigenvalue. Triangle convention as in
-        :func:`eigh`.
+        (eigenvalues down to ``-degeneracy_atol`` are clamped to 0). Outside
+        the domain a :class:`DomainError` names the eigenvalue. Where ``f'`` is
+        infinite (``sqrt`` at an exact zero eigenvalue) the gradient is ``+-inf``
+        exactly in the entries that the infinite divided difference
+        ``f[0, 0]`` reaches (``diag(0, .5, 2, 3)``: entry ``(0, 0)`` alone) and
+        finite, never NaN, elsewhere: ``f[0, x] = f(x) / x`` is finite.
+        Triangle convention and ``UPLO`` as in :func:`eigh`; ``n = 0`` gives
+        an empty result.
 
     ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
 
@@ -384,7 +401,7 @@ def matrix_function(
         >>> torch.dist(R @ R, A) < 1e-10
         tensor(True)
     """
-    _check("matrix_function", A, UPLO)
+    UPLO = _check("matrix_function", A, UPLO)
     kw = C.check_keywords(
         "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol
     )

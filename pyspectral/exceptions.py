@@ -1,14 +1,29 @@
 """Exceptions and warnings raised by pyspectral.
 
 Every message says what was required, what was passed and what to do.
+
+Where ``torch.linalg`` rejects the same input, the pyspectral error also
+subclasses the class torch raises, so that ``except`` clauses written for
+``torch.linalg`` catch it: a wrong dtype, rank, shape or ``UPLO`` is a
+``RuntimeError`` there (:class:`DtypeError`, also a ``NotImplementedError``;
+:class:`ShapeError`, :class:`UPLOError`), NaN entries a
+``torch.linalg.LinAlgError`` (:class:`NonFiniteError`, raised for Inf too,
+where torch returns NaN results). Checks torch does not make (``k`` out of range,
+a function's domain, ...) keep the ``ValueError`` / ``TypeError`` bases alone.
 """
 
 from __future__ import annotations
+
+from torch.linalg import LinAlgError
 
 __all__ = [
     "PySpectralError",
     "InputError",
     "InputTypeError",
+    "DtypeError",
+    "ShapeError",
+    "UPLOError",
+    "NonFiniteError",
     "DomainError",
     "GaugeError",
     "GaugeWarning",
@@ -27,6 +42,28 @@ class InputError(PySpectralError, ValueError):
 
 class InputTypeError(PySpectralError, TypeError):
     """An argument has the wrong type or dtype (integer tensor, unknown ``f``, ...)."""
+
+
+class DtypeError(InputTypeError, NotImplementedError):
+    """``A`` has a dtype other than float32/float64/complex64/complex128; also a
+    ``NotImplementedError`` (a ``RuntimeError``), as ``torch.linalg`` raises
+    one of them (which one depends on the op and the dtype)."""
+
+
+class ShapeError(InputError, RuntimeError):
+    """``A`` has fewer than 2 dimensions, or is not square where it must be; a
+    ``RuntimeError`` too, as ``torch.linalg`` raises."""
+
+
+class UPLOError(InputError, RuntimeError):
+    """``UPLO`` is a string other than ``"L"``, ``"U"``, ``"l"``, ``"u"``; a
+    ``RuntimeError`` too, as ``torch.linalg.eigh`` raises (a non-string
+    ``UPLO`` is an :class:`InputTypeError`, a ``TypeError`` as in torch)."""
+
+
+class NonFiniteError(InputError, LinAlgError):
+    """``A`` has NaN or Inf entries where they are read; a
+    ``torch.linalg.LinAlgError`` too, as ``torch.linalg`` raises for NaN."""
 
 
 class DomainError(InputError):

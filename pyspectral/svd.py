@@ -223,6 +223,7 @@ def svd(
     n_iter: int = 4,
     backward_rtol: float | None = None,
     backward_maxiter: int = 500,
+    out: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> SVDResult:
     r"""svd(A, *, full_matrices=False, k=None, backend="auto", ...) -> (U, S, Vh)
 
@@ -262,6 +263,14 @@ def svd(
     backend (any device); ``"julia"`` runs the same rules in Julia (CPU
     tensors; see the README), with the same errors and warnings.
 
+    ``out=(U, S, Vh)``: as in ``torch.linalg.svd`` (results written into the
+    given tensors, resized if needed, dtypes checked, no autograd: a ``RuntimeError``
+    if ``A`` requires grad); native backend only, not with ``k``
+    (``InputError`` otherwise).
+
+    Empty inputs (``m``, ``n`` or a batch size 0) give empty results, and
+    empty gradients, as torch does.
+
     Returns:
         ``(U, S, Vh)``, a named tuple; ``S`` is real and descending.
 
@@ -290,6 +299,8 @@ def svd(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
     )
     k = kw["k"]
+    if C.check_out("svd", out, backend, A, k):
+        return SVDResult(*torch.linalg.svd(A, full_matrices=full_matrices, out=out))
     if k is not None:
         if full_matrices:
             raise InputError(
@@ -316,15 +327,17 @@ def svd(
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 
 
-def svdvals(A: Tensor, *, backend: str = "auto") -> Tensor:
-    r"""svdvals(A, *, backend="auto") -> Tensor
+def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> Tensor:
+    r"""svdvals(A, *, backend="auto", out=None) -> Tensor
 
     Singular values of ``A`` (shape ``(*, m, n)``), descending, shape
     ``(*, min(m, n))``. The gradient ``U diag(gS) Vh`` is exact for symmetric
     functions of the singular values at any spectrum (nuclear norm, ...).
-    ``backend`` as in :func:`svd` (``"auto"``: native).
+    ``backend`` and ``out`` as in :func:`svd` (``"auto"``: native).
     """
     C.check_matrix("svdvals", A)
+    if C.check_out("svdvals", out, backend, A):
+        return torch.linalg.svdvals(A, out=out)
     julia = resolve_backend("svdvals", backend, A) == "julia"
     if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)):
         return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
@@ -346,7 +359,8 @@ def svd_function(
     .. math::
         Y = U f(S) V^{H}
 
-    ``A`` has shape ``(*, m, n)``, ``Y`` the same. ``f`` is ``"polar"``
+    ``A`` has shape ``(*, m, n)``, ``Y`` the same (empty for empty ``A``,
+    where ``("truncate", k)`` has no valid ``k``). ``f`` is ``"polar"``
     (``f = 1``), ``("truncate", k)`` (keep the top ``k``),
     ``("threshold", tau)`` (``max(s - tau, 0)``, the nuclear-norm prox),
     ``("pow", p)``, ``"normalize"`` (``s / s_max``, i.e. ``A / ||A||_2``) or a
@@ -356,9 +370,12 @@ def svd_function(
     Python on the singular values Julia computed, and Julia gets the values.
 
     .. warning:: The gradient uses divided differences of ``f`` and is exact at
-        degenerate and zero singular values. It is infinite where ``f`` is not
-        differentiable (``("pow", p)`` with ``0 < p < 1`` at a zero singular
-        value; the polar factor of a rank-deficient matrix). Truncating inside
+        degenerate and zero singular values. Where ``f'`` is infinite
+        (``("pow", p)`` with ``0 < p < 1`` at an exact zero singular value) it is
+        ``+-inf`` exactly in the entries that the infinite divided differences
+        reach and finite (never NaN) elsewhere: ``f[0, s] = f(s) / s`` is
+        finite for ``s > 0``. The polar factor of a rank-deficient matrix is not
+        differentiable (its gradient there is not meaningful). Truncating inside
         a degenerate cluster (gap below ``degeneracy_atol``) makes ``Y``
         itself basis dependent and triggers the ``gauge`` policy.
 
@@ -377,6 +394,10 @@ def svd_function(
     opts = C.options(kw["degeneracy_atol"], None, gauge, None, op="svd_function")
     julia = resolve_backend("svd_function", backend, A) == "julia"
     if fn is None:
+        if 0 in A.shape[-2:]:
+            # no singular value to divide by; an empty result, as A / s_max
+            # broadcast over the batch would give (it cannot: (3, 0) / (0, 1))
+            return A.clone()
         smax = (_SVDJulia if julia else _SVD).apply(A, False, opts)[1][..., :1, None]
         if bool((C._peek(smax) == 0).any()):
             raise DomainError(

@@ -4,6 +4,7 @@ inverses, divided differences, the settings API and Lorentzian broadening."""
 from __future__ import annotations
 
 import math
+import threading
 import warnings
 
 import pytest
@@ -218,6 +219,56 @@ def test_divided_difference_limits() -> None:
     assert torch.allclose(L.diagonal(), torch.tensor([1.0, 2.0]).double().exp())
 
 
+def test_divided_difference_with_an_infinite_derivative() -> None:
+    """sqrt at 0: f' = inf there. The secant to any x > 0 is finite,
+    sqrt(x) / x; only the tie itself is infinite. A NaN average (inf - inf)
+    never replaces a quotient either."""
+
+    def half_power(x):
+        return 0.5 * x ** (-0.5)
+
+    for x in (0.5, 1e-300, 3.0):
+        assert _dd(0.0, x, torch.sqrt, half_power) == pytest.approx(x**0.5 / x)
+    assert _dd(0.0, 0.0, torch.sqrt, half_power) == math.inf
+    t = torch.tensor
+    nan_average = divided_difference(
+        t(1.0), t(2.0), t(1.0), t(4.0), t(math.inf), t(-math.inf)
+    )
+    assert float(nan_average) == 3.0
+
+
+def test_with_infinite_weights() -> None:
+    """inf where the infinite weights reach (with their sign), the finite
+    part elsewhere; 0 * inf never becomes NaN."""
+    V = torch.tensor([[1.0, 0.0, 0.0], [0.0, 0.6, 0.8], [0.0, -0.8, 0.6]]).double()
+    X = torch.arange(9.0, dtype=torch.float64).reshape(3, 3) - 3.0  # X[0, 0] < 0
+
+    def linear(L):
+        return V @ (L * X) @ V.mT
+
+    L = torch.ones(3, 3, dtype=torch.float64)
+    L[0, 0] = math.inf
+    G = C.with_infinite_weights(linear, (L,), C.max_abs(X))
+    assert not torch.isnan(G).any()
+    assert G[0, 0] == -math.inf  # sign of X[0, 0]
+    assert torch.isfinite(G.flatten()[1:]).all()
+    L0 = L.clone()
+    L0[0, 0] = 0
+    assert torch.equal(G.flatten()[1:], linear(L0).flatten()[1:])
+    # without infinite weights: the map itself, evaluated once
+    calls = []
+    L1 = torch.ones(3, 3, dtype=torch.float64)
+    G1 = C.with_infinite_weights(lambda L: calls.append(1) or linear(L), (L1,), 1.0)
+    assert torch.equal(G1, linear(L1)) and len(calls) == 1
+    # complex: by real and imaginary part
+    Xc = X * (1 + 0j)
+    Gc = C.with_infinite_weights(
+        lambda L: V.cdouble() @ (L * Xc) @ V.mT.cdouble(), (L,), 1.0
+    )
+    assert Gc[0, 0].real == -math.inf and Gc[0, 0].imag == 0
+    assert not torch.isnan(torch.view_as_real(Gc)).any()
+
+
 # f, f', exact divided difference from math's expm1/log1p (no cancellation)
 DD_CASES = {
     "exp": (
@@ -324,6 +375,67 @@ def test_settings_api() -> None:
         assert C.options().gauge_atol == 1e-3
     finally:
         assert ps.set_defaults(**old)["broadening"] == 1e-8
+    assert ps.get_defaults() == before
+
+
+def test_scoped_defaults_are_per_thread() -> None:
+    """Two threads in ``defaults`` blocks, entered and left in crossing order
+    (A enters, B enters, A leaves, B leaves): each sees only its own settings,
+    the main thread sees neither, and nothing is left behind. (Saving and
+    restoring process-wide values would leave B's "restored" value, A's.)"""
+    barrier = threading.Barrier(2, timeout=30)
+    seen, errors = {}, []
+
+    def worker(name: str, gauge: str, first: bool) -> None:
+        try:
+            if not first:
+                barrier.wait()  # 1: A is inside
+            with ps.defaults(gauge=gauge, degeneracy_atol=len(name) * 1e-9):
+                if first:
+                    barrier.wait()  # 1
+                barrier.wait()  # 2: both inside
+                seen[name] = (ps.get_defaults()["gauge"], C.options().gauge)
+                barrier.wait()  # 3: both have looked
+                if not first:
+                    barrier.wait()  # 4: A has left
+            if first:
+                barrier.wait()  # 4
+        except Exception as err:  # noqa: BLE001 - reported in the main thread
+            errors.append(err)
+
+    before = ps.get_defaults()
+    threads = [
+        threading.Thread(target=worker, args=("a", "raise", True)),
+        threading.Thread(target=worker, args=("b", "ignore", False)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    assert seen == {"a": ("raise", "raise"), "b": ("ignore", "ignore")}
+    assert ps.get_defaults() == before
+
+
+def test_scoped_defaults_over_process_wide_ones() -> None:
+    """``set_defaults`` inside a block changes the process-wide value (what
+    it returns and what is restored), the block's own settings still win."""
+    before = ps.get_defaults()
+    with ps.defaults(gauge="ignore"):
+        old = ps.set_defaults(gauge="raise", broadening=1e-6)
+        try:
+            assert old["gauge"] == "warn"  # the process-wide value, not "ignore"
+            assert ps.get_defaults()["gauge"] == "ignore"  # the block wins
+            assert ps.get_defaults()["broadening"] == 1e-6  # seen inside
+            seen_by_a_new_thread = []
+            t = threading.Thread(
+                target=lambda: seen_by_a_new_thread.append(ps.get_defaults())
+            )
+            t.start()
+            t.join(30)
+            assert seen_by_a_new_thread[0]["gauge"] == "raise"  # process-wide
+        finally:
+            ps.set_defaults(**old)
     assert ps.get_defaults() == before
 
 

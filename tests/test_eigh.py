@@ -9,9 +9,18 @@ general, non-Hermitian input is valid.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
-from _spectra import grad, inner, randn, random_like, rel_err
+from _spectra import (
+    grad,
+    hermitian_with_spectrum,
+    inner,
+    randn,
+    random_like,
+    rel_err,
+)
 from torch.autograd import gradcheck, gradgradcheck
 
 import pyspectral as ps
@@ -196,3 +205,65 @@ def test_backward_does_not_mutate_incoming_gradient(create_graph) -> None:
     assert torch.isfinite(gA).all() and gA.abs().max() > 0
     for g, c in zip(cotangents, copies):
         assert torch.equal(g, c)
+
+
+# ------------------------------------- an infinite derivative at an exact 0
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sqrt_at_an_exact_zero_eigenvalue_is_infinite_only_there(seed) -> None:
+    """sqrt(A) at diag(0, .5, 2, 3): d sqrt is infinite only along the zero
+    eigenvalue's own direction, entry (0, 0). Every other entry of the
+    gradient is finite (before: 9 of 16 entries NaN): the Daleckii-Krein
+    divided differences sqrt[0, x] = sqrt(x) / x are finite."""
+    lam = [0.0, 0.5, 2.0, 3.0]
+    A = torch.diag(torch.tensor(lam, dtype=torch.float64))
+    W = torch.ones(4, 4, dtype=torch.float64) if seed == 0 else random_like(A, seed)
+
+    def loss(X):
+        return inner(ps.matrix_function(X, "sqrt"), W)
+
+    G = grad(loss, A)
+    assert not torch.isnan(G).any()
+    assert G[0, 0] == math.copysign(math.inf, float(W[0, 0]))
+    finite = torch.ones(4, 4, dtype=torch.bool)
+    finite[0, 0] = False
+    assert torch.isfinite(G[finite]).all()
+    # Daleckii-Krein at V = I, folded onto the lower triangle read: with
+    # H = (W + W^T) / 2, G_ij = 2 H_ij (sqrt(l_i) - sqrt(l_j)) / (l_i - l_j)
+    # below the diagonal, H_jj / (2 sqrt(l_j)) on it, 0 above.
+    H = (W + W.mT) / 2
+    for i in range(4):
+        for j in range(4):
+            if (i, j) == (0, 0):
+                continue
+            li, lj = lam[i], lam[j]
+            want = (
+                0.0
+                if i < j
+                else H[j, j] / (2 * lj**0.5)
+                if i == j
+                else 2 * H[i, j] * (li**0.5 - lj**0.5) / (li - lj)
+            )
+            assert float(G[i, j]) == pytest.approx(float(want), abs=1e-12)
+    # and against central differences where the zero eigenvalue stays put
+    # (the read entries of the positive block; the others leave the domain)
+    for i in range(1, 4):
+        for j in range(1, i + 1):
+            E = torch.zeros_like(A)
+            E[i, j] = 1e-5
+            fd = 8 * (loss(A + E) - loss(A - E)) - loss(A + 2 * E) + loss(A - 2 * E)
+            assert float(G[i, j]) == pytest.approx(float(fd) / 12e-5, abs=1e-8)
+
+
+def test_sqrt_at_a_zero_eigenvalue_of_a_dense_matrix() -> None:
+    """A rotated semidefinite matrix: the zero eigenvector is dense, so the
+    infinite part reaches every entry of the triangle read, with the sign of
+    v0 v0^T <v0, W v0>; never NaN. Batched and complex too."""
+    A = hermitian_with_spectrum([0.0, 0.5, 2.0, 3.0], dtype=torch.complex128, seed=3)
+    A = torch.stack([A, A + torch.eye(4)])  # the second one is definite
+    W = random_like(A, seed=4)
+    G = grad(lambda X: inner(ps.matrix_function(X, "sqrt"), W), A)
+    assert not torch.isnan(torch.view_as_real(G)).any()
+    assert torch.isfinite(G[1]).all()  # definite: finite everywhere
+    assert torch.isinf(torch.view_as_real(G[0]).tril()).any()

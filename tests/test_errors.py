@@ -59,9 +59,10 @@ def raises(error, match):
     "dtype", [torch.int64, torch.int32, torch.bool, torch.float16, torch.bfloat16]
 )
 def test_dtype(op, dtype, backend) -> None:
-    with raises(ps.InputTypeError, r"^\w+: A must have dtype float32, float64") as e:
+    with raises(ps.DtypeError, r"^\w+: A must have dtype float32, float64") as e:
         OPS[op](torch.ones(3, 3, dtype=dtype), backend=backend)
     assert isinstance(e.value, TypeError) and str(dtype) in str(e.value)
+    assert isinstance(e.value, RuntimeError)  # as torch.linalg raises
     assert str(e.value).startswith(op)
     assert julia_starts() == 0
 
@@ -69,9 +70,10 @@ def test_dtype(op, dtype, backend) -> None:
 @pytest.mark.parametrize("op", OPS)
 def test_fewer_than_two_dimensions_and_non_tensors(op, backend) -> None:
     for X in (torch.ones(3, dtype=torch.float64), torch.tensor(1.0)):
-        with raises(ps.InputError, r"A must have shape \(\*, m, n\)") as e:
+        with raises(ps.ShapeError, r"A must have shape \(\*, m, n\)") as e:
             OPS[op](X, backend=backend)
         assert isinstance(e.value, ValueError) and str(tuple(X.shape)) in str(e.value)
+        assert isinstance(e.value, RuntimeError)  # as torch.linalg raises
     with raises(ps.InputTypeError, "A must be a torch.Tensor") as e:
         OPS[op]([[1.0, 0.0], [0.0, 1.0]], backend=backend)
     assert isinstance(e.value, TypeError)
@@ -83,10 +85,12 @@ def test_fewer_than_two_dimensions_and_non_tensors(op, backend) -> None:
 @pytest.mark.parametrize("dtype", [torch.float32, torch.complex128])
 def test_non_finite_entries(op, bad, dtype, backend) -> None:
     X = torch.eye(3, dtype=dtype).repeat(2, 1, 1)
-    X[1, 1, 2] = bad
-    with raises(ps.InputError, "A contains NaN or Inf") as e:
+    X[1, 2, 1] = bad  # in the lower triangle, which eigh reads by default
+    with raises(ps.NonFiniteError, "A contains NaN or Inf") as e:
         OPS[op](X, backend=backend)
-    assert isinstance(e.value, ValueError)
+    # catchable as torch.linalg's error for NaN input, and as before
+    assert isinstance(e.value, torch.linalg.LinAlgError)
+    assert isinstance(e.value, (ps.InputError, ValueError))
     assert julia_starts() == 0
 
 
@@ -120,9 +124,10 @@ def test_top_k_method_arguments(backend) -> None:
 @pytest.mark.parametrize("op", SQUARE_OPS)
 def test_non_square(op, backend) -> None:
     with raises(
-        ps.InputError, r"A must be square, shape \(\*, n, n\), got shape \(4, 3\)"
-    ):
+        ps.ShapeError, r"A must be square, shape \(\*, n, n\), got shape \(4, 3\)"
+    ) as e:
         OPS[op](A, backend=backend)
+    assert isinstance(e.value, RuntimeError) and isinstance(e.value, ps.InputError)
     assert julia_starts() == 0
 
 
@@ -272,11 +277,21 @@ def test_normalize_of_a_zero_matrix(backend) -> None:
 
 
 @pytest.mark.parametrize("op", SQUARE_OPS)
-@pytest.mark.parametrize("uplo", ["X", "l", "lower", None])
+@pytest.mark.parametrize("uplo", ["X", "lower", "Lo", ""])
 def test_bad_uplo(op, uplo, backend) -> None:
-    with raises(ps.InputError, "UPLO must be 'L' or 'U', got") as e:
+    with raises(ps.UPLOError, r"UPLO must be 'L' or 'U' \(either case\), got") as e:
         OPS[op](H, uplo, backend=backend)
-    assert isinstance(e.value, ValueError)
+    # a RuntimeError, as torch.linalg.eigh raises, and an InputError as before
+    assert isinstance(e.value, RuntimeError) and isinstance(e.value, ValueError)
+    assert julia_starts() == 0
+
+
+@pytest.mark.parametrize("op", SQUARE_OPS)
+@pytest.mark.parametrize("uplo", [None, 1, b"L"])
+def test_uplo_of_another_type(op, uplo, backend) -> None:
+    with raises(ps.InputTypeError, "UPLO must be a str") as e:
+        OPS[op](H, uplo, backend=backend)
+    assert isinstance(e.value, TypeError)  # as torch.linalg.eigh's
     assert julia_starts() == 0
 
 

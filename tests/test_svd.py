@@ -4,6 +4,8 @@ the incoming gradient. Degenerate spectra are in test_degenerate.py."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from _spectra import (
@@ -311,3 +313,51 @@ def test_backward_does_not_mutate_incoming_gradient(op, create_graph) -> None:
     for g, c in zip(cotangents, copies):
         assert torch.equal(g, c)
     assert all(any(torch.equal(s, c) for s in seen) for c in copies)
+
+
+# ------------------------------------- an infinite derivative at an exact 0
+
+
+@pytest.mark.parametrize("wide", [False, True])
+def test_pow_half_at_an_exact_zero_singular_value(wide) -> None:
+    """("pow", 0.5) of a 4x3 matrix with singular values (2, .5, 0), its null
+    column the first: perturbing A[0, 0] or A[3, 0] (rows outside the range of
+    the other columns) opens the zero singular value, where sqrt has an
+    infinite slope; every other entry keeps it at exactly 0 and has a finite
+    derivative. So: +-inf at those two entries, finite elsewhere, never NaN
+    (before: all 12 NaN)."""
+    A = torch.zeros(4, 3, dtype=torch.float64)
+    A[1, 1], A[2, 2] = 0.5, 2.0
+    W = random_like(A, seed=7)
+    infinite = [(0, 0), (3, 0)]
+    if wide:
+        A, W, infinite = A.mT.contiguous(), W.mT.contiguous(), [(0, 0), (0, 3)]
+
+    def loss(X):
+        return inner(ps.svd_function(X, ("pow", 0.5)), W)
+
+    G = grad(loss, A)
+    assert not torch.isnan(G).any()
+    assert [tuple(i) for i in torch.isinf(G).nonzero().tolist()] == infinite
+    for i, j in infinite:
+        assert G[i, j] == math.copysign(math.inf, float(W[i, j]))
+    # the finite entries that keep the zero singular value exactly 0 (the
+    # first column / row stays zero) against central differences
+    for i in range(A.shape[0]):
+        for j in range(A.shape[1]):
+            if (j if not wide else i) == 0:
+                continue
+            E = torch.zeros_like(A)
+            E[i, j] = 1e-5
+            fd = 8 * (loss(A + E) - loss(A - E)) - loss(A + 2 * E) + loss(A - 2 * E)
+            assert float(G[i, j]) == pytest.approx(float(fd) / 12e-5, abs=1e-8)
+
+
+def test_pow_half_at_a_zero_singular_value_complex_and_batched() -> None:
+    A = matrix_with_spectrum([2.0, 0.5, 0.0], 4, 3, dtype=torch.complex128, seed=8)
+    A = torch.stack([A, matrix_with_spectrum([2.0, 0.5, 0.1], 4, 3, seed=9).cdouble()])
+    W = random_like(A, seed=9)
+    G = grad(lambda X: inner(ps.svd_function(X, ("pow", 0.5)), W), A)
+    parts = torch.view_as_real(G)
+    assert not torch.isnan(parts).any()
+    assert torch.isfinite(G[1]).all()  # no zero singular value there

@@ -20,7 +20,10 @@ def matrix_function_pullback(
 ) -> Tensor:
     """Gradient of ``Y = V f(diag(w)) V^H`` (Daleckii-Krein), exact at every
     spectrum: ``V (L o herm(V^H gY V)) V^H`` with ``L`` the divided differences
-    of ``f``, then folded onto the triangle the forward read."""
+    of ``f``, then folded onto the triangle the forward read. Where ``f'`` is
+    infinite (``sqrt`` at an exact zero eigenvalue) only ``L`` on that
+    eigenvalue's pairs with itself is, and the gradient is ``+-inf`` in the
+    entries that part reaches, finite elsewhere."""
     f, d = fn(w, opts)
     L = divided_difference(
         w.unsqueeze(-1),
@@ -31,4 +34,12 @@ def matrix_function_pullback(
         d.unsqueeze(-2),
     )
     X = V.mH @ gY @ V
-    return fold_triangle(V @ (L * (X + X.mH) * 0.5) @ V.mH, uplo)
+
+    def pullback(L: Tensor) -> Tensor:
+        return fold_triangle(V @ (L * (X + X.mH) * 0.5) @ V.mH, uplo)
+
+    # f' infinite at an exact zero eigenvalue (sqrt): +-inf exactly where the
+    # infinite divided differences reach, finite elsewhere, never NaN. The fold
+    # is inside the linear map: torch's complex arithmetic on inf + 0j (even
+    # 2 * z) gives NaN imaginary parts, so no arithmetic may follow the infs.
+    return C.with_infinite_weights(pullback, (L,), C.max_abs(gY))

@@ -116,20 +116,30 @@ def svd_function_pullback(
     # terms, dP = U^H dA V, where L-_ij = (f_i - f_j)/(s_i - s_j) and
     # L+_ij = (f_i + f_j)/(s_i + s_j) (divided differences of the odd extension
     # of f). The map is self-adjoint entrywise, so the pullback has the same
-    # form with X = U^H gY V. Ties are limits (f'), never 0/0.
-    f, d = fn(S, opts)
+    # form with X = U^H gY V. Ties are limits (f'), never 0/0. An infinite f'
+    # (sqrt at s = 0) makes some divided differences infinite: the gradient is
+    # then +-inf where they reach and finite elsewhere (with_infinite_weights).
+    # The forward has applied the gauge policy to this spectrum (a truncation
+    # inside a cluster) already: evaluating f here must not warn a second time.
+    f, d = fn(S, C.policy_applied(opts))
     k = S.shape[-1]
     Si, Sj, fi, fj = S.unsqueeze(-1), S.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2)
     di, dj = d.unsqueeze(-1), d.unsqueeze(-2)
     Lm = divided_difference(Si, Sj, fi, fj, di, dj)
     Lp = divided_difference(Si, -Sj, fi, -fj, di, dj)
     X = U.mH @ gY @ Vh.mH
-    gA = U @ ((Lm * (X + X.mH) + Lp * (X - X.mH)) * 0.5) @ Vh
-    if U.shape[-2] > k or Vh.shape[-1] > k:
-        zero = torch.zeros_like(S)
-        w = divided_difference(S, zero, f, zero, d, d).unsqueeze(-2)
-        if U.shape[-2] > k:
+    tall, wide = U.shape[-2] > k, Vh.shape[-1] > k
+    zero = torch.zeros_like(S)
+    # the weights of the complement terms, f[s_i, 0] (unused when square)
+    w = divided_difference(S, zero, f, zero, d, d) if tall or wide else zero
+
+    def pullback(Lm: Tensor, Lp: Tensor, w: Tensor) -> Tensor:
+        gA = U @ ((Lm * (X + X.mH) + Lp * (X - X.mH)) * 0.5) @ Vh
+        w = w.unsqueeze(-2)
+        if tall:
             gA = gA + ((gY @ Vh.mH - U @ X) * w) @ Vh
-        if Vh.shape[-1] > k:
+        if wide:
             gA = gA + (U * w) @ (U.mH @ gY - X @ Vh)
-    return gA
+        return gA
+
+    return C.with_infinite_weights(pullback, (Lm, Lp, w), C.max_abs(gY))

@@ -814,6 +814,100 @@ end
     @test rrule(eigh_topk, H, 3; rtol=1e-300, maxiter=1)[1].values ≈ E.values
 end
 
+# torch.linalg.eigh's conventions, as pyspectral's tests/test_conventions.py checks
+# them: `uplo` in either case, and only what is read (the `uplo` triangle, the real part
+# of the diagonal) must be finite.
+@testset "torch.linalg conventions" begin
+    Random.seed!(13)
+    for T in (Float64, ComplexF64)
+        A = with_eigenvalues(T, [0.5, 1.0, 2.0, 4.0])
+        ΔY = randn(T, 4, 4)
+        for (upper, lower) in ((:L, :l), (:U, :u))
+            @test PySpectral.eigh(A; uplo=lower).values == PySpectral.eigh(A; uplo=upper).values
+            @test eigvalsh(A; uplo=lower) == eigvalsh(A; uplo=upper)
+            @test matrix_function(A, :sqrt; uplo=lower) == matrix_function(A, :sqrt; uplo=upper)
+            _, back_lower = rrule(matrix_function, A, :exp; uplo=lower)
+            _, back_upper = rrule(matrix_function, A, :exp; uplo=upper)
+            @test back_lower(ΔY)[2] == back_upper(ΔY)[2]
+        end
+        @test argument_error_message(() -> PySpectral.eigh(A; uplo=:X)) ==
+              "eigh: uplo must be :L or :U (either case), got :X"
+
+        # (1, 3) is above the diagonal: not read with uplo = :L; (3, 1) is, and the
+        # other way round for :U.
+        for (uplo, unread, read) in ((:L, (1, 3), (3, 1)), (:U, (3, 1), (1, 3)))
+            for bad in (NaN, Inf)
+                B = copy(A)
+                B[unread...] = bad
+                @test eigvalsh(B; uplo) ≈ eigvalsh(A; uplo)
+                @test matrix_function(B, :exp; uplo) ≈ matrix_function(A, :exp; uplo)
+                # checking hermiticity reads both triangles
+                msg = argument_error_message(() -> eigh(B; uplo, check_hermitian=true))
+                @test occursin("NaN or Inf", msg)
+                C = copy(A)
+                C[read...] = bad
+                msg = argument_error_message(() -> eigh(C; uplo))
+                @test occursin("NaN or Inf entries in the uplo=$(repr(uplo)) triangle", msg)
+            end
+        end
+        if T <: Complex  # the imaginary part of the diagonal is not read either
+            D = copy(A)
+            D[2, 2] = complex(real(A[2, 2]), NaN)
+            @test eigvalsh(D) ≈ eigvalsh(A)
+        end
+    end
+end
+
+# f′ infinite at 0 (sqrt at an exact zero eigenvalue / singular value): the gradient is
+# ±Inf exactly where the true derivative is infinite, finite (never NaN) elsewhere.
+@testset "infinite derivative at zero" begin
+    Random.seed!(14)
+    λ = [0.0, 0.5, 2.0, 3.0]
+    A = Matrix(Diagonal(λ))
+    for ΔY in (ones(4, 4), randn(4, 4))
+        _, back = rrule(matrix_function, A, :sqrt)
+        G = back(ΔY)[2]
+        @test !any(isnan, G)
+        @test isinf(G[1, 1]) && sign(G[1, 1]) == sign(ΔY[1, 1])
+        # Daleckii–Krein at V = I, folded onto the lower triangle: with H = (ΔY + ΔYᵀ)/2,
+        # Gᵢⱼ = 2 H_ij (√λᵢ - √λⱼ)/(λᵢ - λⱼ) below the diagonal, Hⱼⱼ / (2√λⱼ) on it.
+        H = (ΔY + ΔY') / 2
+        for j in 1:4, i in 1:4
+            (i, j) == (1, 1) && continue
+            expected = i < j ? 0.0 :
+                       i == j ? H[j, j] / (2sqrt(λ[j])) :
+                       2H[i, j] * (sqrt(λ[i]) - sqrt(λ[j])) / (λ[i] - λ[j])
+            @test G[i, j] ≈ expected atol = 1e-12
+        end
+    end
+
+    # A 4×3 matrix with singular values (2, 0.5, 0), its null column e₁: perturbing
+    # A[1, 1] or A[4, 1] (rows outside the range of the other columns) opens the zero
+    # singular value, where √s has an infinite slope; every other entry keeps it at 0.
+    B = zeros(4, 3)
+    B[2, 2], B[3, 3] = 0.5, 2.0
+    ΔY = randn(4, 3)
+    _, back = rrule(svd_function, B, (:pow, 0.5))
+    G = back(ΔY)[2]
+    @test !any(isnan, G)
+    @test findall(isinf, G) == [CartesianIndex(1, 1), CartesianIndex(4, 1)]
+    @test sign(G[1, 1]) == sign(ΔY[1, 1]) && sign(G[4, 1]) == sign(ΔY[4, 1])
+    # The finite entries against central differences along directions that keep s₃ = 0
+    # (the columns 2 and 3).
+    loss(X) = sum(svd_function(X, (:pow, 0.5)) .* ΔY)
+    for j in 2:3, i in 1:4
+        E = zeros(4, 3)
+        E[i, j] = 1
+        fd = FDM(t -> loss(B + t * E), 0.0)
+        @test G[i, j] ≈ fd rtol = 1e-6 atol = 1e-8
+    end
+
+    # divdiff: finite between 0 and x > 0, infinite only at the tie.
+    @test divdiff(0.0, 0.5, 0.0, sqrt(0.5), Inf, 0.5 / sqrt(0.5)) ≈ sqrt(0.5) / 0.5
+    @test divdiff(0.0, 0.0, 0.0, 0.0, Inf, Inf) == Inf
+    @test divdiff(1.0, 2.0, 1.0, 4.0, Inf, -Inf) ≈ 3.0  # a NaN average: the quotient
+end
+
 # Script runs: close the outer testset (see the top of the file); throws if any failed.
 if STANDALONE
     Test.pop_testset()

@@ -55,12 +55,56 @@ twice its own rounding error, the average elsewhere (the two then agree to that
 error). This assumes nothing about the scale on which `f` varies (`exp` near 0 varies
 on scale 1, not `|a|`) and squares nothing (no underflow). Same criterion as
 `divided_difference` in pyspectral/_common.py.
+
+An infinite derivative at an end (`sqrt` at 0) never replaces a finite quotient:
+`sqrt[0, x] = sqrt(x) / x` is finite for `x ≠ 0`; only the limit `a = b` itself is
+infinite (see [`with_infinite_weights`](@ref)).
 """
 function divdiff(a, b, fa, fb, da, db)
     d = a - b
     average = (da + db) / 2
     iszero(d) && return average
     quotient = (fa - fb) / d
+    isfinite(average) || return quotient
     rounding = eps(real(float(typeof(d)))) * (abs(fa) + abs(fb)) / abs(d)
     return abs(quotient - average) > 2 * rounding ? quotient : average
+end
+
+"""
+    with_infinite_weights(linear, tol, weights...)
+
+`linear(weights...)` for a function `linear` that is linear in each weight array, without
+the NaN of `0 * Inf` where some weights are infinite.
+
+A divided difference is infinite where `f′` is (`:sqrt` at an exact zero eigenvalue or
+singular value): the true gradient is then infinite in the entries that the infinite
+weights reach and finite elsewhere, but the matrix products of a pullback would mix
+`Inf` with zeros into NaN everywhere. So `linear` is evaluated twice: with the infinite
+weights set to 0 (the finite part) and with only their signs (the direction `D` of the
+infinite part). An entry is `sign(D) * Inf` where `abs(D) > tol` (the rounding level,
+[`infinite_weights_tol`](@ref)), else the finite part; complex entries by real and
+imaginary part. Without infinite weights `linear` runs once. Same rule as
+`with_infinite_weights` in pyspectral/_common.py.
+"""
+function with_infinite_weights(linear, tol::Real, weights::AbstractArray...)
+    any(w -> any(isinf, w), weights) || return linear(weights...)
+    finite = linear(map(w -> map(x -> isinf(x) ? zero(x) : x, w), weights)...)
+    direction = linear(map(w -> map(x -> isinf(x) ? sign(x) : zero(x), w), weights)...)
+    return _infinite_where.(direction, finite, tol)
+end
+
+_infinite_where(d::Real, g::Real, tol) = abs(d) > tol ? copysign(oftype(g, Inf), d) : g
+_infinite_where(d::Complex, g::Complex, tol) =
+    complex(_infinite_where(real(d), real(g), tol), _infinite_where(imag(d), imag(g), tol))
+
+"""
+    infinite_weights_tol(ΔY) -> Real
+
+The rounding level below which [`with_infinite_weights`](@ref) counts an entry of the
+infinite part's direction as zero: `eps^(3/4) * maximum(abs, ΔY)` of the incoming
+cotangent (`0` if it is empty).
+"""
+function infinite_weights_tol(ΔY::AbstractArray)
+    isempty(ΔY) && return 0.0
+    return eps(real(float(eltype(ΔY))))^(3 / 4) * maximum(abs, ΔY)
 end

@@ -1,15 +1,32 @@
 # Forward Hermitian eigendecomposition. Like torch.linalg.eigh and LAPACK, only the
 # `uplo` triangle of `A` is read (`Hermitian(A, uplo)`); the imaginary parts of the
-# diagonal are ignored. The pullbacks return the gradient w.r.t. those entries.
+# diagonal are ignored, and only what is read must be finite. `uplo` is `:L` or `:U`,
+# in either case (`:l`, `:u`), as torch.linalg.eigh's UPLO. The pullbacks return the
+# gradient w.r.t. the entries read.
 
 function _check_square(op, A)
     size(A, 1) == size(A, 2) && return nothing
     throw(ArgumentError("$op: A must be square, got size $(size(A))"))
 end
 
+# `uplo` as `:L` or `:U` (what `Hermitian` takes), from either case.
 function _check_uplo(op, uplo)
-    (uplo === :L || uplo === :U) && return nothing
-    throw(ArgumentError("$op: uplo must be :L or :U, got $(repr(uplo))"))
+    (uplo === :L || uplo === :l) && return :L
+    (uplo === :U || uplo === :u) && return :U
+    throw(ArgumentError("$op: uplo must be :L or :U (either case), got $(repr(uplo))"))
+end
+
+# Only what LAPACK reads must be finite: the strict `uplo` triangle and the real part of
+# the diagonal (as torch.linalg.eigh, which ignores NaN elsewhere).
+function _check_finite_triangle(op, A, uplo)
+    n = size(A, 1)
+    finite_diagonal = all(j -> isfinite(real(A[j, j])), 1:n)
+    finite_triangle = all(isfinite(A[i, j]) for j in 1:n
+                          for i in (uplo === :L ? (j+1:n) : (1:j-1)))
+    finite_diagonal && finite_triangle && return nothing
+    throw(ArgumentError("$op: A contains NaN or Inf entries in the uplo=$(repr(uplo)) " *
+                        "triangle it reads (size $(size(A))); the decomposition of such " *
+                        "a matrix is undefined"))
 end
 
 function _require_hermitian(op, A, tol)
@@ -25,9 +42,13 @@ end
 # The Hermitian matrix LAPACK sees: a private copy (LAPACK overwrites it).
 function _hermitian_copy(op, A, uplo, check_hermitian, hermitian_tol)
     _check_square(op, A)
-    _check_uplo(op, uplo)
-    _check_finite(op, A)
-    check_hermitian && _require_hermitian(op, A, hermitian_tol)
+    uplo = _check_uplo(op, uplo)
+    if check_hermitian
+        _check_finite(op, A)  # the check reads both triangles
+        _require_hermitian(op, A, hermitian_tol)
+    else
+        _check_finite_triangle(op, A, uplo)
+    end
     return Hermitian(Matrix{_lapack_eltype(A)}(A), uplo)
 end
 
@@ -38,7 +59,9 @@ end
 
 Eigendecomposition `A = V Diagonal(λ) Vᴴ` of a Hermitian (real symmetric) matrix,
 eigenvalues real and ascending, `E.values::Vector`, `E.vectors::Matrix`. Only the
-`uplo` triangle is read, unless `check_hermitian=true`, which first throws if
+`uplo` triangle is read (`:L` or `:U`, either case, as torch.linalg.eigh's `UPLO`),
+and only it must be finite (of its diagonal, the real part), unless
+`check_hermitian=true`, which reads both and first throws if
 `max|A - Aᴴ| > hermitian_tol` (default [`default_hermitian_tol`](@ref)).
 
 The pullback is the true gradient w.r.t. the entries read: with `G` the Hermitian

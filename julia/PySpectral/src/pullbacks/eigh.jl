@@ -10,7 +10,7 @@ it gets `2Gᵢⱼ`; the diagonal gets `real(Gᵢᵢ)` (its imaginary part is not
 other triangle gets nothing.
 """
 function fold_triangle!(ΔA::AbstractMatrix, G::AbstractMatrix, uplo::Symbol)
-    _check_uplo("fold_triangle!", uplo)
+    uplo = _check_uplo("fold_triangle!", uplo)
     n = size(G, 1)
     size(ΔA) == (n, n) || throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($n, $n)"))
     for j in 1:n
@@ -43,7 +43,7 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     # off the diagonal and dλᵢ = dPᵢᵢ; pairing with K = Vᴴ ΔV and keeping the Hermitian
     # part (dP is Hermitian) gives M. Inside a cluster the quotient is 0/0 and a
     # gauge-invariant loss has Kₐ = 0 there.
-    _check_uplo("eigh", uplo)
+    uplo = _check_uplo("eigh", uplo)
     checks = _checks_gauge(gauge)
     if iszerotangent(ΔV)
         iszerotangent(Δλ) && return ΔA

@@ -172,14 +172,20 @@ end
 Add to `ΔA` the gradient of `Y = V f(Λ) Vᴴ` w.r.t. the `uplo` triangle read by
 [`matrix_function`](@ref) (Daleckii–Krein, exact at every spectrum): with
 `X = Vᴴ ΔY V` and `Lᵢⱼ = divdiff(λᵢ, λⱼ, fᵢ, fⱼ, f′ᵢ, f′ⱼ)`,
-`G = V (L ∘ (X + Xᴴ)/2) Vᴴ`, then [`fold_triangle!`](@ref).
+`G = V (L ∘ (X + Xᴴ)/2) Vᴴ`, then [`fold_triangle!`](@ref). Where `f′` is infinite
+(`:sqrt` at an exact zero eigenvalue) only `L` on that eigenvalue's pairs with itself is,
+and the gradient is `±Inf` in the entries that part reaches, finite elsewhere, never NaN
+([`with_infinite_weights`](@ref)).
 """
 function matrix_function_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatrix,
                                    f, ΔY; uplo::Symbol=:L, degeneracy_atol=nothing)
-    _check_uplo("matrix_function", uplo)
+    uplo = _check_uplo("matrix_function", uplo)
     iszerotangent(ΔY) && return ΔA
     fλ, dλ = matrix_function_values(f, λ; degeneracy_atol)
     L = divdiff.(λ, transpose(λ), fλ, transpose(fλ), dλ, transpose(dλ))
     X = V' * ΔY * V
-    return fold_triangle!(ΔA, V * ((L .* (X .+ X')) ./ 2) * V', uplo)
+    G = with_infinite_weights(infinite_weights_tol(ΔY), L) do Lw
+        V * ((Lw .* (X .+ X')) ./ 2) * V'
+    end
+    return fold_triangle!(ΔA, G, uplo)
 end

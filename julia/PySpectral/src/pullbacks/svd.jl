@@ -150,7 +150,10 @@ cotangent `ΔY`. With `X = Uᴴ ΔY V`, `Lmᵢⱼ = divdiff(sᵢ, sⱼ, fᵢ, f�
        + (ΔY V - U X) Diagonal(w) Vᴴ      (m > k)
        + U Diagonal(w) (Uᴴ ΔY - X Vᴴ)      (n > k)
 
-Exact at every spectrum (only divided differences of `f` appear); no gauge check.
+Exact at every spectrum (only divided differences of `f` appear); no gauge check. Where
+`f′` is infinite (`(:pow, p)`, `0 < p < 1`, at an exact zero singular value) the
+gradient is `±Inf` in the entries the infinite divided differences reach, finite
+elsewhere, never NaN ([`with_infinite_weights`](@ref)).
 """
 function svd_function_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVector,
                                  Vᴴ::AbstractMatrix, f, ΔY; degeneracy_atol=nothing)
@@ -168,12 +171,20 @@ function svd_function_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::Abstr
     Sⱼ, fⱼ, dⱼ = transpose(S), transpose(fS), transpose(dS)
     Lm = divdiff.(S, Sⱼ, fS, fⱼ, dS, dⱼ)
     Lp = divdiff.(S, .-Sⱼ, fS, .-fⱼ, dS, dⱼ)
-    _addmul!(ΔA, U, ((Lm .* (X .+ X') .+ Lp .* (X .- X')) ./ 2) * Vᴴ)
-    if m > k || n > k
-        w = transpose(divdiff.(S, zero(eltype(S)), fS, zero(eltype(fS)), dS, dS))
-        m > k && _addmul!(ΔA, (ΔY * Vᴴ' - U * X) .* w, Vᴴ)
-        n > k && _addmul!(ΔA, U .* w, U' * ΔY - X * Vᴴ)
+    tall, wide = m > k, n > k
+    # the weights f[sᵢ, 0] of the complement terms (unused when square)
+    w = tall || wide ? divdiff.(S, zero(eltype(S)), fS, zero(eltype(fS)), dS, dS) :
+        zeros(eltype(Lm), k)
+    # An infinite f′ (sqrt at s = 0) makes some weights infinite: ±Inf where they
+    # reach, finite elsewhere (with_infinite_weights).
+    G = with_infinite_weights(infinite_weights_tol(ΔY), Lm, Lp, w) do Lmw, Lpw, ww
+        B = U * ((Lmw .* (X .+ X') .+ Lpw .* (X .- X')) ./ 2) * Vᴴ
+        wᵀ = transpose(ww)
+        tall && (B += ((ΔY * Vᴴ' - U * X) .* wᵀ) * Vᴴ)
+        wide && (B += (U .* wᵀ) * (U' * ΔY - X * Vᴴ))
+        return B
     end
+    ΔA .+= G
     return ΔA
 end
 
