@@ -829,6 +829,8 @@ end
             _, back_lower = rrule(matrix_function, A, :exp; uplo=lower)
             _, back_upper = rrule(matrix_function, A, :exp; uplo=upper)
             @test back_lower(ΔY)[2] == back_upper(ΔY)[2]
+            @test PySpectral.eigh_topk(A, 2; uplo=lower).values ≈
+                  PySpectral.eigh_topk(A, 2; uplo=upper).values
         end
         @test argument_error_message(() -> PySpectral.eigh(A; uplo=:X)) ==
               "eigh: uplo must be :L or :U (either case), got :X"

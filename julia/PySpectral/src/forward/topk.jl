@@ -38,7 +38,7 @@ converged. Products use `Hermitian(A, uplo)`, so only that triangle is read.
 function eigh_topk(A::AbstractMatrix, k::Integer; uplo::Symbol=:L, oversample::Integer=10,
                    n_iter::Integer=4)
     _check_square("eigh_topk", A)
-    _check_uplo("eigh_topk", uplo)
+    uplo = _check_uplo("eigh_topk", uplo)
     _check_options("eigh_topk"; oversample, n_iter)
     n = size(A, 1)
     _check_topk("eigh_topk", k, false, n)

@@ -88,6 +88,7 @@ function eigh_trunc_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix, λ::Abstra
                               V::AbstractMatrix, Δλ, ΔV; uplo::Symbol=:L, rtol=nothing,
                               maxiter::Integer=500, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    uplo = _check_uplo("eigh", uplo)
     eigh_pullback!(ΔA, λ, V, Δλ, ΔV; uplo, degeneracy_atol, broadening, gauge, gauge_atol)
     iszerotangent(ΔV) && return ΔA
     H = Hermitian(A, uplo)
