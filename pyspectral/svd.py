@@ -15,7 +15,12 @@ from ._backend import resolve_backend
 from ._fns import SpectralFn, named_argument, power, user_pair
 from .exceptions import DomainError, InputError, InputTypeError
 from .forward.topk import top_k_method
-from .pullbacks.svd import svd_function_pullback, svd_pullback
+from .pullbacks.svd import (
+    svd_function_pullback,
+    svd_function_pushforward,
+    svd_pullback,
+    svd_pushforward,
+)
 from .topk import SVDTopK, SVDTopKJulia
 
 __all__ = ["SVDResult", "svd", "svdvals", "svd_function", "svd_pullback"]
@@ -40,6 +45,7 @@ class _SVD(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*output)
+        ctx.save_for_forward(*output)
         ctx.opts = inputs[2]
         ctx.set_materialize_grads(False)
 
@@ -47,6 +53,11 @@ class _SVD(torch.autograd.Function):
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         U, S, Vh = ctx.saved_tensors
         return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        U, S, Vh = ctx.saved_tensors
+        return svd_pushforward(U, S, Vh, dA, ctx.opts)
 
 
 class _SVDJulia(torch.autograd.Function):
@@ -121,6 +132,7 @@ class _SVDFunction(torch.autograd.Function):
         A, ctx.fn, ctx.opts = inputs
         ctx.mark_non_differentiable(*output[1:])
         ctx.save_for_backward(A, *output[1:])
+        ctx.save_for_forward(A, *output[1:])
 
     @staticmethod
     def backward(ctx: Any, gY: Tensor, *_: Tensor) -> tuple:
@@ -130,6 +142,13 @@ class _SVDFunction(torch.autograd.Function):
             # itself differentiable (double backward, jacrev of grad).
             U, S, Vh = _SVD.apply(A, False, ctx.opts)
         return svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts), None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        # U, S, Vh are non-differentiable outputs: no tangent.
+        _, U, S, Vh = ctx.saved_tensors
+        dY = svd_function_pushforward(U, S, Vh, ctx.fn, dA, ctx.opts)
+        return dY, None, None, None
 
 
 # ------------------------------------------------- singular value functions

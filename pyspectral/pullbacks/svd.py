@@ -1,5 +1,6 @@
 """SVD pullbacks as plain torch functions (no autograd.Function): the thin/full
-``svd_pullback`` and the exact ``svd_function_pullback`` of ``U f(S) Vh``.
+``svd_pullback`` and the exact ``svd_function_pullback`` of ``U f(S) Vh``, and
+their forward-mode transposes ``svd_pushforward`` / ``svd_function_pushforward``.
 Mirrors ``julia/PySpectral/src/pullbacks/svd.jl``.
 """
 
@@ -12,7 +13,12 @@ from .. import _common as C
 from .._common import divided_difference
 from .._fns import SpectralFn
 
-__all__ = ["svd_pullback", "svd_function_pullback"]
+__all__ = [
+    "svd_pullback",
+    "svd_function_pullback",
+    "svd_pushforward",
+    "svd_function_pushforward",
+]
 
 
 def _skew(X: Tensor) -> Tensor:
@@ -143,3 +149,86 @@ def svd_function_pullback(
         return gA
 
     return C.with_infinite_weights(pullback, (Lm, Lp, w), C.max_abs(gY))
+
+
+def svd_pushforward(
+    U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: C.Options
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Tangents ``(dU, dS, dVh)`` of ``A = U diag(S) Vh`` along ``dA``: the
+    transpose of :func:`svd_pullback`, with the same cluster rule.
+
+    ``U``/``Vh`` may be thin or full; the complement columns of a full SVD
+    move only as much as orthogonality to the thin ones requires (their basis
+    inside the complement is arbitrary, as in the pullback's fold).
+    """
+    # With dP = U^H dA V, Omega_U = U^H dU, Omega_V = V^H dV (anti-Hermitian),
+    # dP = Omega_U S + dS - S Omega_V. Split dP = H + K (Hermitian and
+    # anti-Hermitian parts): for all i, j
+    #   Omega_U_ij = H_ij / (s_j - s_i) + K_ij / (s_j + s_i),
+    #   Omega_V_ij = H_ij / (s_j - s_i) - K_ij / (s_j + s_i),
+    # dS = Re diag(dP). The diagonal of the second term is the complex phase
+    # i Im(dP_ii) / (2 s_i), split equally between U and V (the convention of
+    # the pullback, whose transpose this is). Every inverse is the pullback's
+    # regularised one: inside a degenerate cluster the rotation is 0, and the
+    # zero-singular-value terms are pseudo-inverses. The thin complement terms
+    # (I - U U^H) dA V S^-1 and (I - V V^H) dA^H U S^-1 are added one-sided.
+    k = S.shape[-1]
+    Uk, Vk = U[..., :k], Vh[..., :k, :].mH
+    tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+    Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
+    dAV = dA @ Vk
+    dP = Uk.mH @ dAV
+    H, K = (dP + dP.mH) * 0.5, (dP - dP.mH) * 0.5
+    Hg = H * C.gap_inverse(Sj - Si, tol, opts)
+    Ks = K * C.gap_inverse(Sj + Si, tol, opts)
+    dS = dP.diagonal(dim1=-2, dim2=-1).real
+    dU, dV = Uk @ (Hg + Ks), Vk @ (Hg - Ks)
+    Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2).to(U.dtype)
+    if U.shape[-2] > k:
+        dU = dU + (dAV - Uk @ dP) * Sinv
+    if Vh.shape[-1] > k:
+        dAhU = dA.mH @ Uk
+        dV = dV + (dAhU - Vk @ dP.mH) * Sinv
+    dU, dV = _complement_tangent(U, Uk, dU), _complement_tangent(Vh.mH, Vk, dV)
+    return dU, dS, dV.mH
+
+
+def _complement_tangent(U: Tensor, Uk: Tensor, dUk: Tensor) -> Tensor:
+    """Append the tangent ``-U_k (dU_k^H U_perp)`` of the complement columns of
+    a full SVD: the least motion that keeps ``[U_k, U_perp]`` unitary (no
+    rotation inside the complement), the transpose of ``_fold_complement``."""
+    k = Uk.shape[-1]
+    if U.shape[-1] == k:
+        return dUk
+    Up = U[..., k:]
+    return torch.cat((dUk, -Uk @ (dUk.mH @ Up)), dim=-1)
+
+
+def svd_function_pushforward(
+    U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, dA: Tensor, opts: C.Options
+) -> Tensor:
+    """Tangent of ``Y = U f(S) Vh`` (thin SVD) along ``dA``, exact at every
+    spectrum: the map of :func:`svd_function_pullback` (self-adjoint
+    entrywise) applied to ``dA``, with the same divided differences."""
+    f, d = fn(S, C.policy_applied(opts))
+    k = S.shape[-1]
+    Si, Sj, fi, fj = S.unsqueeze(-1), S.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2)
+    di, dj = d.unsqueeze(-1), d.unsqueeze(-2)
+    Lm = divided_difference(Si, Sj, fi, fj, di, dj)
+    Lp = divided_difference(Si, -Sj, fi, -fj, di, dj)
+    dAV = dA @ Vh.mH
+    dP = U.mH @ dAV
+    tall, wide = U.shape[-2] > k, Vh.shape[-1] > k
+    zero = torch.zeros_like(S)
+    w = divided_difference(S, zero, f, zero, d, d) if tall or wide else zero
+
+    def pushforward(Lm: Tensor, Lp: Tensor, w: Tensor) -> Tensor:
+        dY = U @ ((Lm * (dP + dP.mH) + Lp * (dP - dP.mH)) * 0.5) @ Vh
+        w = w.unsqueeze(-2)
+        if tall:
+            dY = dY + ((dAV - U @ dP) * w) @ Vh
+        if wide:
+            dY = dY + (U * w) @ (U.mH @ dA - dP @ Vh)
+        return dY
+
+    return C.with_infinite_weights(pushforward, (Lm, Lp, w), C.max_abs(dA))
