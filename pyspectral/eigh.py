@@ -15,8 +15,8 @@ from ._backend import resolve_backend
 from ._fns import SpectralFn, named_argument, power, user_pair
 from .exceptions import DomainError, InputError, InputTypeError
 from .forward.topk import top_k_method
-from .pullbacks.eigh import eigh_pullback
-from .pullbacks.matfun import matrix_function_pullback
+from .pullbacks.eigh import eigh_pullback, eigh_pushforward
+from .pullbacks.matfun import matrix_function_pullback, matrix_function_pushforward
 from .topk import EighTopK, EighTopKJulia
 
 __all__ = ["EighResult", "eigh", "eigvalsh", "matrix_function", "eigh_pullback"]
@@ -40,6 +40,7 @@ class _Eigh(torch.autograd.Function):
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*output)
+        ctx.save_for_forward(*output)
         ctx.uplo, ctx.opts = inputs[1], inputs[2]
         ctx.set_materialize_grads(False)
 
@@ -47,6 +48,11 @@ class _Eigh(torch.autograd.Function):
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         w, V = ctx.saved_tensors
         return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        w, V = ctx.saved_tensors
+        return eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
 
 
 class _EighJulia(torch.autograd.Function):
@@ -129,6 +135,14 @@ class _MatrixFunction(torch.autograd.Function):
         A, ctx.fn, ctx.uplo, ctx.opts = inputs
         ctx.mark_non_differentiable(*output[1:])
         ctx.save_for_backward(A, *output[1:])
+        ctx.save_for_forward(A, *output[1:])
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        # w, V are non-differentiable outputs: no tangent.
+        _, w, V = ctx.saved_tensors
+        dY = matrix_function_pushforward(w, V, ctx.fn, dA, ctx.uplo, ctx.opts)
+        return dY, None, None
 
     @staticmethod
     def backward(ctx: Any, gY: Tensor, *_: Tensor) -> tuple:

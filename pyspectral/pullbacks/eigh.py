@@ -1,5 +1,6 @@
 """Hermitian eigendecomposition pullbacks as plain torch functions:
-``eigh_pullback`` and the triangle fold ``fold_triangle``.
+``eigh_pullback`` and the triangle fold ``fold_triangle``; their forward-mode
+transposes ``eigh_pushforward`` and ``hermitian_from_triangle``.
 Mirrors ``julia/PySpectral/src/pullbacks/eigh.jl``.
 """
 
@@ -10,7 +11,12 @@ from torch import Tensor
 
 from .. import _common as C
 
-__all__ = ["eigh_pullback", "fold_triangle"]
+__all__ = [
+    "eigh_pullback",
+    "fold_triangle",
+    "eigh_pushforward",
+    "hermitian_from_triangle",
+]
 
 
 def fold_triangle(G: Tensor, uplo: str) -> Tensor:
@@ -61,3 +67,29 @@ def eigh_pullback(
     if middle_only:
         return M
     return fold_triangle(V @ M @ V.mH, uplo)
+
+
+def hermitian_from_triangle(dA: Tensor, uplo: str) -> Tensor:
+    """The Hermitian matrix that a function reading only the ``uplo`` triangle
+    sees: that triangle, its conjugate transpose in the other one, and the real
+    part of the diagonal (the transpose of :func:`fold_triangle`; the tangent
+    of the unread triangle does not matter)."""
+    T = torch.tril(dA, -1) if uplo == "L" else torch.triu(dA, 1)
+    return T + T.mH + torch.diag_embed(dA.diagonal(dim1=-2, dim2=-1).real).to(dA.dtype)
+
+
+def eigh_pushforward(
+    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: C.Options
+) -> tuple[Tensor, Tensor]:
+    """Tangents ``(dw, dV)`` of ``eigh`` along ``dA`` (read from the ``uplo``
+    triangle): the transpose of :func:`eigh_pullback`, same cluster rule."""
+    # A V = V W gives dP = V^H dA_h V = Omega W - W Omega + dW with
+    # Omega = V^H dV anti-Hermitian: dw = Re diag(dP) and, off the diagonal,
+    # Omega_ij = dP_ij / (w_j - w_i), through the pullback's regularised
+    # inverse, so 0 inside a degenerate cluster (and on the diagonal: no
+    # phase rotation).
+    dP = V.mH @ hermitian_from_triangle(dA, uplo) @ V
+    tol = C.degeneracy_atol(w, opts.degeneracy_atol)
+    gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
+    dV = V @ (dP * C.gap_inverse(gap, tol, opts))
+    return dP.diagonal(dim1=-2, dim2=-1).real, dV

@@ -1,6 +1,7 @@
 """The exact (Daleckii-Krein) pullback of a spectral matrix function
 ``V f(diag(w)) V^H``. Mirrors ``julia/PySpectral/src/pullbacks/matfun.jl``
-(the pullback of ``U f(S) V^H`` is in ``svd.py``, as in Julia's ``svd.jl``).
+(the pullback of ``U f(S) V^H`` is in ``svd.py``, as in Julia's ``svd.jl``),
+and its forward-mode transpose ``matrix_function_pushforward``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from torch import Tensor
 from .. import _common as C
 from .._common import divided_difference
 from .._fns import SpectralFn
-from .eigh import fold_triangle
+from .eigh import fold_triangle, hermitian_from_triangle
 
-__all__ = ["matrix_function_pullback"]
+__all__ = ["matrix_function_pullback", "matrix_function_pushforward"]
 
 
 def matrix_function_pullback(
@@ -43,3 +44,32 @@ def matrix_function_pullback(
     # is inside the linear map: torch's complex arithmetic on inf + 0j (even
     # 2 * z) gives NaN imaginary parts, so no arithmetic may follow the infs.
     return C.with_infinite_weights(pullback, (L,), C.max_abs(gY))
+
+
+def _divided_differences(w: Tensor, fn: SpectralFn, opts: C.Options) -> Tensor:
+    """The matrix ``L_ij = f[w_i, w_j]`` of first divided differences."""
+    f, d = fn(w, opts)
+    return divided_difference(
+        w.unsqueeze(-1),
+        w.unsqueeze(-2),
+        f.unsqueeze(-1),
+        f.unsqueeze(-2),
+        d.unsqueeze(-1),
+        d.unsqueeze(-2),
+    )
+
+
+def matrix_function_pushforward(
+    w: Tensor, V: Tensor, fn: SpectralFn, dA: Tensor, uplo: str, opts: C.Options
+) -> Tensor:
+    """Tangent of ``Y = V f(diag(w)) V^H`` along ``dA`` (Daleckii-Krein):
+    ``V (L o V^H dA_h V) V^H`` with ``dA_h`` read from the ``uplo`` triangle
+    and ``L`` the divided differences of ``f``; exact at every spectrum,
+    ``+-inf`` (never NaN) where an infinite ``f[0, 0]`` reaches."""
+    L = _divided_differences(w, fn, opts)
+    dP = V.mH @ hermitian_from_triangle(dA, uplo) @ V
+
+    def pushforward(L: Tensor) -> Tensor:
+        return V @ (L * dP) @ V.mH
+
+    return C.with_infinite_weights(pushforward, (L,), C.max_abs(dA))

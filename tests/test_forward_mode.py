@@ -1,0 +1,333 @@
+"""Forward-mode AD (the ``jvp`` of every non-top-k autograd Function):
+directional derivatives against central finite differences at generic and
+degenerate spectra, on outputs that are differentiable there (complete-cluster
+projectors, the polar factor, symmetric functions of the spectrum, spectral
+functions); the transpose relation with the pullbacks (jacfwd == jacrev, and
+<jvp, W> == <dA, vjp(W)> for complex input); torch.autograd.forward_ad dual
+tensors; jvp under vmap; forward-over-reverse Hessians."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.autograd.forward_ad as fwAD
+from _spectra import (
+    hermitian_with_spectrum,
+    inner,
+    matrix_with_spectrum,
+    random_like,
+    rel_err,
+)
+from torch.func import hessian, jacfwd, jacrev, jvp, vjp, vmap
+
+import pyspectral as ps
+
+DTYPES = [torch.float64, torch.complex128]
+TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4
+
+
+def fd_directional(f, A, dA, h: float = 1e-4):
+    """``d/dt f(A + t dA)`` at 0 by the fourth-order central stencil."""
+    A, dA = A.detach(), dA.detach()
+    with torch.no_grad():
+        return (
+            8 * (f(A + h * dA) - f(A - h * dA))
+            - (f(A + 2 * h * dA) - f(A - 2 * h * dA))
+        ) / (12 * h)
+
+
+def check_jvp(f, A, seed: int = 3):
+    dA = random_like(A, seed=seed)
+    value, tangent = jvp(f, (A,), (dA,))
+    assert torch.isfinite(tangent).all()
+    assert rel_err(value, f(A)) < 1e-14
+    assert rel_err(tangent, fd_directional(f, A, dA)) < TOL
+
+
+def cluster_projector(U, idx):
+    Uc = U[..., idx]
+    return Uc @ Uc.mH
+
+
+# ------------------------------------------------------------------ svd
+
+
+SVD_SPECTRA = {
+    "generic": ((5.0, 3.0, 2.0, 1.0), [slice(0, 1), slice(1, 2), slice(2, 4)]),
+    "degenerate": ((5.0, 2.0, 2.0, 1.0), [slice(0, 1), slice(1, 3), slice(3, 4)]),
+    "triple": ((3.0, 3.0, 3.0, 0.5), [slice(0, 3), slice(3, 4)]),
+}
+
+
+def svd_invariants(clusters, full_matrices=False):
+    """Gauge-invariant outputs of ``svd``: the polar factor, the projectors
+    onto complete clusters (both sides), symmetric functions of ``S``, and
+    with ``full_matrices`` the projectors onto the complements."""
+
+    def f(A):
+        U, S, Vh = ps.svd(A, full_matrices=full_matrices)
+        k = S.shape[-1]
+        Uk, Vk = U[..., :k], Vh[..., :k, :].mH
+        parts = [(Uk @ Vk.mH).flatten(), (S**3).sum(-1, keepdim=True), S.sum(-1, True)]
+        for c in clusters:
+            parts += [cluster_projector(Uk, c).flatten()]
+            parts += [cluster_projector(Vk, c).flatten()]
+        if full_matrices:
+            parts += [cluster_projector(U, slice(k, None)).flatten()]
+            parts += [cluster_projector(Vh.mH, slice(k, None)).flatten()]
+        return torch.cat([p.to(A.dtype) for p in parts])
+
+    return f
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(4, 4), (6, 4), (4, 7)])
+@pytest.mark.parametrize("case", sorted(SVD_SPECTRA))
+@pytest.mark.parametrize("full_matrices", [False, True])
+def test_svd_jvp_matches_finite_differences(dtype, shape, case, full_matrices):
+    s, clusters = SVD_SPECTRA[case]
+    A = matrix_with_spectrum(s, *shape, dtype=dtype, seed=1)
+    check_jvp(svd_invariants(clusters, full_matrices), A)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(4, 4), (6, 4), (4, 7)])
+def test_svd_jvp_generic_all_outputs(dtype, shape):
+    """At a generic spectrum each singular triplet is differentiable up to its
+    sign/phase, so each rank-one term ``s_i u_i v_i^H`` is; and ``S``."""
+    A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), *shape, dtype=dtype, seed=2)
+
+    def terms(A):
+        U, S, Vh = ps.svd(A)
+        rank_one = U.unsqueeze(-1) * Vh.unsqueeze(-3)  # (m, k, n): u_i v_i^H
+        weighted = rank_one * S[:, None].to(A.dtype)
+        return torch.cat([S.to(A.dtype), weighted.flatten()])
+
+    check_jvp(terms, A)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_svdvals_jvp(dtype):
+    A = matrix_with_spectrum((4.0, 2.0, 1.0), 5, 3, dtype=dtype, seed=3)
+    check_jvp(ps.svdvals, A)
+    Ad = matrix_with_spectrum((4.0, 2.0, 2.0), 5, 3, dtype=dtype, seed=3)
+    check_jvp(lambda A: ps.svdvals(A).pow(2).sum(-1), Ad)
+
+
+# ------------------------------------------------------------------ eigh
+
+EIGH_SPECTRA = {
+    "generic": ((-1.0, 0.5, 2.0, 3.0, 4.5), [slice(0, 1), slice(1, 2), slice(2, 5)]),
+    "degenerate": ((0.25, 1.0, 1.0, 4.0, 4.0), [slice(0, 1), slice(1, 3), slice(3, 5)]),
+}
+
+
+def eigh_invariants(clusters, uplo):
+    """Differentiable outputs of ``eigh`` at any spectrum: symmetric functions
+    of ``w`` and the projectors onto complete clusters (not ``V diag(w) V^H``
+    term by term: the split of a cluster's tangent into eigenvalues is not
+    differentiable; ``matrix_function`` is exact for it)."""
+
+    def f(A):
+        w, V = ps.eigh(A, uplo)
+        parts = [(w**3).sum(-1, keepdim=True), w.sum(-1, keepdim=True)]
+        parts += [cluster_projector(V, c).flatten() for c in clusters]
+        return torch.cat([p.to(A.dtype) for p in parts])
+
+    return f
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("case", sorted(EIGH_SPECTRA))
+def test_eigh_jvp_matches_finite_differences(dtype, uplo, case):
+    """The tangent is not Hermitian: the finite difference of A + t dA sees
+    only the ``uplo`` triangle of dA, as the pushforward does."""
+    w, clusters = EIGH_SPECTRA[case]
+    A = hermitian_with_spectrum(w, dtype=dtype, seed=4)
+    check_jvp(eigh_invariants(clusters, uplo), A)
+    check_jvp(lambda A: ps.eigvalsh(A, uplo).pow(3).sum(-1), A)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eigvalsh_jvp_generic(dtype):
+    A = hermitian_with_spectrum((-1.0, 0.5, 2.0, 3.0), dtype=dtype, seed=5)
+    check_jvp(ps.eigvalsh, A)
+
+
+# ----------------------------------------------------- spectral functions
+
+MATFUNS = ["sqrt", "exp", "log", "invsqrt", ("pow", 3), ("pow", 1.5)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("f", MATFUNS, ids=str)
+@pytest.mark.parametrize("w", [(0.5, 1.0, 2.0, 3.0), (0.25, 1.0, 1.0, 4.0, 4.0)])
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_matrix_function_jvp(dtype, f, w, uplo):
+    A = hermitian_with_spectrum(w, dtype=dtype, seed=6)
+    check_jvp(lambda A: ps.matrix_function(A, f, uplo), A)
+
+
+SVDFUNS = ["polar", "normalize", ("pow", 2), ("pow", 0.5), ("threshold", 1.5)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("f", SVDFUNS, ids=str)
+@pytest.mark.parametrize("shape", [(4, 4), (6, 4), (4, 7)])
+@pytest.mark.parametrize("s", [(5.0, 3.0, 2.0, 1.0), (5.0, 2.0, 2.0, 0.5)])
+def test_svd_function_jvp(dtype, f, shape, s):
+    A = matrix_with_spectrum(s, *shape, dtype=dtype, seed=7)
+    check_jvp(lambda A: ps.svd_function(A, f), A)
+
+
+def test_svd_function_user_pair_and_truncate_jvp():
+    A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, seed=8)
+    pair = (lambda s: torch.sin(s), lambda s: torch.cos(s))
+    check_jvp(lambda A: ps.svd_function(A, pair), A)
+    check_jvp(lambda A: ps.svd_function(A, ("truncate", 2)), A)
+
+
+def test_matrix_function_jvp_sqrt_at_zero_is_inf_not_nan():
+    """f' infinite at an exact zero eigenvalue: +-inf where f[0, 0] reaches,
+    finite elsewhere, never NaN (as the pullback)."""
+    A = torch.diag(torch.tensor([0.0, 0.5, 2.0, 3.0], dtype=torch.float64))
+    dA = torch.eye(4, dtype=torch.float64)
+    _, t = jvp(lambda A: ps.matrix_function(A, "sqrt"), (A,), (dA,))
+    assert not torch.isnan(t).any()
+    assert torch.isinf(t[0, 0]) and torch.isfinite(t[1:, 1:]).all()
+
+
+# ----------------------------------------- the transpose of the pullbacks
+
+
+def _real_cases():
+    A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, seed=9)
+    H = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), seed=9)
+    return [
+        ("svd", A, svd_invariants(SVD_SPECTRA["generic"][1])),
+        ("svd_full", A, svd_invariants(SVD_SPECTRA["generic"][1], True)),
+        ("svd_function", A, lambda A: ps.svd_function(A, ("pow", 2))),
+        ("eigh", H, eigh_invariants(EIGH_SPECTRA["generic"][1][:1], "L")),
+        ("matrix_function", H, lambda A: ps.matrix_function(A, "sqrt", "U")),
+    ]
+
+
+@pytest.mark.parametrize("name,A,f", _real_cases(), ids=[c[0] for c in _real_cases()])
+def test_jacfwd_equals_jacrev(name, A, f):
+    assert rel_err(jacfwd(f)(A), jacrev(f)(A)) < 1e-12
+
+
+@pytest.mark.parametrize(
+    "f",
+    [
+        # gauge dependent (gauge="ignore"): the conventions must agree
+        lambda A: ps.svd(A, gauge="ignore").U,
+        lambda A: ps.svd(A, full_matrices=True, gauge="ignore").U,
+        lambda A: ps.svd(A.mT, full_matrices=True, gauge="ignore").Vh,
+        lambda A: ps.svd_function(A, ("pow", 0.5)),
+        lambda A: ps.eigh(A[:4, :4], gauge="ignore").eigenvectors,
+        lambda A: ps.matrix_function(A[:4, :4], "exp"),
+    ],
+)
+def test_jvp_is_transpose_of_vjp_complex(f):
+    """Re <jvp(dA), W> == Re <dA, vjp(W)> for complex input (jacfwd/jacrev do
+    not take complex functions), also for basis-dependent outputs: the
+    pushforward and the pullback use the same gauge conventions."""
+    A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, dtype=torch.complex128)
+    dA = random_like(A, seed=10)
+    Y, dY = jvp(f, (A,), (dA,))
+    W = random_like(Y, seed=11)
+    _, pullback = vjp(f, A)
+    (gA,) = pullback(W)
+    lhs, rhs = inner(dY, W), inner(dA, gA)
+    assert abs(float(lhs - rhs)) < 1e-12 * max(1.0, abs(float(rhs)))
+
+
+# ---------------------------------------------------- other entry points
+
+
+def test_forward_ad_dual_tensors():
+    A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, seed=12)
+    H = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), seed=12)
+    for f, X in [
+        (svd_invariants(SVD_SPECTRA["generic"][1]), A),
+        (lambda A: ps.svd_function(A, "polar"), A),
+        (eigh_invariants(EIGH_SPECTRA["generic"][1][:1], "L"), H),
+        (lambda A: ps.matrix_function(A, "log"), H),
+    ]:
+        dX = random_like(X, seed=13)
+        with fwAD.dual_level():
+            tangent = fwAD.unpack_dual(f(fwAD.make_dual(X, dX))).tangent
+        assert rel_err(tangent, jvp(f, (X,), (dX,))[1]) < 1e-13
+
+
+def test_jvp_under_vmap():
+    batch = torch.stack(
+        [matrix_with_spectrum((4.0, 2.0, 1.0), 4, 3, seed=s) for s in range(3)]
+    )
+    tangents = random_like(batch, seed=14)
+    hbatch = torch.stack(
+        [hermitian_with_spectrum((0.5, 1.0, 2.0), seed=s) for s in range(3)]
+    )
+    for f, X in [
+        (lambda A: ps.svd_function(A, ("pow", 2)), batch),
+        (lambda A: (lambda U, S, Vh: U @ Vh + S.sum())(*ps.svd(A)), batch),
+        (lambda A: ps.matrix_function(A, "sqrt"), hbatch),
+        (lambda A: ps.eigvalsh(A), hbatch),
+    ]:
+        dX = random_like(X, seed=15)
+        batched = vmap(lambda x, t, f=f: jvp(f, (x,), (t,))[1])(X, dX)
+        for i in range(X.shape[0]):
+            assert rel_err(batched[i], jvp(f, (X[i],), (dX[i],))[1]) < 1e-13
+    # and a batched input straight through jvp (batch dims of the Function)
+    f = lambda A: ps.svd_function(A, "polar")  # noqa: E731
+    _, t = jvp(f, (batch,), (tangents,))
+    assert rel_err(t, fd_directional(f, batch, tangents)) < TOL
+
+
+@pytest.mark.parametrize(
+    "loss,kind",
+    [
+        (lambda A: (ps.svd(A).S ** 3).sum(), "svd"),
+        (
+            lambda A: (lambda U, S, Vh: inner(U @ Vh, torch.ones_like(A)))(*ps.svd(A)),
+            "svd",
+        ),
+        (lambda A: inner(ps.svd_function(A, ("pow", 2)), torch.ones_like(A)), "svd"),
+        (lambda A: (ps.eigh(A).eigenvalues ** 3).sum(), "eigh"),
+        (lambda A: ps.matrix_function(A, "sqrt").diagonal().sum(), "eigh"),
+        (lambda A: ps.eigvalsh(A, "U").exp().sum(), "eigh"),
+    ],
+)
+def test_hessian_forward_over_reverse(loss, kind):
+    """torch.func.hessian (jacfwd of jacrev) at a generic spectrum equals
+    jacrev of jacrev (the double backward)."""
+    if kind == "svd":
+        A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, seed=16)
+    else:
+        A = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), seed=16)
+    assert rel_err(hessian(loss)(A), jacrev(jacrev(loss))(A)) < 1e-10
+
+
+@pytest.mark.parametrize("shape", [(0, 3), (3, 0), (0, 0), (2, 0, 3)])
+def test_jvp_of_empty_inputs(shape):
+    """Empty inputs give tangents of the primal shapes (the square factors of a
+    full SVD of an empty matrix are not empty: their tangent is 0), as torch."""
+    A = torch.zeros(*shape, dtype=torch.float64)
+    fns = [
+        lambda A: ps.svd(A),
+        lambda A: ps.svd(A, full_matrices=True),
+        ps.svdvals,
+        lambda A: ps.svd_function(A, ("pow", 2)),
+        lambda A: ps.svd_function(A, "normalize"),
+    ]
+    if shape[-1] == shape[-2]:
+        fns += [ps.eigh, ps.eigvalsh, lambda A: ps.matrix_function(A, "exp")]
+    for f in fns:
+        primal, tangent = jvp(f, (A,), (A,))
+        for p, t in zip(
+            torch.utils._pytree.tree_leaves(primal),
+            torch.utils._pytree.tree_leaves(tangent),
+        ):
+            assert t.shape == p.shape and not t.any()
