@@ -363,7 +363,10 @@ def eigvalsh(
     if C.check_out("eigvalsh", out, backend, A):
         return torch.linalg.eigvalsh(A, UPLO=UPLO, out=out)
     julia = resolve_backend("eigvalsh", backend, A) == "julia"
-    if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)) and not julia:
+    # torch's own eigvalsh only without autograd: its derivatives read both
+    # triangles (a forward-AD dual tensor does not require grad)
+    dual = torch.autograd.forward_ad.unpack_dual(A).tangent is not None
+    if not (A.requires_grad or dual or C.is_functorch_wrapped_tensor(A)) and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
     return (_EighJulia if julia else _Eigh).apply(A, UPLO, C.options(op="eigvalsh"))[0]
 

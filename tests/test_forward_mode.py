@@ -262,6 +262,22 @@ def test_forward_ad_dual_tensors():
         assert rel_err(tangent, jvp(f, (X,), (dX,))[1]) < 1e-13
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_eigvalsh_dual_tensor_reads_one_triangle(dtype):
+    """A dual tensor (no requires_grad) must not take torch's eigvalsh, whose
+    tangent reads both triangles; gradcheck's forward-AD check, as torch's
+    OpInfo tests run it."""
+    A = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), dtype=dtype, seed=17)
+    dA = random_like(A, seed=18)
+    with fwAD.dual_level():
+        tangent = fwAD.unpack_dual(ps.eigvalsh(fwAD.make_dual(A, dA), "U")).tangent
+    assert rel_err(tangent, fd_directional(lambda A: ps.eigvalsh(A, "U"), A, dA)) < TOL
+    X = A.clone().requires_grad_()
+    for uplo in "LU":
+        f = lambda X, uplo=uplo: ps.eigvalsh(X, uplo)  # noqa: E731
+        assert torch.autograd.gradcheck(f, (X,), check_forward_ad=True)
+
+
 def test_jvp_under_vmap():
     batch = torch.stack(
         [matrix_with_spectrum((4.0, 2.0, 1.0), 4, 3, seed=s) for s in range(3)]
@@ -331,3 +347,42 @@ def test_jvp_of_empty_inputs(shape):
             torch.utils._pytree.tree_leaves(tangent),
         ):
             assert t.shape == p.shape and not t.any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradcheck_forward_ad(dtype):
+    """torch's own forward-AD check (dual tensors, numerical Jacobian), with
+    its legacy-vmap batched tangents. Not on complex outputs that slice the
+    factors (``U[:, k:]``): torch.linalg.svd/eigh fail that batched check
+    with the same internal layout assert (a torch limitation)."""
+    A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, dtype=dtype, seed=19)
+    H = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), dtype=dtype, seed=19)
+    cases = [
+        (lambda A: (lambda U, S, Vh: U @ Vh)(*ps.svd(A)), A),
+        (lambda A: ps.svd(A, full_matrices=True).S, A.mT),
+        (ps.svdvals, A),
+        (lambda A: ps.svd_function(A, ("pow", 0.5)), A),
+        (lambda A: ps.svd_function(A, "normalize"), A.mT),
+        (lambda A: ps.eigh(A, "U").eigenvalues, H),
+        (lambda A: ps.matrix_function(A, "log"), H),
+        (lambda A: ps.matrix_function(A, "exp", "U"), H),
+    ]
+    if not dtype.is_complex:
+        cases += [
+            (
+                lambda A: (lambda U, _, __: U[:, 4:] @ U[:, 4:].mT)(
+                    *ps.svd(A, full_matrices=True)
+                ),
+                A,
+            ),
+            (lambda A: (lambda _, V: V[:, 2:] @ V[:, 2:].mT)(*ps.eigh(A)), H),
+        ]
+    for f, X in cases:
+        X = X.detach().clone().requires_grad_()
+        assert torch.autograd.gradcheck(
+            f,
+            (X,),
+            check_forward_ad=True,
+            check_backward_ad=False,
+            check_batched_forward_grad=True,
+        )

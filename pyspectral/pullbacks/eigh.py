@@ -16,6 +16,7 @@ __all__ = [
     "fold_triangle",
     "eigh_pushforward",
     "hermitian_from_triangle",
+    "tangent_scale",
 ]
 
 
@@ -76,6 +77,18 @@ def hermitian_from_triangle(dA: Tensor, uplo: str) -> Tensor:
     of the unread triangle does not matter)."""
     T = torch.tril(dA, -1) if uplo == "L" else torch.triu(dA, 1)
     return T + T.mH + torch.diag_embed(dA.diagonal(dim1=-2, dim2=-1).real).to(dA.dtype)
+
+
+def tangent_scale(dA: Tensor) -> Tensor:
+    """``max |dA|`` per matrix, shape ``(*, 1, 1)`` (0 if empty): the scale of
+    :func:`~pyspectral._common.with_infinite_weights` for a pushforward.
+
+    ``C.max_abs`` without its ``detach``: a tangent batched by the legacy
+    ``vmap`` of ``gradcheck``'s batched forward-AD check has no batching rule
+    for ``detach``; the value is the same."""
+    if dA.shape[-1] * dA.shape[-2] == 0:
+        return dA.abs().new_zeros((*dA.shape[:-2], 1, 1))
+    return dA.abs().amax(dim=(-2, -1), keepdim=True)
 
 
 def eigh_pushforward(

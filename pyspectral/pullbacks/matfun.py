@@ -11,7 +11,7 @@ from torch import Tensor
 from .. import _common as C
 from .._common import divided_difference
 from .._fns import SpectralFn
-from .eigh import fold_triangle, hermitian_from_triangle
+from .eigh import fold_triangle, hermitian_from_triangle, tangent_scale
 
 __all__ = ["matrix_function_pullback", "matrix_function_pushforward"]
 
@@ -72,4 +72,4 @@ def matrix_function_pushforward(
     def pushforward(L: Tensor) -> Tensor:
         return V @ (L * dP) @ V.mH
 
-    return C.with_infinite_weights(pushforward, (L,), C.max_abs(dA))
+    return C.with_infinite_weights(pushforward, (L,), tangent_scale(dA))

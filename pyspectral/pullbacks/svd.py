@@ -12,6 +12,7 @@ from torch import Tensor
 from .. import _common as C
 from .._common import divided_difference
 from .._fns import SpectralFn
+from .eigh import tangent_scale
 
 __all__ = [
     "svd_pullback",
@@ -231,4 +232,4 @@ def svd_function_pushforward(
             dY = dY + (U * w) @ (U.mH @ dA - dP @ Vh)
         return dY
 
-    return C.with_infinite_weights(pushforward, (Lm, Lp, w), C.max_abs(dA))
+    return C.with_infinite_weights(pushforward, (Lm, Lp, w), tangent_scale(dA))
