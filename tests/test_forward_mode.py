@@ -204,7 +204,13 @@ def test_matrix_function_jvp_sqrt_at_zero_is_inf_not_nan():
 def _real_cases():
     A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, seed=9)
     H = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), seed=9)
+    Ad = matrix_with_spectrum((5.0, 2.0, 2.0, 1.0), 4, 6, seed=9)
+    Hd = hermitian_with_spectrum((0.25, 1.0, 1.0, 4.0, 4.0), seed=9)
     return [
+        ("svd_degenerate", Ad, svd_invariants(SVD_SPECTRA["degenerate"][1], True)),
+        ("eigh_degenerate", Hd, eigh_invariants(EIGH_SPECTRA["degenerate"][1], "U")),
+        ("svd_function_degenerate", Ad, lambda A: ps.svd_function(A, ("pow", 3))),
+        ("matrix_function_degenerate", Hd, lambda A: ps.matrix_function(A, "exp")),
         ("svd", A, svd_invariants(SVD_SPECTRA["generic"][1])),
         ("svd_full", A, svd_invariants(SVD_SPECTRA["generic"][1], True)),
         ("svd_function", A, lambda A: ps.svd_function(A, ("pow", 2))),
@@ -228,6 +234,9 @@ def test_jacfwd_equals_jacrev(name, A, f):
         lambda A: ps.svd_function(A, ("pow", 0.5)),
         lambda A: ps.eigh(A[:4, :4], gauge="ignore").eigenvectors,
         lambda A: ps.matrix_function(A[:4, :4], "exp"),
+        # the Lorentzian-broadened inverse, both sides
+        lambda A: ps.svd(A, broadening=0.5, gauge="ignore").Vh,
+        lambda A: ps.eigh(A[:4, :4], "U", broadening=0.5, gauge="ignore").eigenvectors,
     ],
 )
 def test_jvp_is_transpose_of_vjp_complex(f):
