@@ -13,6 +13,8 @@ from ._common import defaults, get_defaults, set_defaults
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,
+    ConvergenceWarning,
+    DerivativeError,
     DomainError,
     GaugeError,
     GaugeWarning,
@@ -27,6 +29,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendError",
+    "ConvergenceWarning",
+    "DerivativeError",
     "DomainError",
     "EighResult",
     "GaugeError",
