@@ -1,16 +1,26 @@
-"""Top-k SVD: forward+backward time and gradient error of
-``ps.svd(A, k, method="randomized")`` against the exact top-k gradient
-(``method="full"``, via the full SVD) and against ``torch.svd_lowrank`` +
-autograd, measured in one run; then how the randomized gradient degrades as
-the gap at k closes.
+"""Top-k SVD: forward+backward time and gradient error of the default
+``ps.svd(A, k=k)`` (method="auto": the certified iteration, or the full SVD
+when the iteration would not pay off) against the exact top-k gradient
+(``method="full"``) and against ``torch.svd_lowrank`` + autograd, all in one
+run:
 
-    python benchmarks/bench_topk.py            # n = 4096, k = 32 (slow: full SVD)
-    python benchmarks/bench_topk.py --n 1024   # quicker
+1. a spectrum with a gap at k (s_(k+1)/s_k = 0.5, slowly decaying tail);
+2. no gap: a Gaussian matrix and a slowly decaying spectrum s_i = i**-0.5;
+3. the gap closing, s_(k+1)/s_k = 0.5 ... 0.999, default and explicit
+   method="randomized" against the full path and torch.svd_lowrank.
+
+    python benchmarks/bench_topk.py              # 4096 / 2048 / 2048, k = 32
+    python benchmarks/bench_topk.py --quick      # 1024 / 512 / 512 (smoke test)
+    python benchmarks/bench_topk.py --calibrate  # the cost model's constants
+
+Gradient errors are max|g - g_exact| / max|g_exact| for the loss
+<U_k V_k^H, W> + sum(S_k^2) (gauge invariant at a gap).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
 
 import torch
@@ -18,27 +28,34 @@ import torch
 import pyspectral as ps
 
 
-def matrix(n: int, k: int, gap: float, seed: int = 0) -> torch.Tensor:
-    """n x n with s_i = 0.9**i for i < k, then gap * s_{k-1} * 0.9**(i-k+1):
-    a decaying spectrum whose ratio s_{k+1}/s_k is ``gap``."""
+def with_spectrum(s: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    n = s.shape[0]
     g = torch.Generator().manual_seed(seed)
-    i = torch.arange(n, dtype=torch.float64)
-    s = torch.where(i < k, 0.9**i, gap * 0.9 ** (k - 1) * 0.9 ** (i - k))
     Q1 = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g)).Q
     Q2 = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g)).Q
     return (Q1 * s) @ Q2.mT
 
 
+def gap_matrix(n: int, k: int, gap: float, seed: int = 0) -> torch.Tensor:
+    """s_i = 0.9**i for i < k, then gap * s_(k-1) * 0.9**(i-k): a decaying
+    spectrum whose ratio s_(k+1)/s_k is ``gap``."""
+    i = torch.arange(n, dtype=torch.float64)
+    s = torch.where(i < k, 0.9**i, gap * 0.9 ** (k - 1) * 0.9 ** (i - k))
+    return with_spectrum(s, seed)
+
+
+def slow_matrix(n: int) -> torch.Tensor:
+    """s_i = (i + 1)**-0.5: no gap anywhere, s_(k+1)/s_k = 0.985 at k = 32."""
+    return with_spectrum(torch.arange(1, n + 1, dtype=torch.float64) ** -0.5)
+
+
+def gaussian(n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, n, dtype=torch.float64, generator=g)
+
+
 def loss(U, S, Vh, W):
     return ((U @ Vh) * W).sum() + (S**2).sum()
-
-
-def run(fn, A, W):
-    X = A.clone().requires_grad_()
-    t = time.perf_counter()
-    U, S, Vh = fn(X)
-    loss(U, S, Vh, W).backward()
-    return time.perf_counter() - t, X.grad
 
 
 def lowrank(k):
@@ -49,71 +66,146 @@ def lowrank(k):
     return f
 
 
-def allocations_of_mn(fn, A) -> int:
-    """How many allocations of at least m*n elements one forward+backward of
-    ``fn`` makes (torch.profiler, per op), with cotangents given directly so
-    that no loss of ours allocates one. The gradient itself is one."""
-    from torch.profiler import ProfilerActivity, profile
+def methods(k: int) -> dict:
+    return {
+        "default": lambda X: ps.svd(X, k=k),
+        "randomized": lambda X: ps.svd(X, k=k, method="randomized"),
+        "full": lambda X: ps.svd(X, k=k, method="full"),
+        "svd_lowrank": lowrank(k),
+    }
 
+
+def run(fn, A, W):
+    """One forward + backward: (seconds, gradient)."""
     X = A.clone().requires_grad_()
+    t = time.perf_counter()
     U, S, Vh = fn(X)
-    cot = [torch.randn_like(t) for t in (U, S, Vh)]
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        U, S, Vh = fn(X)
-        torch.autograd.grad((U, S, Vh), X, cot)
-    size = A.numel() * A.element_size()
-    return sum(e.self_cpu_memory_usage >= size for e in prof.events())
+    loss(U, S, Vh, W).backward()
+    return time.perf_counter() - t, X.grad
+
+
+def measure(fns: dict, A, W, rounds: int) -> dict:
+    """Median time and gradient of each function over ``rounds`` rounds, run
+    alternately (the order flips every round) so drifts hit all alike."""
+    names, times, grads = list(fns), {n: [] for n in fns}, {}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            t, grads[name] = run(fns[name], A, W)
+            times[name].append(t)
+    return {n: (statistics.median(times[n]), grads[n]) for n in names}
+
+
+def err(g, exact) -> float:
+    return float((g - exact).abs().max() / exact.abs().max())
+
+
+def weights(n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(n, n, dtype=torch.float64, generator=g)
+
+
+def table_gap(n: int, k: int, rounds: int) -> None:
+    A, W = gap_matrix(n, k, 0.5), weights(n)
+    fns = methods(k)
+    full = measure({"full": fns.pop("full")}, A, W, 1)["full"]
+    res = measure(fns, A, W, rounds)
+    print(f"\n### 1. top-{k} of {n}x{n}, s_(k+1)/s_k = 0.5, decaying tail\n")
+    print("| method | fwd+bwd | speed-up vs full | gradient error |")
+    print("|---|---:|---:|---:|")
+    print(f"| full | {full[0]:.2f} s | 1.0x | exact |")
+    for name, (t, g) in res.items():
+        print(f"| {name} | {t:.2f} s | {full[0] / t:.1f}x | {err(g, full[1]):.1e} |")
+    t_ps, t_lr = res["default"][0], res["svd_lowrank"][0]
+    print(f"\ndefault vs torch.svd_lowrank + autograd: {t_lr / t_ps:.2f}x faster")
+
+
+def table_no_gap(n: int, k: int, rounds: int) -> None:
+    print(f"\n### 2. no gap at k: top-{k} of {n}x{n}\n")
+    print("| matrix | default | full | default / full | gradient error |")
+    print("|---|---:|---:|---:|---:|")
+    W = weights(n)
+    fns = methods(k)
+    for name, A in (("Gaussian", gaussian(n)), ("s_i = i^-1/2", slow_matrix(n))):
+        res = measure({m: fns[m] for m in ("default", "full")}, A, W, rounds)
+        (t, g), (t0, g0) = res["default"], res["full"]
+        print(f"| {name} | {t:.2f} s | {t0:.2f} s | {t / t0:.2f} | {err(g, g0):.1e} |")
+
+
+def table_closing(n: int, k: int) -> None:
+    print(f"\n### 3. the gap closing: top-{k} of {n}x{n}\n")
+    print(
+        "| s_(k+1)/s_k | default | randomized | full | svd_lowrank | "
+        "error default | error randomized | error svd_lowrank |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    W = weights(n)
+    for gap in (0.5, 0.9, 0.99, 0.999):
+        A = gap_matrix(n, k, gap)
+        res = measure(methods(k), A, W, 1)
+        exact = res["full"][1]
+        t = {m: f"{v[0]:.2f} s" for m, v in res.items()}
+        e = {m: f"{err(v[1], exact):.1e}" for m, v in res.items()}
+        print(
+            f"| {gap} | {t['default']} | {t['randomized']} | {t['full']} | "
+            f"{t['svd_lowrank']} | {e['default']} | {e['randomized']} | "
+            f"{e['svd_lowrank']} |"
+        )
+
+
+def calibrate() -> None:
+    """The constants of pyspectral/forward/topk.py's cost model: the time of a
+    full SVD / eigh with vectors, in units of one product A @ X (p = 32)
+    counted as 2 m n p flops."""
+
+    def best(f, r=3):
+        f()
+        ts = []
+        for _ in range(r):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+        return min(ts)
+
+    print("| n | t(A @ X), p = 32 | svd / (n^3 matmul flops) | eigh / (...) |")
+    print("|---:|---:|---:|---:|")
+    for n in (256, 512, 1024, 2048):
+        A = gaussian(n)
+        X = torch.randn(n, 32, dtype=torch.float64)
+        t_mm = best(lambda A=A, X=X: (X.mT @ A.mT).mT, 5)
+        per_flop = t_mm / (2 * n * n * 32)
+        t_svd = best(lambda A=A: torch.linalg.svd(A, full_matrices=False), 1)
+        t_eigh = best(lambda A=A: torch.linalg.eigh(A + A.mT), 1)
+        print(
+            f"| {n} | {1e3 * t_mm:.2f} ms | {t_svd / per_flop / n**3:.1f} | "
+            f"{t_eigh / per_flop / n**3:.1f} |"
+        )
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--n", type=int, default=4096)
     p.add_argument("--k", type=int, default=32)
-    p.add_argument("--gap-n", type=int, default=512)
+    p.add_argument("--n-gap", type=int, default=4096)
+    p.add_argument("--n-nogap", type=int, default=2048)
+    p.add_argument("--n-closing", type=int, default=2048)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--quick", action="store_true", help="small sizes, one round")
+    p.add_argument("--calibrate", action="store_true")
+    p.add_argument("--threads", type=int, default=None)
     args = p.parse_args(argv)
-    n, k = args.n, args.k
-    A = matrix(n, k, gap=0.5)
-    W = torch.randn(
-        n, n, dtype=torch.float64, generator=torch.Generator().manual_seed(1)
-    )
-    methods = {
-        "ps randomized": lambda X: ps.svd(X, k=k, method="randomized"),
-        "ps full (exact)": lambda X: ps.svd(X, k=k, method="full"),
-        "torch.svd_lowrank": lowrank(k),
-    }
-    res = {name: run(fn, A, W) for name, fn in methods.items()}
-    t_full, g_full = res["ps full (exact)"]
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.calibrate:
+        calibrate()
+        return
+    if args.quick:
+        args.n_gap, args.n_nogap, args.n_closing, args.rounds = 1024, 512, 512, 1
     print(
-        f"## top-{k} of {n}x{n} float64, s_(k+1)/s_k = 0.5, "
-        f"{torch.get_num_threads()} threads\n"
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads, float64, "
+        "forward + backward, median of the rounds"
     )
-    print("| method | fwd+bwd time | speed-up vs full | gradient error vs exact |")
-    print("|---|---:|---:|---:|")
-    for name, (t, g) in res.items():
-        err = float((g - g_full).abs().max() / g_full.abs().max())
-        print(f"| {name} | {t:.2f} s | {t_full / t:.1f}x | {err:.1e} |")
-    count = allocations_of_mn(
-        lambda X: ps.svd(X, k=k, method="randomized", gauge="ignore"), A
-    )
-    print(
-        f"\nallocations of >= {n}x{n} elements in randomized fwd+bwd: {count} "
-        "(the gradient itself)"
-    )
-    print(
-        f"\n## gradient error of the randomized method vs the gap ({args.gap_n}x"
-        f"{args.gap_n}, k = {k})\n"
-    )
-    print("| s_(k+1)/s_k | randomized | torch.svd_lowrank |")
-    print("|---:|---:|---:|")
-    for gap in (0.5, 0.9, 0.99, 0.999):
-        B = matrix(args.gap_n, k, gap)
-        Wb = W[: args.gap_n, : args.gap_n]
-        _, exact = run(methods["ps full (exact)"], B, Wb)
-        errs = []
-        for fn in (methods["ps randomized"], lowrank(k)):
-            _, g = run(fn, B, Wb)
-            errs.append(float((g - exact).abs().max() / exact.abs().max()))
-        print(f"| {gap} | {errs[0]:.1e} | {errs[1]:.1e} |")
+    table_gap(args.n_gap, args.k, args.rounds)
+    table_no_gap(args.n_nogap, args.k, args.rounds)
+    table_closing(args.n_closing, args.k)
 
 
 if __name__ == "__main__":

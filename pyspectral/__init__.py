@@ -13,6 +13,8 @@ from ._common import defaults, get_defaults, set_defaults
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,
+    ConvergenceWarning,
+    DerivativeError,
     DomainError,
     DtypeError,
     GaugeError,
@@ -31,6 +33,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendError",
+    "ConvergenceWarning",
+    "DerivativeError",
     "DomainError",
     "DtypeError",
     "EighResult",

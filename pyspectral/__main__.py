@@ -71,8 +71,8 @@ def demo(seed: int) -> int:
 
 BENCHMARKS = ("svd", "eigh", "topk", "julia")
 
-# bench_topk.py has no --quick: its smallest sensible problem instead.
-TOPK_QUICK = ["--n", "256", "--k", "8", "--gap-n", "64"]
+# bench_topk.py's own quick mode (its smallest sensible problems).
+TOPK_QUICK = ["--quick"]
 
 
 def _benchmarks_dir() -> Path | None:

@@ -513,10 +513,12 @@ def _peek(t: torch.Tensor) -> torch.Tensor:
 # the integer ones, a float for the others; NaN fails every test). The same
 # rules, in the same words, are in julia/PySpectral/src/common/defaults.jl.
 _INTEGER_KEYWORDS: dict[str, tuple[str, Callable[[int], bool]]] = {
-    "oversample": ("an integer >= 0", lambda x: x >= 0),
-    "n_iter": ("an integer >= 0", lambda x: x >= 0),
+    "oversample": ("an integer >= 0, or None (automatic)", lambda x: x >= 0),
+    "n_iter": ("an integer >= 0, or None (automatic)", lambda x: x >= 0),
     "backward_maxiter": ("an integer >= 1", lambda x: x >= 1),
 }
+# None means "chosen from the data" (the top-k iteration's block and budget).
+_OPTIONAL_INTEGERS = ("oversample", "n_iter")
 _TOLERANCE = ("a finite number >= 0, or None", lambda x: 0 <= x < math.inf)
 _REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "backward_rtol": (
@@ -537,7 +539,8 @@ def check_keywords(
     they are checked, before any backend is chosen. Returns them normalised.
 
     ``k`` (``None`` or an integer with ``1 <= k <= min(m, n)`` of ``A``),
-    ``oversample``, ``n_iter``, ``backward_maxiter``: integers given as a Python
+    ``oversample``, ``n_iter`` (``None``: automatic), ``backward_maxiter``:
+    integers given as a Python
     int, a numpy integer or a 0-d integer tensor (never a bool or a float),
     returned as int. ``backward_rtol``, ``broadening``, ``degeneracy_atol``,
     ``gauge_atol``, ``hermitian_tol``: ``None`` or a real number (0-d real
@@ -548,6 +551,8 @@ def check_keywords(
     for name, value in keywords.items():
         if name == "k":
             checked[name] = _check_k(op, A, value)
+        elif name in _OPTIONAL_INTEGERS and value is None:
+            checked[name] = None
         elif name in _INTEGER_KEYWORDS:
             need, ok = _INTEGER_KEYWORDS[name]
             x = _as_integer(value)

@@ -243,8 +243,8 @@ def eigh(
     k: int | None = None,
     largest: bool = True,
     method: str = "auto",
-    oversample: int = 10,
-    n_iter: int = 4,
+    oversample: int | None = None,
+    n_iter: int | None = None,
     backward_rtol: float | None = None,
     backward_maxiter: int = 500,
     out: tuple[Tensor, Tensor] | None = None,
@@ -277,10 +277,10 @@ def eigh(
     With ``k``: the ``k`` largest (``largest=True``) or smallest eigenpairs,
     ascending, with the exact coupling to the rest of the spectrum in the
     gradient; ``method`` (``"full"``, ``"randomized"``, ``"auto"``) and its
-    parameters as in :func:`svd`; the randomized method finds the largest
-    eigenpairs of a Hermitian ``A`` (checked to ``hermitian_tol``) whose
-    largest eigenvalues are also the largest in magnitude, e.g. positive
-    semidefinite ``A``, and warns when its Ritz pairs have not converged.
+    parameters as in :func:`svd`. The iteration reads the ``UPLO`` triangle
+    like the full path; it converges where the wanted end of the spectrum is
+    separated from the rest (``auto`` takes the full path, and
+    ``"randomized"`` warns, where it is not).
     ``backend`` and ``out=(eigenvalues, eigenvectors)`` as in
     :func:`pyspectral.svd` (``"auto"``: native; ``out=`` as
     ``torch.linalg.eigh``'s, without autograd, not with ``k``).
@@ -320,7 +320,7 @@ def eigh(
     if C.check_out("eigh", out, backend, A, k):
         return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
     if k is not None:
-        method, params = top_k_method(
+        method, cfg = top_k_method(
             "eigh",
             A,
             k,
@@ -330,20 +330,24 @@ def eigh(
             kw["backward_rtol"],
             kw["backward_maxiter"],
         )
-        if method == "randomized" and not largest:
-            raise InputError(
-                "eigh: method='randomized' finds the largest eigenpairs; for the "
-                "smallest use method='full'"
-            )
-        if method == "randomized":
-            # products with A read both triangles: A must be Hermitian
+        if method == "iterative" and backend == "julia" and cfg.method != "auto":
+            if not largest:
+                raise InputError(
+                    "eigh: method='randomized' on the Julia backend finds the "
+                    "largest eigenpairs; for the smallest use method='full' or "
+                    "backend='torch'"
+                )
+            # Julia's products with A read both triangles: A must be Hermitian
             C.check_hermitian("eigh", A, hermitian_tol)
     impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
     if k is None:
         return EighResult(*impl.apply(A, UPLO, opts))
-    if method == "randomized":
-        topk = EighTopK if impl is _Eigh else EighTopKJulia
-        return EighResult(*topk.apply(A, k, largest, UPLO, params, opts))
+    if method == "iterative":
+        if impl is _Eigh:
+            return EighResult(*EighTopK.apply(A, k, largest, UPLO, cfg, opts)[:2])
+        if cfg.method == "randomized":
+            args = (A, k, largest, UPLO, cfg.julia, opts)
+            return EighResult(*EighTopKJulia.apply(*args))
     w, V = impl.apply(A, UPLO, opts)
     sel = slice(-k, None) if largest else slice(0, k)
     return EighResult(w[..., sel], V[..., sel])

@@ -27,7 +27,9 @@ __all__ = [
     "DomainError",
     "GaugeError",
     "GaugeWarning",
+    "ConvergenceWarning",
     "BackendError",
+    "DerivativeError",
     "JuliaError",
 ]
 
@@ -81,9 +83,24 @@ class GaugeWarning(UserWarning):
     on the choice of basis inside a degenerate subspace, so no gradient is exact."""
 
 
+class ConvergenceWarning(UserWarning):
+    """Warned when an iterative top-k computation (``method="randomized"``)
+    returns a result it could not certify: its Ritz triplets' residual, the
+    cluster at ``k`` or the backward's Sylvester solve did not converge. The
+    message gives the measured value and what to do (``method="auto"`` never
+    returns such a result: it takes the full decomposition instead)."""
+
+
 class BackendError(PySpectralError, RuntimeError):
     """The requested backend cannot run here (Julia missing, CUDA tensor sent to
     Julia, unknown backend name, ...)."""
+
+
+class DerivativeError(PySpectralError, RuntimeError):
+    """A derivative that the iterative top-k path does not provide: a second
+    derivative (double backward, ``hessian``, ``jacrev`` of ``grad``) or
+    forward mode (``jvp``, ``jacfwd``). ``method="full"`` has second
+    derivatives."""
 
 
 class JuliaError(PySpectralError, RuntimeError):

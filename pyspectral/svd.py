@@ -238,8 +238,8 @@ def svd(
     gauge: str | None = None,
     gauge_atol: float | None = None,
     method: str = "auto",
-    oversample: int = 10,
-    n_iter: int = 4,
+    oversample: int | None = None,
+    n_iter: int | None = None,
     backward_rtol: float | None = None,
     backward_maxiter: int = 500,
     out: tuple[Tensor, Tensor, Tensor] | None = None,
@@ -268,15 +268,20 @@ def svd(
         ``broadening=eta`` replaces the hard cutoff ``1/x`` by ``x/(x^2+eta^2)``.
         With ``full_matrices=True`` the extra columns count through their span.
 
-    Top-k methods (with ``k``): ``method="full"`` slices the full thin SVD;
-    ``"randomized"`` finds the range with ``k + oversample`` random probes and
-    ``n_iter`` power iterations (O(mnk), approximate: accurate when the
-    spectrum decays past ``k``) and pulls back through the Sylvester system of
-    the discarded spectrum, solved by conjugate gradients to ``backward_rtol``
-    (default ``eps**0.75``) in at most ``backward_maxiter`` steps, using only
-    products by ``A`` and ``A^H`` (``GaugeWarning`` if it does not converge:
-    no gap at ``k``). ``"auto"`` takes ``"randomized"`` when
-    ``min(m, n) >= 512`` and ``k + oversample <= min(m, n) / 8``.
+    Top-k methods (with ``k``): ``method="full"`` slices the full thin SVD.
+    ``"randomized"`` runs block subspace iteration with ``p = k + oversample``
+    columns (default ``oversample = max(10, k)``) and a Rayleigh-Ritz step,
+    until the kept triplets are certified (``|A v_i - s_i u_i| <= eps**0.75
+    s_1``, and the cluster of ``s_k`` closed inside the block), for at most
+    ``n_iter`` iterations if given (else a work budget); its backward treats
+    the certified block exactly and the rest by conjugate gradients with
+    products by ``A`` and ``A^H`` only, to ``backward_rtol`` (default
+    ``eps**0.75``) in at most ``backward_maxiter`` steps. What it cannot
+    certify it returns with a :class:`ConvergenceWarning`. ``"auto"`` (the
+    default) iterates only where that is predicted to be much cheaper than
+    the full SVD and keeps only a certified result, else takes the full path:
+    it is exact on every spectrum. The iterative path's gradient is first
+    order (second derivatives: ``method="full"``).
 
     ``backend``: ``"auto"`` (the default) and ``"torch"`` run the native
     backend (any device); ``"julia"`` runs the same rules in Julia (CPU
@@ -326,7 +331,7 @@ def svd(
                 "svd: k (top-k triplets) cannot be combined with full_matrices=True; "
                 "pass one of them"
             )
-        method, params = top_k_method(
+        method, cfg = top_k_method(
             "svd",
             A,
             k,
@@ -339,9 +344,11 @@ def svd(
     impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
     if k is None:
         return SVDResult(*impl.apply(A, full_matrices, opts))
-    if method == "randomized":
-        topk = SVDTopK if impl is _SVD else SVDTopKJulia
-        return SVDResult(*topk.apply(A, k, params, opts))
+    if method == "iterative":
+        if impl is _SVD:
+            return SVDResult(*SVDTopK.apply(A, k, cfg, opts)[:3])
+        if cfg.method == "randomized":
+            return SVDResult(*SVDTopKJulia.apply(A, k, cfg.julia, opts))
     U, S, Vh = impl.apply(A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 

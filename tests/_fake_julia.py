@@ -51,15 +51,112 @@ from pyspectral.exceptions import (
     InputTypeError,
     PySpectralError,
 )
-from pyspectral.forward.topk import randomized_eigh, randomized_svd
-from pyspectral.pullbacks.eigh import eigh_pullback
+from pyspectral.pullbacks.eigh import eigh_pullback, fold_triangle
 from pyspectral.pullbacks.matfun import matrix_function_pullback
 from pyspectral.pullbacks.svd import svd_function_pullback, svd_pullback
-from pyspectral.pullbacks.truncated import (
-    truncated_eigh_pullback,
-    truncated_svd_pullback,
-)
 from pyspectral.svd import _svd_fn
+
+# ------------------------------- PySpectral.jl's current top-k algorithm
+# julia/PySpectral/src/forward/topk.jl and pullbacks/truncated.jl as they are
+# (a randomized range finder with n_iter power iterations; the truncated
+# pullback by block CG on A_perp = A - U S V^H). The native backend has moved on
+# to the certified forward and deflated backward of issue 8; until the Julia
+# half follows, the stand-in imitates what Julia does, here.
+
+
+def randomized_svd(A: torch.Tensor, k: int, oversample: int, n_iter: int) -> tuple:
+    m, n = A.shape[-2:]
+    p = min(k + oversample, m, n)
+    gen = torch.Generator(device=A.device).manual_seed(0)
+    Omega = torch.randn(
+        *A.shape[:-2], n, p, dtype=A.dtype, device=A.device, generator=gen
+    )
+    Q = torch.linalg.qr(A @ Omega).Q
+    for _ in range(n_iter):
+        Q = torch.linalg.qr(A.mH @ Q).Q
+        Q = torch.linalg.qr(A @ Q).Q
+    Ub, S, Vh = torch.linalg.svd(Q.mH @ A, full_matrices=False)
+    return (Q @ Ub[..., :k]), S[..., :k], Vh[..., :k, :]
+
+
+def randomized_eigh(A: torch.Tensor, k: int, oversample: int, n_iter: int) -> tuple:
+    n = A.shape[-1]
+    p = min(k + oversample, n)
+    gen = torch.Generator(device=A.device).manual_seed(0)
+    X = torch.randn(*A.shape[:-1], p, dtype=A.dtype, device=A.device, generator=gen)
+    Q = torch.linalg.qr(A @ X).Q
+    for _ in range(2 * n_iter):
+        Q = torch.linalg.qr(A @ Q).Q
+    T = Q.mH @ (A @ Q)
+    w, Z = torch.linalg.eigh((T + T.mH) / 2)
+    w, V = w[..., p - k :], Q @ Z[..., p - k :]
+    residual = (A @ V - V * w.to(A.dtype).unsqueeze(-2)).abs().amax((-2, -1))
+    scale = w.abs().amax(-1).clamp_min(torch.finfo(w.dtype).tiny)
+    if bool((residual > C.eps(A.dtype) ** 0.5 * scale).any()):
+        warnings.warn(
+            C.ritz_message(float((residual / scale).max())), GaugeWarning, stacklevel=4
+        )
+    return w, V
+
+
+def _block_cg(op: Any, b: torch.Tensor, rtol: float, maxiter: int) -> torch.Tensor:
+    def dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return (x.conj() * y).sum(-2, keepdim=True).real
+
+    x, r = torch.zeros_like(b), b.clone()
+    p, rr = r.clone(), dot(r, r)
+    target = (rtol**2) * rr.clamp_min(torch.finfo(rr.dtype).tiny)
+    for _ in range(maxiter):
+        if bool((rr <= target).all()):
+            return x
+        Ap = op(p)
+        pAp = dot(p, Ap)
+        alpha = torch.where(pAp > 0, rr / torch.where(pAp > 0, pAp, 1.0), 0.0)
+        x, r = x + alpha * p, r - alpha * Ap
+        rr_new = dot(r, r)
+        p = r + (rr_new / rr.clamp_min(torch.finfo(rr.dtype).tiny)) * p
+        rr = rr_new
+    if not bool((rr <= target).all()):
+        warnings.warn(
+            C.topk_backward_message(maxiter, None), GaugeWarning, stacklevel=2
+        )
+    return x
+
+
+def truncated_svd_pullback(A, U, S, Vh, gU, gS, gVh, opts, rtol, maxiter):
+    if gU is None and gVh is None:
+        return svd_pullback(U, S, Vh, gU, gS, gVh, opts)
+    M = svd_pullback(U, S, Vh, gU, gS, gVh, opts, middle_only=True)
+    V, Sc = Vh.mH, S.to(A.dtype).unsqueeze(-2)
+
+    def perp(Y):
+        return A @ Y - U @ (Sc.mT * (Vh @ Y))
+
+    def perp_h(X):
+        return A.mH @ X - V @ (Sc.mT * (U.mH @ X))
+
+    PU = torch.zeros_like(U) if gU is None else gU - U @ (U.mH @ gU)
+    PV = torch.zeros_like(V) if gVh is None else gVh.mH - V @ (Vh @ gVh.mH)
+    X = _block_cg(
+        lambda X: X * Sc * Sc - perp(perp_h(X)), PU * Sc + perp(PV), rtol, maxiter
+    )
+    Y = (PV + perp_h(X)) / Sc
+    return torch.cat([U, X], -1) @ torch.cat([M.to(A.dtype) @ Vh + Y.mH, Vh], -2)
+
+
+def truncated_eigh_pullback(A, w, V, gw, gV, uplo, largest, opts, rtol, maxiter):
+    if gV is None:
+        return eigh_pullback(w, V, gw, gV, uplo, opts)
+    W = w.to(A.dtype).unsqueeze(-2)
+    sign = 1.0 if largest else -1.0
+
+    def op(X):
+        return sign * (X * W - (A @ X - V @ (W.mT * (V.mH @ X))))
+
+    X = _block_cg(op, sign * (gV - V @ (V.mH @ gV)), rtol, maxiter)
+    M = eigh_pullback(w, V, gw, gV, uplo, opts, middle_only=True)
+    G = torch.cat([V, X], -1) @ torch.cat([M @ V.mH + X.mH / 2, V.mH / 2], -2)
+    return fold_triangle(G, uplo)
 
 
 def pointer(a: np.ndarray) -> int:

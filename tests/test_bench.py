@@ -127,7 +127,7 @@ def test_topk_benchmark_accepts_the_quick_arguments(capsys):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     module.main(list(cli.TOPK_QUICK))
-    assert "| ps randomized |" in capsys.readouterr().out
+    assert "| randomized |" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------- streaming

@@ -1716,42 +1716,45 @@ def no_gap_svd_grad(backend, batch=()):
 
 
 @pytest.mark.parametrize("batch", [(), (2,)], ids=str)
-def test_top_k_backward_warns_once_as_natively(fake, batch):
-    """Julia logs "did not converge" (once per batch element); Python gets the
-    native GaugeWarning, once. Julia's record has no residual: left out."""
-    with pytest.warns(GaugeWarning) as native:
-        no_gap_svd_grad("torch", batch)
+def test_top_k_backward_warns_once(fake, batch):
+    """k cuts a cluster: Julia's current svd_trunc_pullback! (block CG on the
+    whole complement) logs "did not converge" once per batch element; Python
+    gets one GaugeWarning with the native text of that event (Julia's record
+    has no residual: left out). The native backend (issue 8) puts the cut
+    pairs into its explicit block, so it needs no such warning: the Julia half
+    of issue 8 brings Julia there."""
     with pytest.warns(GaugeWarning) as julia:
         g = no_gap_svd_grad("julia", batch)
-    assert len(native) == len(julia) == 1
+    assert len(julia) == 1
     assert str(julia[0].message) == C.topk_backward_message(30, None)
-    assert str(native[0].message).startswith(
-        C.topk_backward_message(30, None).split(":")[0]
-    )
     assert torch.isfinite(g).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.isfinite(no_gap_svd_grad("torch", batch)).all()
 
 
 @pytest.mark.parametrize("batch", [(), (2,)], ids=str)
-def test_randomized_eigh_warns_once_as_natively(fake, batch):
+def test_randomized_eigh_warns_once(fake, batch):
     """Ritz pairs not converged: Julia logs it per batch element with the
-    relative residual in the text; Python warns once, with the native text
-    (the largest residual), word for word."""
+    relative residual in the text; Python warns once, a GaugeWarning with the
+    text of PySpectral.jl's record (the largest residual). The native backend
+    reports the same event as a ConvergenceWarning with its own measurement."""
     from _spectra import hermitian_with_spectrum
 
     w = [-10, -9, -8, 1, 0.9, 0.5, 0.1, 0.05]
     seeds = (2, 5)[: batch[0] if batch else 1]
     A = torch.stack([hermitian_with_spectrum(w, seed=s) for s in seeds])
     A = A.reshape(*batch, 8, 8)
-    messages = {}
-    for backend in ("torch", "julia"):
-        with pytest.warns(GaugeWarning) as record:
-            ps.eigh(
-                A, k=2, method="randomized", oversample=0, n_iter=1, backend=backend
-            )
-        assert len(record) == 1
-        messages[backend] = str(record[0].message)
-    assert messages["julia"] == messages["torch"]
+    kw = dict(k=2, method="randomized", oversample=0, n_iter=1)
+    with pytest.warns(GaugeWarning) as julia:
+        ps.eigh(A, backend="julia", **kw)
+    assert len(julia) == 1
+    text = str(julia[0].message)
+    assert text == C.ritz_message(float(re.search(r"residual (\S+) ", text)[1]))
     assert fake.calls_to("eigh_topk_batched")
+    with pytest.warns(ps.ConvergenceWarning, match="largest relative residual") as rec:
+        ps.eigh(A, backend="torch", **kw)
+    assert len(rec) == 1
 
 
 def test_julia_warning_records(fake):

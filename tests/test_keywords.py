@@ -51,8 +51,8 @@ TOLERANCE_BAD += [torch.tensor([1.0]), torch.tensor(True), np.bool_(False)]
 BAD: dict[str, list[Any]] = {
     "k": [0, -1, 4, 2.0, True, "2", np.float64(2.0), np.bool_(True)]
     + [torch.tensor(2.0), torch.tensor([2]), torch.tensor(True)],
-    "oversample": [-1, -2, 2.5, 1.0, True, None, "3", torch.tensor(1.0)],
-    "n_iter": [-1, 1.0, False, None, np.float32(2), torch.tensor([1])],
+    "oversample": [-1, -2, 2.5, 1.0, True, "3", torch.tensor(1.0)],
+    "n_iter": [-1, 1.0, False, np.float32(2), torch.tensor([1])],
     "backward_maxiter": [0, -5, 10.0, True, None, np.int64(0)],
     "backward_rtol": [0, 0.0, -1e-6, 1, 1.0, 2.0, NAN, INF, True, "1e-6", 1j],
     "broadening": [0, 0.0, -1e-3, NAN, INF, True, "wide", 1j, torch.tensor(0.0)],
@@ -62,8 +62,8 @@ BAD: dict[str, list[Any]] = {
 }
 REQUIRED = {
     "k": "an integer with 1 <= k <= min(m, n) = 3",
-    "oversample": "an integer >= 0",
-    "n_iter": "an integer >= 0",
+    "oversample": "an integer >= 0, or None (automatic)",
+    "n_iter": "an integer >= 0, or None (automatic)",
     "backward_maxiter": "an integer >= 1",
     "backward_rtol": "a number with 0 < backward_rtol < 1, or None",
     "broadening": "a finite number > 0, or None",

@@ -5,6 +5,6 @@ Like ``pullbacks``, this layer imports only ``_common``, ``_fns``,
 ``exceptions`` and torch.
 """
 
-from .topk import randomized_eigh, randomized_svd, top_k_method
+from .topk import TopKConfig, TopKResult, eigh_topk, svd_topk, top_k_method
 
-__all__ = ["randomized_eigh", "randomized_svd", "top_k_method"]
+__all__ = ["TopKConfig", "TopKResult", "eigh_topk", "svd_topk", "top_k_method"]

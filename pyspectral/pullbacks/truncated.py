@@ -1,135 +1,350 @@
-"""The exact pullback of the top-``k`` triplets / eigenpairs through a Sylvester
-system solved with products by ``A`` and ``A^H`` only (no m x n, m x m or n x n
-temporaries). Mirrors ``julia/PySpectral/src/pullbacks/truncated.jl``.
+"""The exact pullback of the top-``k`` triplets / eigenpairs from a certified
+block (``forward/topk.py``), touching ``A`` only through ``matmul(X) = A @ X``
+and ``rmatmul(X) = A^H @ X``, and returning the gradient as low-rank factors
+``(P, Q)`` with ``dL/dA = P @ Q`` (a dense caller forms the product once; an
+operator caller can pair the factors with its parameters instead).
+Mirrors ``julia/PySpectral/src/pullbacks/truncated.jl``.
+
+Derivation (Francuz, Schuch, Vanhecke, PRR 7, 013237 (2025), with deflation).
+The forward hands over a block of ``d >= k`` certified Ritz triplets
+``(U_d, S_d, V_d)``: the kept ``k`` and the extras after them, among which the
+whole cluster of ``s_k`` (the forward certifies that). Split the full-path
+pullback (``svd_pullback`` on all triplets, cotangents zero past ``k``) into
+
+1. the pairs inside the block: the thin middle term of ``svd_pullback`` on the
+   block with zero-padded cotangents, which applies the cluster rule, the
+   pseudo-inverse of zero singular values and the gauge policy exactly as the
+   full path does, including the pairs that ``k`` cuts;
+2. the coupling of the kept triplets to the complement of the block,
+   ``X V_k^H + U_k Y^H`` with ``X _|_ U_d``, ``Y _|_ V_d`` solving
+
+       X S_k - A_p Y = (I - U_d U_d^H) gU,   Y S_k - A_p^H X = (I - V_d V_d^H) gV,
+
+   ``A_p = A - U_d S_d V_d^H``. Eliminating ``Y``: column by column,
+   ``(s_i^2 - A_p A_p^H) x_i = s_i PU_i + A_p PV_i``, Hermitian and positive
+   definite on the complement, whose spectrum is below ``s_{d+1} < s_k``; it
+   is solved by conjugate gradients with condition number
+   ``s_i^2 / (s_i^2 - s_{d+1}^2)``, small whenever the block reaches past
+   the gap. Everything is in units of ``s_1`` (``A / s_1``), so that scaling
+   ``A`` scales only the gradient and no inner product over/underflows.
+   Kept ``s_i`` below the rank tolerance get ``x_i = y_i = 0`` (the full
+   path's pseudo-inverse).
+
+``eigh`` is the same with ``X diag(w_k) - A_p X = (I - V_d V_d^H) gV``
+(negated for the smallest eigenpairs) and the Hermitian part
+``(X V_k^H + V_k X^H) / 2``.
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from .. import _common as C
-from ..exceptions import GaugeWarning
-from .eigh import eigh_pullback, fold_triangle
+from .eigh import eigh_pullback
 from .svd import svd_pullback
 
-__all__ = ["truncated_svd_pullback", "truncated_eigh_pullback"]
+__all__ = [
+    "truncated_svd_pullback",
+    "truncated_eigh_pullback",
+    "dense_truncated_svd_pullback",
+    "dense_truncated_eigh_pullback",
+    "pad_block",
+]
+
+Op = Any  # a callable Tensor -> Tensor (A @ X or A^H @ X)
+Factors = tuple[Tensor, Tensor, float]
 
 
 def truncated_svd_pullback(
-    A: Tensor,
+    matmul: Op,
+    rmatmul: Op,
     U: Tensor,
     S: Tensor,
-    Vh: Tensor,
+    V: Tensor,
+    k: int,
     gU: Tensor | None,
     gS: Tensor | None,
     gVh: Tensor | None,
     opts: C.Options,
     rtol: float,
     maxiter: int,
-) -> Tensor:
-    """Exact gradient of the top-``k`` triplets of ``A`` from their cotangents.
+    extras: tuple[Tensor, Tensor] | None = None,
+) -> Factors | None:
+    """Gradient of the top-``k`` triplets from their cotangents, as factors.
 
-    The kept block uses the thin pullback (same tolerances and gauge policy);
-    the coupling to the discarded spectrum and to the complement is
-    ``X V^H + U Y^H`` with (Francuz, Schuch, Vanhecke, PRR 7, 013237 (2025))
-
-        X S - A_perp Y = (I - U U^H) gU,   Y S - A_perp^H X = (I - V V^H) gV,
-
-    ``A_perp = A - U S V^H``. Eliminating ``Y`` gives, column by column, the
-    Hermitian system ``(s_i^2 - A_perp A_perp^H) x_i = r_i``, positive definite
-    when every discarded singular value is below ``s_k``; it is solved by
-    conjugate gradients with products by ``A`` and ``A^H`` only.
+    ``U (*, m, d)``, ``S (*, d)``, ``V (*, n, d)``: the certified block, kept
+    triplets first. ``extras = (U_e, S_e)``: the block's other Ritz vectors
+    (orthogonal to ``U``, not certified), which precondition the CG.
+    Returns ``(P, Q, residual)`` with ``dL/dA = P @ Q`` and ``residual`` the
+    relative residual the CG solve reached (0.0 when it met ``rtol``), or
+    None when every cotangent is None.
     """
+    Uk, Sk, Vk = U[..., :k], S[..., :k], V[..., :k]
     if gU is None and gVh is None:
-        return svd_pullback(U, S, Vh, gU, gS, gVh, opts)
-    M = svd_pullback(U, S, Vh, gU, gS, gVh, opts, middle_only=True)
-    V = Vh.mH
-    Sc = S.to(A.dtype).unsqueeze(-2)
+        if gS is None:
+            return None
+        return Uk * gS.unsqueeze(-2).to(U.dtype), Vk.mH, 0.0
+    d = S.shape[-1]
+    M = svd_pullback(
+        U,
+        S,
+        V.mH,
+        pad_block(gU, d),
+        pad_block(gS, d),
+        pad_block(gVh, d, -2),
+        opts,
+        middle_only=True,
+    ).to(U.dtype)
+    PU = torch.zeros_like(Uk) if gU is None else gU - U @ (U.mH @ gU)
+    PV = torch.zeros_like(Vk) if gVh is None else gVh.mH - V @ (V.mH @ gVh.mH)
+    tol = C.degeneracy_atol(S, opts.degeneracy_atol)  # (*, 1, 1)
+    keep = (Sk.unsqueeze(-2) > tol).to(U.dtype)  # pseudo-inverse: 0 below tol
+    c = S[..., :1].unsqueeze(-1)
+    c = torch.where(c > 0, c, torch.ones_like(c))
+    s = (Sk.unsqueeze(-2) / c).to(U.dtype)  # units of s_1
+    s_safe = torch.where(keep != 0, s, torch.ones_like(s))
+    residual = 0.0
+    if d >= min(U.shape[-2], V.shape[-2]):
+        # complete block: A_p = 0 on the complement, x_i = PU_i / s_i
+        X, Y = PU * keep / s_safe, PV * keep / s_safe
+    else:
+        Sd = (S.unsqueeze(-2) / c).to(U.dtype)
 
-    def perp(Y: Tensor) -> Tensor:  # A_perp @ Y
-        return A @ Y - U @ (Sc.mT * (Vh @ Y))
+        def perp(Y: Tensor) -> Tensor:  # A_p Y / s_1
+            return matmul(Y) / c - U @ (Sd.mT * (V.mH @ Y))
 
-    def perp_h(X: Tensor) -> Tensor:  # A_perp^H @ X
-        return A.mH @ X - V @ (Sc.mT * (U.mH @ X))
+        def perp_h(X: Tensor) -> Tensor:  # A_p^H X / s_1
+            return rmatmul(X) / c - V @ (Sd.mT * (U.mH @ X))
 
-    PU = torch.zeros_like(U) if gU is None else gU - U @ (U.mH @ gU)
-    PV = torch.zeros_like(V) if gVh is None else gVh.mH - V @ (Vh @ gVh.mH)
-    rhs = PU * Sc + perp(PV)
-    S2 = Sc * Sc
+        def op(X: Tensor, cols: Tensor) -> Tensor:
+            TX = X * s[..., cols] ** 2 - perp(perp_h(X))
+            return TX - U @ (U.mH @ TX)  # stay in the complement (rounding)
 
-    def op(X: Tensor) -> Tensor:
-        return X * S2 - perp(perp_h(X))
-
-    X = _cg(op, rhs, rtol, maxiter)
-    Y = (PV + perp_h(X)) / Sc
-    # U M Vh + X Vh + U Y^H as one product: a single m x n allocation
-    return torch.cat([U, X], -1) @ torch.cat([M.to(A.dtype) @ Vh + Y.mH, Vh], -2)
-
-
-def _cg(op: Any, b: Tensor, rtol: float, maxiter: int) -> Tensor:
-    """Conjugate gradients on every column of ``b`` at once (column-wise
-    scalars). Warns ``GaugeWarning`` when it does not converge: the gap at
-    ``k`` is too small for the truncated gradient to be well defined."""
-
-    def dot(x: Tensor, y: Tensor) -> Tensor:
-        return (x.conj() * y).sum(-2, keepdim=True).real
-
-    x = torch.zeros_like(b)
-    r = b.clone()
-    p = r.clone()
-    rr = dot(r, r)
-    target = (rtol**2) * rr.clamp_min(torch.finfo(rr.dtype).tiny)
-    for _ in range(maxiter):
-        if bool(C._peek(rr <= target).all()):
-            return x
-        Ap = op(p)
-        pAp = dot(p, Ap)
-        alpha = torch.where(pAp > 0, rr / torch.where(pAp > 0, pAp, 1.0), 0.0)
-        x = x + alpha * p
-        r = r - alpha * Ap
-        rr_new = dot(r, r)
-        p = r + (rr_new / rr.clamp_min(torch.finfo(rr.dtype).tiny)) * p
-        rr = rr_new
-    if not bool(C._peek(rr <= target).all()):
-        residual = float(C._peek(rr / target).max()) ** 0.5 * rtol
-        warnings.warn(
-            C.topk_backward_message(maxiter, residual), GaugeWarning, stacklevel=3
-        )
-    return x
+        # preconditioner: T_i with A_p A_p^H replaced by U_e S_e^2 U_e^H
+        s2 = (s * s).real
+        pre = _preconditioner(extras, s2, c, lambda e: e * e, s2)
+        rhs = (PU * s + perp(PV)) * keep
+        X, residual = _cg(op, rhs, rtol, maxiter, pre)
+        Y = (PV + perp_h(X)) * keep / s_safe
+    X, Y = X / c, Y / c  # back from units of s_1
+    # U_d M V_d^H + X V_k^H + U_k Y^H = [U_d, X] @ [M V_d^H + E_k Y^H; V_k^H]
+    top = M @ V.mH
+    top = torch.cat([top[..., :k, :] + Y.mH, top[..., k:, :]], -2)
+    return torch.cat([U, X], -1), torch.cat([top, Vk.mH], -2), residual
 
 
 def truncated_eigh_pullback(
-    A: Tensor,
+    matmul: Op,
     w: Tensor,
     V: Tensor,
+    k: int,
     gw: Tensor | None,
     gV: Tensor | None,
-    uplo: str,
     largest: bool,
     opts: C.Options,
     rtol: float,
     maxiter: int,
-) -> Tensor:
-    """Exact gradient of ``k`` extreme eigenpairs: the kept block as in
-    ``eigh_pullback``, plus ``(X V^H + V X^H) / 2`` where ``X`` solves
-    ``X diag(w) - A_perp X = (I - V V^H) gV`` (``A_perp = A - V diag(w) V^H``),
-    positive definite column by column for the largest eigenvalues (negated
-    for the smallest); folded onto the ``uplo`` triangle like ``eigh``."""
+    extras: tuple[Tensor, Tensor] | None = None,
+) -> Factors | None:
+    """Gradient of ``k`` extreme eigenpairs of a Hermitian ``A`` from their
+    cotangents, as factors ``(P, Q, residual)`` of the Hermitian gradient
+    ``G = P @ Q`` (the caller folds it onto the triangle it read).
+
+    ``w (*, d)``, ``V (*, n, d)``: the certified block, kept pairs first;
+    ``extras = (V_e, w_e)`` the other Ritz pairs (preconditioner).
+    """
+    Vk = V[..., :k]
     if gV is None:
-        return eigh_pullback(w, V, gw, gV, uplo, opts)
-    W = w.to(A.dtype).unsqueeze(-2)
-    sign = 1.0 if largest else -1.0
+        if gw is None:
+            return None
+        return Vk * gw.unsqueeze(-2).to(V.dtype), Vk.mH, 0.0
+    d = w.shape[-1]
+    M = eigh_pullback(
+        w, V, pad_block(gw, d), pad_block(gV, d), "L", opts, middle_only=True
+    ).to(V.dtype)
+    rhs = gV - V @ (V.mH @ gV)
+    residual = 0.0
+    if d >= V.shape[-2]:
+        X = torch.zeros_like(rhs)
+    else:
+        sign = 1.0 if largest else -1.0
+        c = w.abs().amax(-1, keepdim=True).unsqueeze(-1)
+        if extras is not None and extras[1].shape[-1]:
+            big = extras[1].abs().amax(-1, keepdim=True).unsqueeze(-1)
+            c = torch.maximum(c, big)
+        c = torch.where(c > 0, c, torch.ones_like(c))
+        wd = (w.unsqueeze(-2) / c).to(V.dtype)
+        theta = (sign * w[..., :k]).unsqueeze(-2) / c  # wanted end largest
 
-    def op(X: Tensor) -> Tensor:  # +-(X diag(w) - A_perp X)
-        return sign * (X * W - (A @ X - V @ (W.mT * (V.mH @ X))))
+        def op(X: Tensor, cols: Tensor) -> Tensor:  # +-(X w_i - A_p X) / c
+            AX = matmul(X) / c - V @ (wd.mT * (V.mH @ X))
+            TX = sign * (X * wd[..., :k][..., cols] - AX)
+            return TX - V @ (V.mH @ TX)
 
-    rhs = sign * (gV - V @ (V.mH @ gV))
-    X = _cg(op, rhs, rtol, maxiter)
-    M = eigh_pullback(w, V, gw, gV, uplo, opts, middle_only=True)
-    # V M V^H + (X V^H + V X^H) / 2 as one product, then the triangle fold
-    G = torch.cat([V, X], -1) @ torch.cat([M @ V.mH + X.mH / 2, V.mH / 2], -2)
-    return fold_triangle(G, uplo)
+        # preconditioner: theta_i - theta_e on the extras; on the rest
+        # theta_i - theta_last (the lowest Ritz value seen past the block)
+        known = w if extras is None else torch.cat([w, extras[1]], -1)
+        last = (sign * known).amin(-1, keepdim=True).unsqueeze(-1) / c
+        pre = _preconditioner(
+            None if extras is None else (extras[0], sign * extras[1]),
+            theta,
+            c,
+            lambda e: e,
+            theta - last,
+        )
+        X, residual = _cg(op, sign * rhs, rtol, maxiter, pre)
+        X = X / c
+    # V_d M V_d^H + (X V_k^H + V_k X^H) / 2 = [V_d, X] @ [M V_d^H + E_k X^H/2; V_k^H/2]
+    top = M @ V.mH
+    top = torch.cat([top[..., :k, :] + X.mH / 2, top[..., k:, :]], -2)
+    return torch.cat([V, X], -1), torch.cat([top, Vk.mH / 2], -2), residual
+
+
+def pad_block(g: Tensor | None, d: int, dim: int = -1) -> Tensor | None:
+    """Cotangent of the kept block, zero-padded to the ``d`` of the block."""
+    if g is None or g.shape[dim] == d:
+        return g
+    shape = list(g.shape)
+    shape[dim] = d - shape[dim]
+    return torch.cat([g, g.new_zeros(shape)], dim)
+
+
+def _preconditioner(
+    extras: tuple[Tensor, Tensor] | None,
+    shift: Tensor,
+    c: Tensor,
+    f: Any,
+    rest: Tensor,
+) -> Any:
+    """``z -> P_i^{-1} z`` for the columns ``cols``, where ``P_i`` is the CG
+    system with the complement's operator replaced by its Ritz approximation
+    on the extras ``U_e`` (values ``f(s_e / c)``) and by 0 elsewhere:
+    ``P_i^{-1} = (I - U_e U_e^H) / rest_i + U_e diag(1 / (shift_i - f_e)) U_e^H``.
+    Exact (one CG step) when the extras are exact and span the rest of the
+    spectrum above the gap; otherwise still positive definite (``f_e`` below
+    ``shift_i``, clamped there), so CG converges, only less fast."""
+    rest = rest.real
+    rest = torch.where(rest > 0, rest, torch.ones_like(rest))  # pinv columns
+    if extras is None or extras[1].shape[-1] == 0:
+        return lambda z, cols: z / rest[..., cols].to(z.dtype)
+    Ue, Se = extras
+    fe = f(Se.real / c.squeeze(-1)).unsqueeze(-1)  # (*, e, 1)
+    gap = (shift.real - fe).clamp_min(1e-3 * shift.real)  # (*, e, k)
+    weight = 1 / gap - 1 / rest
+
+    def apply(z: Tensor, cols: Tensor) -> Tensor:
+        coef = (Ue.mH @ z) * weight[..., cols].to(z.dtype)
+        return z / rest[..., cols].to(z.dtype) + Ue @ coef
+
+    return apply
+
+
+def _cg(op: Any, b: Tensor, rtol: float, maxiter: int, pre: Any):
+    """Preconditioned conjugate gradients on every column of ``b`` at once
+    (column-wise scalars); ``op(P, cols)`` applies the system of columns
+    ``cols``, ``pre(R, cols)`` its preconditioner. Converged columns are
+    locked (no more products for them). A column whose ``p^H T p`` is at
+    rounding level (or negative: the system is not positive definite) stops
+    there rather than divide by noise. Returns ``x`` and the largest relative
+    residual ``|r| / |b|`` of a column that did not converge (0.0 if all
+    did)."""
+
+    def dot(x: Tensor, y: Tensor) -> Tensor:
+        return (x.conj() * y).sum(-2, keepdim=True).real
+
+    all_cols = torch.arange(b.shape[-1], device=b.device)
+    x, r = torch.zeros_like(b), b
+    z = pre(r, all_cols)
+    p = z
+    rr, rz = dot(r, r), dot(r, z)
+    target = (rtol**2) * rr
+    noise = 16 * C.eps(b.dtype)
+    active = _columns(rr > target)
+    for _ in range(maxiter):
+        if active.numel() == 0:
+            break
+        P, rz_a = p[..., active], rz[..., active]
+        TP = op(P, active)
+        pTp, pp = dot(P, TP), dot(P, P)
+        ok = pTp > noise * pp  # the operator is O(1) in these units
+        alpha = torch.where(ok, rz_a / torch.where(ok, pTp, torch.ones_like(pTp)), 0)
+        x = x.index_copy(-1, active, x[..., active] + alpha * P)
+        r_a = r[..., active] - alpha * TP
+        z_a = pre(r_a, active)
+        rr_new, rz_new = dot(r_a, r_a), dot(r_a, z_a)
+        beta = rz_new / torch.where(rz_a > 0, rz_a, torch.ones_like(rz_a))
+        r = r.index_copy(-1, active, r_a)
+        p = p.index_copy(-1, active, z_a + beta * P)
+        rr = rr.index_copy(-1, active, rr_new)
+        rz = rz.index_copy(-1, active, rz_new)
+        # a column stays active while unconverged and still making progress
+        going = (rr_new > target[..., active]) & ok
+        active = active[_columns(going)]
+    left = rr > target
+    if not bool(C._peek(left).any()):
+        return x, 0.0
+    ratio = torch.where(left, rr / torch.where(target > 0, target, 1.0), 0.0)
+    return x, float(C._peek(ratio).max()) ** 0.5 * rtol
+
+
+def _columns(mask: Tensor) -> Tensor:
+    """Indices of the columns (last dim) where ``mask`` holds for some batch
+    element (read through torch.func wrappers: every element decides)."""
+    m = C._peek(mask.detach())
+    m = m.reshape(-1, m.shape[-1]).any(0)
+    return m.nonzero().squeeze(-1).to(mask.device)
+
+
+# ------------------------------------------------------- dense fallbacks
+
+
+def _complement(Q: Tensor) -> Tensor:
+    """Orthonormal basis of the orthogonal complement of the columns of ``Q``."""
+    return torch.linalg.qr(Q, mode="complete").Q[..., Q.shape[-1] :]
+
+
+def dense_truncated_svd_pullback(
+    A: Tensor,
+    U: Tensor,
+    S: Tensor,
+    V: Tensor,
+    k: int,
+    gU: Tensor | None,
+    gS: Tensor | None,
+    gVh: Tensor | None,
+    opts: C.Options,
+) -> Tensor | None:
+    """The full path's pullback for a dense ``A``, in the basis of the given
+    block: the block completed by an SVD of ``A`` on the complement of
+    ``(U_d, V_d)``, then ``svd_pullback`` with zero-padded cotangents. The
+    fallback when the CG solve cannot converge (no gap past the block)."""
+    Wu, Wv = _complement(U), _complement(V)
+    Ub, Sb, Vbh = torch.linalg.svd(Wu.mH @ A @ Wv, full_matrices=False)
+    U2 = torch.cat([U, Wu @ Ub], -1)
+    S2 = torch.cat([S, Sb], -1)
+    V2 = torch.cat([V, Wv @ Vbh.mH], -1)
+    n = S2.shape[-1]
+    return svd_pullback(
+        U2, S2, V2.mH, pad_block(gU, n), pad_block(gS, n), pad_block(gVh, n, -2), opts
+    )
+
+
+def dense_truncated_eigh_pullback(
+    A: Tensor,
+    w: Tensor,
+    V: Tensor,
+    k: int,
+    gw: Tensor | None,
+    gV: Tensor | None,
+    uplo: str,
+    opts: C.Options,
+) -> Tensor | None:
+    """``dense_truncated_svd_pullback`` for ``eigh`` (folded onto ``uplo``)."""
+    W = _complement(V)
+    wb, Z = torch.linalg.eigh(W.mH @ A @ W)
+    w2, V2 = torch.cat([w, wb], -1), torch.cat([V, W @ Z], -1)
+    n = w2.shape[-1]
+    return eigh_pullback(w2, V2, pad_block(gw, n), pad_block(gV, n), uplo, opts)
