@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from _fake_julia import installed
 
 import pyspectral as ps
 
@@ -23,3 +24,14 @@ def _package_defaults_unchanged() -> Iterator[None]:
     after = ps.get_defaults()
     ps.set_defaults(**before)
     assert after == before, f"the test left the package defaults at {after}"
+
+
+@pytest.fixture(params=["torch", "julia"])
+def backend(request) -> Iterator[str]:
+    """The backend a test runs on: native, or Julia through the stand-in
+    (``_fake_julia.installed``), for tests that must behave the same on both."""
+    if request.param == "julia":
+        with installed():
+            yield "julia"
+    else:
+        yield "torch"

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -29,15 +28,6 @@ import pyspectral as ps
 
 HERE = __file__
 NAN, INF = float("nan"), float("inf")
-
-
-@pytest.fixture(params=["torch", "julia"])
-def backend(request) -> Iterator[str]:
-    if request.param == "julia":
-        with installed():
-            yield "julia"
-    else:
-        yield "torch"
 
 
 def herm(n: int = 4, dtype=torch.float64) -> torch.Tensor:

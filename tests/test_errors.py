@@ -11,7 +11,6 @@ Julia started at all (they are validated in Python first).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -31,16 +30,6 @@ OPS = {
     "matrix_function": lambda X, *a, **kw: ps.matrix_function(X, "exp", *a, **kw),
 }
 SQUARE_OPS = ["eigh", "eigvalsh", "matrix_function"]
-
-
-@pytest.fixture(params=["torch", "julia"])
-def backend(request) -> Iterator[str]:
-    """The backend a test runs on: native, or Julia through the stand-in."""
-    if request.param == "julia":
-        with installed():
-            yield "julia"
-    else:
-        yield "torch"
 
 
 def julia_starts() -> int:

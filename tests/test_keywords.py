@@ -9,13 +9,12 @@ the plain Python value means.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
-from _fake_julia import installed
 
 import pyspectral as ps
 from pyspectral import _common as C
@@ -71,16 +70,6 @@ REQUIRED = {
     "gauge_atol": "a finite number >= 0, or None",
     "hermitian_tol": "a finite number >= 0, or None",
 }
-
-
-@pytest.fixture(params=["torch", "julia"])
-def backend(request) -> Iterator[str]:
-    """The backend a test runs on: native, or Julia through the stand-in."""
-    if request.param == "julia":
-        with installed():
-            yield "julia"
-    else:
-        yield "torch"
 
 
 def julia_starts() -> int:
