@@ -112,6 +112,22 @@ def _fold_complement(
     return Uk, gU[..., :k] - Up @ (gUp.mH @ Uk)
 
 
+def _svd_function_weights(
+    S: Tensor, f: Tensor, d: Tensor, complement: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The divided differences of ``U f(S) Vh``'s derivative (shared by its
+    pullback and pushforward): ``f[s_i, s_j]``, ``f[s_i, -s_j]`` (``f`` odd
+    extended) and the complement weights ``f[s_i, 0]`` (zero when
+    ``complement`` is False: square input has no complement)."""
+    Si, Sj, fi, fj = S.unsqueeze(-1), S.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2)
+    di, dj = d.unsqueeze(-1), d.unsqueeze(-2)
+    Lm = divided_difference(Si, Sj, fi, fj, di, dj)
+    Lp = divided_difference(Si, -Sj, fi, -fj, di, dj)
+    zero = torch.zeros_like(S)
+    w = divided_difference(S, zero, f, zero, d, d) if complement else zero
+    return Lm, Lp, w
+
+
 def svd_function_pullback(
     U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, gY: Tensor, opts: C.Options
 ) -> Tensor:
@@ -129,16 +145,9 @@ def svd_function_pullback(
     # The forward has applied the gauge policy to this spectrum (a truncation
     # inside a cluster) already: evaluating f here must not warn a second time.
     f, d = fn(S, C.policy_applied(opts))
-    k = S.shape[-1]
-    Si, Sj, fi, fj = S.unsqueeze(-1), S.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2)
-    di, dj = d.unsqueeze(-1), d.unsqueeze(-2)
-    Lm = divided_difference(Si, Sj, fi, fj, di, dj)
-    Lp = divided_difference(Si, -Sj, fi, -fj, di, dj)
+    tall, wide = U.shape[-2] > S.shape[-1], Vh.shape[-1] > S.shape[-1]
+    Lm, Lp, w = _svd_function_weights(S, f, d, tall or wide)
     X = U.mH @ gY @ Vh.mH
-    tall, wide = U.shape[-2] > k, Vh.shape[-1] > k
-    zero = torch.zeros_like(S)
-    # the weights of the complement terms, f[s_i, 0] (unused when square)
-    w = divided_difference(S, zero, f, zero, d, d) if tall or wide else zero
 
     def pullback(Lm: Tensor, Lp: Tensor, w: Tensor) -> Tensor:
         gA = U @ ((Lm * (X + X.mH) + Lp * (X - X.mH)) * 0.5) @ Vh
@@ -212,16 +221,10 @@ def svd_function_pushforward(
     spectrum: the map of :func:`svd_function_pullback` (self-adjoint
     entrywise) applied to ``dA``, with the same divided differences."""
     f, d = fn(S, C.policy_applied(opts))
-    k = S.shape[-1]
-    Si, Sj, fi, fj = S.unsqueeze(-1), S.unsqueeze(-2), f.unsqueeze(-1), f.unsqueeze(-2)
-    di, dj = d.unsqueeze(-1), d.unsqueeze(-2)
-    Lm = divided_difference(Si, Sj, fi, fj, di, dj)
-    Lp = divided_difference(Si, -Sj, fi, -fj, di, dj)
+    tall, wide = U.shape[-2] > S.shape[-1], Vh.shape[-1] > S.shape[-1]
+    Lm, Lp, w = _svd_function_weights(S, f, d, tall or wide)
     dAV = dA @ Vh.mH
     dP = U.mH @ dAV
-    tall, wide = U.shape[-2] > k, Vh.shape[-1] > k
-    zero = torch.zeros_like(S)
-    w = divided_difference(S, zero, f, zero, d, d) if tall or wide else zero
 
     def pushforward(Lm: Tensor, Lp: Tensor, w: Tensor) -> Tensor:
         dY = U @ ((Lm * (dP + dP.mH) + Lp * (dP - dP.mH)) * 0.5) @ Vh
