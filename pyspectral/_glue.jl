@@ -160,6 +160,15 @@ function svd_pullback_batched!(ΔAt, U, S, Vt, ΔU, ΔS, ΔVt; kw...)
     return ΔAt
 end
 
+# Forward mode: the tangents of svd_batched's factors (Julia's, of the transposes) along
+# the tangent ΔAt of the transposes; the bridge swaps roles as for the factors. No gauge
+# options: a pushforward checks nothing.
+function svd_pushforward_batched(U, S, Vt, ΔAt; degeneracy_atol=nothing, broadening=nothing)
+    Δs = [PySpectral.svd_pushforward(slice(U, b), slice(S, b), slice(Vt, b), slice(ΔAt, b);
+                                     degeneracy_atol, broadening) for b in axes(ΔAt, 3)]
+    return batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs]), batch([Δ[3] for Δ in Δs])
+end
+
 # The truncation-inside-a-cluster check runs on the Python side (gauge=:ignore
 # here), so both backends warn with the same message and policy.
 function svd_function_batched(At::AbstractArray{<:Any,3}, f; degeneracy_atol=nothing)
@@ -179,6 +188,14 @@ function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt; degeneracy_atol
                                           g, slice(ΔYt, b); degeneracy_atol)
     end
     return ΔAt
+end
+
+# The tangent of Yᵀ (as svd_function_batched returns Y) along ΔAt.
+function svd_function_pushforward_batched(U, S, Vt, f, ΔAt; degeneracy_atol=nothing)
+    g = fspec(f)
+    return batch([PySpectral.svd_function_pushforward(slice(U, b), slice(S, b), slice(Vt, b),
+                                                      g, slice(ΔAt, b); degeneracy_atol)
+                  for b in axes(ΔAt, 3)])
 end
 
 # Top-k: Julia's svd_topk of the transposes; the truncated pullbacks multiply by
@@ -221,6 +238,17 @@ end
 conjugate(::Nothing) = nothing
 conjugate(x) = conj(x)
 
+# Forward mode: Julia's problem is conj(A) with eigenvectors conj(V) (V as eigh_batched
+# returned it, Python's), read from the swapped triangle of the tangent's transpose;
+# its eigenvector tangent is conj(ΔV), conjugated in place (Julia owns it).
+function eigh_pushforward_batched(λ, V, ΔAt, uplo::AbstractString; degeneracy_atol=nothing,
+                                  broadening=nothing)
+    Δs = [PySpectral.eigh_pushforward(slice(λ, b), conj(slice(V, b)), slice(ΔAt, b);
+                                      uplo=Symbol(uplo), degeneracy_atol, broadening)
+          for b in axes(ΔAt, 3)]
+    return batch([first(Δ) for Δ in Δs]), conj!(batch([last(Δ) for Δ in Δs]))
+end
+
 function eigh_topk_batched(At::AbstractArray{<:Any,3}, k::Integer, uplo::AbstractString;
                            oversample, n_iter)
     Es = [PySpectral.eigh_topk(view(At, :, :, b), k; uplo=Symbol(uplo), oversample, n_iter)
@@ -262,6 +290,16 @@ function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractS
     return ΔAt
 end
 
+# The tangent of Yᵀ (λ, V: matrix_function_batched's, Julia's own eigenvectors).
+function matrix_function_pushforward_batched(λ, V, f, ΔAt, uplo::AbstractString;
+                                             degeneracy_atol=nothing)
+    g = fspec(f)
+    return batch([PySpectral.matrix_function_pushforward(slice(λ, b), slice(V, b), g,
+                                                         slice(ΔAt, b); uplo=Symbol(uplo),
+                                                         degeneracy_atol)
+                  for b in axes(ΔAt, 3)])
+end
+
 # ------------------------------------------------- f given by its values (user pairs)
 
 # A user's (f, f′) pair of Python functions cannot run here. The bridge decomposes
@@ -288,6 +326,11 @@ function svd_function_values_pullback_batched!(ΔAt, U, S, Vt, fS, dS, ΔYt)
     return ΔAt
 end
 
+svd_function_values_pushforward_batched(U, S, Vt, fS, dS, ΔAt) =
+    batch([PySpectral.svd_function_pushforward(slice(U, b), slice(S, b), slice(Vt, b),
+                                               spectral_values(fS, dS, b), slice(ΔAt, b))
+           for b in axes(ΔAt, 3)])
+
 # λ, V: eigh_batched's results, V already conjugated to Python's V; Julia's problem
 # is conj(A), whose eigenvectors are conj(V), giving conj(V) f(Λ) conj(V)ᴴ = Yᵀ.
 function matrix_function_values_batched(λ, V, fλ, dλ)
@@ -304,6 +347,13 @@ function matrix_function_values_pullback_batched!(ΔAt, λ, V, fλ, dλ, ΔYt,
                                              uplo=Symbol(uplo))
     end
     return ΔAt
+end
+
+function matrix_function_values_pushforward_batched(λ, V, fλ, dλ, ΔAt, uplo::AbstractString)
+    return batch([PySpectral.matrix_function_pushforward(slice(λ, b), conj(slice(V, b)),
+                                                         spectral_values(fλ, dλ, b),
+                                                         slice(ΔAt, b); uplo=Symbol(uplo))
+                  for b in axes(ΔAt, 3)])
 end
 
 # ------------------------------------------- user functions (ps.julia.function)

@@ -403,6 +403,16 @@ def to_julia_matrices(t: torch.Tensor) -> np.ndarray:
     return t.mT.contiguous().numpy().transpose(2, 1, 0)
 
 
+def in_layout_of(t: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
+    """``t`` (differentiably) copied into the memory layout of ``result``, a
+    tensor wrapping a Julia array. Forward AD wants a tangent laid out as its
+    primal when the primal is a view, as these results are once the input
+    requires grad; a tangent computed natively (``V @ X``: C order) need not
+    be (``V`` itself is column-major)."""
+    out = torch.empty_strided(result.shape, result.stride(), dtype=t.dtype)
+    return out.copy_(t)
+
+
 def gradient_buffer(shape_dtype: tuple) -> torch.Tensor:
     """A zeroed C-contiguous gradient that Julia's pullbacks write into."""
     shape, dtype = shape_dtype
@@ -478,6 +488,24 @@ def svd_pullback(
     return gA
 
 
+def svd_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
+    """Forward mode: ``(dU, dS, dVh)`` along ``dA``. Julia pushes the tangent of
+    the transposes through its factors (``handles``) and the roles swap back
+    as for the factors: Julia's ``dVt`` is our ``dU^T``, its ``dU`` our
+    ``dVh^T``. Each comes back wrapping Julia's memory."""
+    batch = dA.shape[:-2]
+    dUj, dSj, dVtj = call(
+        "svd",
+        "svd_pushforward_batched",
+        *handles,
+        to_julia(dA),
+        degeneracy_atol=opts.degeneracy_atol,
+        broadening=opts.broadening,
+    )
+    dU, dVh = from_julia(dVtj, batch), from_julia(dUj, batch)
+    return dU, from_julia_vectors(dSj, batch), dVh
+
+
 def svdvals(A: torch.Tensor) -> torch.Tensor:
     check_tensor("svdvals", A)
     return from_julia_vectors(
@@ -520,6 +548,22 @@ def svd_function_pullback(
         degeneracy_atol=opts.degeneracy_atol,
     )
     return gA
+
+
+def svd_function_pushforward(
+    handles: tuple, f: Any, dA: torch.Tensor, opts: Any
+) -> torch.Tensor:
+    """Forward mode: the tangent of ``Y`` along ``dA`` (Julia's, of the
+    transposes, which reads as ours as ``Y`` does)."""
+    dYj = call(
+        "svd_function",
+        "svd_function_pushforward_batched",
+        *handles,
+        f,
+        to_julia(dA),
+        degeneracy_atol=opts.degeneracy_atol,
+    )
+    return from_julia(dYj, dA.shape[:-2])
 
 
 def svd_topk(A: torch.Tensor, k: int, oversample: int, n_iter: int) -> tuple:
@@ -591,6 +635,24 @@ def eigh_pullback(
         **options(opts),
     )
     return gA
+
+
+def eigh_pushforward(handles: tuple, dA: torch.Tensor, uplo: str, opts: Any) -> tuple:
+    """Forward mode: ``(dw, dV)`` along ``dA`` (read from the ``uplo``
+    triangle); the glue conjugates Julia's ``conj(dV)`` in place, as it does
+    the eigenvectors."""
+    batch = dA.shape[:-2]
+    dwj, dVj = call(
+        "eigh",
+        "eigh_pushforward_batched",
+        *handles,
+        to_julia(dA),
+        _SWAP[uplo],
+        degeneracy_atol=opts.degeneracy_atol,
+        broadening=opts.broadening,
+    )
+    dV = julia_matrices(dVj)
+    return from_julia_vectors(dwj, batch), dV.reshape(*batch, *dV.shape[-2:])
 
 
 def eigh_topk(
@@ -681,6 +743,22 @@ def matrix_function_pullback(
     return gA
 
 
+def matrix_function_pushforward(
+    handles: tuple, f: Any, dA: torch.Tensor, uplo: str, opts: Any
+) -> torch.Tensor:
+    """Forward mode: the tangent of ``Y`` along ``dA``."""
+    dYj = call(
+        "matrix_function",
+        "matrix_function_pushforward_batched",
+        *handles,
+        f,
+        to_julia(dA),
+        _SWAP[uplo],
+        degeneracy_atol=opts.degeneracy_atol,
+    )
+    return from_julia(dYj, dA.shape[:-2])
+
+
 # ------------------------------------------- f given by its values (user pairs)
 # A user's (f, f_prime) pair is Python code, which Julia cannot call. Julia
 # decomposes (the svd_batched / eigh_batched glue), ``values`` evaluates f and
@@ -729,6 +807,22 @@ def svd_function_values_pullback(
     return gA
 
 
+def svd_function_values_pushforward(handles: tuple, dA: torch.Tensor) -> torch.Tensor:
+    """Forward mode of :func:`svd_function_values`: the tangent of ``Y``."""
+    Uj, Sj, Vtj, fS, dS = handles
+    dYj = call(
+        "svd_function",
+        "svd_function_values_pushforward_batched",
+        Uj,
+        Sj,
+        Vtj,
+        to_julia_vectors(fS),
+        to_julia_vectors(dS),
+        to_julia(dA),
+    )
+    return from_julia(dYj, dA.shape[:-2])
+
+
 def matrix_function_values(
     A: torch.Tensor, uplo: str, values: SpectralValuesFn
 ) -> tuple:
@@ -765,6 +859,24 @@ def matrix_function_values_pullback(
         _SWAP[uplo],
     )
     return gA
+
+
+def matrix_function_values_pushforward(
+    handles: tuple, dA: torch.Tensor, uplo: str
+) -> torch.Tensor:
+    """Forward mode of :func:`matrix_function_values`: the tangent of ``Y``."""
+    wj, Vj, fw, dw = handles
+    dYj = call(
+        "matrix_function",
+        "matrix_function_values_pushforward_batched",
+        wj,
+        Vj,
+        to_julia_vectors(fw),
+        to_julia_vectors(dw),
+        to_julia(dA),
+        _SWAP[uplo],
+    )
+    return from_julia(dYj, dA.shape[:-2])
 
 
 # ------------------------------------------------------------ Julia's BLAS

@@ -63,6 +63,7 @@ class _EighJulia(torch.autograd.Function):
         (w, V), ctx.handles = _julia.eigh(A, uplo)
         ctx.uplo, ctx.opts, ctx.shape_dtype = uplo, opts, (A.shape, A.dtype)
         ctx.save_for_backward(w, V)
+        ctx.save_for_forward(w, V)
         ctx.set_materialize_grads(False)
         return w, V
 
@@ -79,6 +80,16 @@ class _EighJulia(torch.autograd.Function):
             ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
         )
         return gA, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        w, V = ctx.saved_tensors
+        if torch.is_grad_enabled() and (dA.requires_grad or V.requires_grad):
+            # the tangent will be differentiated: the native pushforward is the
+            # same formula, and differentiable (as the backward under create_graph)
+            tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
+            return tuple(map(_julia.in_layout_of, tangents, (w, V)))
+        return _julia.eigh_pushforward(ctx.handles, dA, ctx.uplo, ctx.opts)
 
 
 class _MatrixFunctionJulia(torch.autograd.Function):
@@ -102,6 +113,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
         ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
         ctx.shape_dtype = (A.shape, A.dtype)
         ctx.save_for_backward(A)
+        ctx.save_for_forward(A)
         return Y
 
     @staticmethod
@@ -119,6 +131,19 @@ class _MatrixFunctionJulia(torch.autograd.Function):
                 ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.uplo, ctx.opts
             )
         return gA, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> Tensor:
+        (A,) = ctx.saved_tensors
+        uplo, opts = ctx.uplo, ctx.opts
+        if torch.is_grad_enabled() and (dA.requires_grad or A.requires_grad):
+            # a differentiable tangent: the same formula natively (as backward);
+            # in C order, as Y (the transpose of Julia's column-major Y^T)
+            w, V = _Eigh.apply(A, uplo, opts)
+            return matrix_function_pushforward(w, V, ctx.fn, dA, uplo, opts)
+        if ctx.fn.name == "user":
+            return _julia.matrix_function_values_pushforward(ctx.handles, dA, uplo)
+        return _julia.matrix_function_pushforward(ctx.handles, ctx.f, dA, uplo, opts)
 
 
 class _MatrixFunction(torch.autograd.Function):

@@ -68,6 +68,7 @@ class _SVDJulia(torch.autograd.Function):
         (U, S, Vh), ctx.handles = _julia.svd(A, full_matrices)
         ctx.opts, ctx.shape_dtype = opts, (A.shape, A.dtype)
         ctx.save_for_backward(U, S, Vh)
+        ctx.save_for_forward(U, S, Vh)
         ctx.set_materialize_grads(False)
         return U, S, Vh
 
@@ -82,6 +83,16 @@ class _SVDJulia(torch.autograd.Function):
             return None, None, None
         gA = _julia.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
         return gA, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        U, S, Vh = ctx.saved_tensors
+        if torch.is_grad_enabled() and (dA.requires_grad or U.requires_grad):
+            # the tangent will be differentiated: the native pushforward is the
+            # same formula, and differentiable (as the backward under create_graph)
+            tangents = svd_pushforward(U, S, Vh, dA, ctx.opts)
+            return tuple(map(_julia.in_layout_of, tangents, (U, S, Vh)))
+        return _julia.svd_pushforward(ctx.handles, dA, ctx.opts)
 
 
 class _SVDFunctionJulia(torch.autograd.Function):
@@ -101,6 +112,7 @@ class _SVDFunctionJulia(torch.autograd.Function):
             )
             fn(S, opts)  # the native checks: truncation inside a cluster
         ctx.save_for_backward(A)
+        ctx.save_for_forward(A)
         return Y
 
     @staticmethod
@@ -116,6 +128,18 @@ class _SVDFunctionJulia(torch.autograd.Function):
                 ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.opts
             )
         return gA, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> Tensor:
+        (A,) = ctx.saved_tensors
+        if torch.is_grad_enabled() and (dA.requires_grad or A.requires_grad):
+            # a differentiable tangent: the same formula natively (as backward);
+            # in C order, as Y (the transpose of Julia's column-major Y^T)
+            U, S, Vh = _SVD.apply(A, False, ctx.opts)
+            return svd_function_pushforward(U, S, Vh, ctx.fn, dA, ctx.opts)
+        if ctx.fn.name == "user":
+            return _julia.svd_function_values_pushforward(ctx.handles, dA)
+        return _julia.svd_function_pushforward(ctx.handles, ctx.f, dA, ctx.opts)
 
 
 class _SVDFunction(torch.autograd.Function):
@@ -365,7 +389,9 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
     if C.check_out("svdvals", out, backend, A):
         return torch.linalg.svdvals(A, out=out)
     julia = resolve_backend("svdvals", backend, A) == "julia"
-    if not (A.requires_grad or C.is_functorch_wrapped_tensor(A)):
+    # a forward-AD dual tensor does not require grad, but needs the tangent
+    dual = torch.autograd.forward_ad.unpack_dual(A).tangent is not None
+    if not (A.requires_grad or dual or C.is_functorch_wrapped_tensor(A)):
         return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
     return (_SVDJulia if julia else _SVD).apply(A, False, C.options(op="svdvals"))[1]
 

@@ -353,6 +353,8 @@ class SVDTopKJulia(torch.autograd.Function):
         )
         return gA, None, None, None
 
+    jvp = staticmethod(_no_forward_mode)
+
 
 class EighTopKJulia(torch.autograd.Function):
     """``EighTopK`` on the Julia backend (PySpectral.eigh_topk and its pullback)."""
@@ -382,3 +384,5 @@ class EighTopKJulia(torch.autograd.Function):
             A, ctx.handles, gw, gV, ctx.uplo, ctx.opts, ctx.rtol, ctx.maxiter
         )
         return gA, None, None, None, None, None
+
+    jvp = staticmethod(_no_forward_mode)

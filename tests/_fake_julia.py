@@ -9,7 +9,8 @@ as Julia would. The pullbacks run pyspectral's native torch pullbacks on the
 glue's own (transposed-role) data and write the result in place into the
 ``dAt`` array they receive, so a test that compares against the native
 backend checks every role swap the bridge makes, and a test of pointers checks
-that the gradient buffer is shared.
+that the gradient buffer is shared. The pushforwards (forward mode) likewise
+run the native pushforwards on that data and return new stacked arrays.
 
 Errors and warnings come back in the real glue's shapes, so that the bridge's
 translation into the native backend's errors and warnings is what is tested:
@@ -51,9 +52,17 @@ from pyspectral.exceptions import (
     InputTypeError,
     PySpectralError,
 )
-from pyspectral.pullbacks.eigh import eigh_pullback, fold_triangle
-from pyspectral.pullbacks.matfun import matrix_function_pullback
-from pyspectral.pullbacks.svd import svd_function_pullback, svd_pullback
+from pyspectral.pullbacks.eigh import eigh_pullback, eigh_pushforward, fold_triangle
+from pyspectral.pullbacks.matfun import (
+    matrix_function_pullback,
+    matrix_function_pushforward,
+)
+from pyspectral.pullbacks.svd import (
+    svd_function_pullback,
+    svd_function_pushforward,
+    svd_pullback,
+    svd_pushforward,
+)
 from pyspectral.svd import _svd_fn
 
 # ------------------------------- PySpectral.jl's current top-k algorithm
@@ -608,6 +617,19 @@ class FakeJulia:
             dAt[:, :, b] = 0 if g is None else g.numpy()
         return dAt
 
+    def svd_pushforward_batched(
+        self, U, S, Vt, dAt, degeneracy_atol: Any = None, broadening: Any = None
+    ) -> tuple:
+        # Julia's factors of the transposes pushed along the transposed tangent
+        opts = C.Options(degeneracy_atol, broadening)
+        out = [
+            svd_pushforward(_t(U, b), _t(S, b), _t(Vt, b), _t(dAt, b), opts)
+            for b in range(dAt.shape[2])
+        ]
+        return tuple(
+            _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(3)
+        )
+
     def svd_function_batched(
         self, At: np.ndarray, f: Any, degeneracy_atol: Any = None
     ) -> tuple:
@@ -639,6 +661,20 @@ class FakeJulia:
             )
             dAt[:, :, b] = g.numpy()
         return dAt
+
+    def svd_function_pushforward_batched(
+        self, U, S, Vt, f, dAt, degeneracy_atol: Any = None
+    ) -> np.ndarray:
+        fn = _svd_fn(f, min(dAt.shape[:2]))
+        opts = C.Options(degeneracy_atol=degeneracy_atol)
+        return _stack(
+            [
+                svd_function_pushforward(
+                    _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dAt, b), opts
+                ).numpy()
+                for b in range(dAt.shape[2])
+            ]
+        )
 
     # -------------------------------------------------------------- top-k
     # Julia's svd_topk / eigh_topk and truncated pullbacks, on Julia's side of
@@ -715,6 +751,21 @@ class FakeJulia:
             dAt[:, :, b] = 0 if g is None else g.numpy()
         return dAt
 
+    def eigh_pushforward_batched(
+        self, w, V, dAt, uplo, degeneracy_atol: Any = None, broadening: Any = None
+    ) -> tuple:
+        # Julia's problem conj(A), eigenvectors conj(V); its conj(dV) conjugated
+        # back in place, as the glue does
+        opts = C.Options(degeneracy_atol, broadening)
+        dws, dVs = [], []
+        for b in range(dAt.shape[2]):
+            dw, dVc = eigh_pushforward(
+                _t(w, b), _t(V, b).conj(), _t(dAt, b), uplo, opts
+            )
+            dws.append(dw.numpy())
+            dVs.append(dVc.conj().resolve_conj().numpy())
+        return _stack(dws), _stack(dVs)
+
     def matrix_function_batched(
         self, At: np.ndarray, f: Any, uplo: str, degeneracy_atol: Any = None
     ) -> tuple:
@@ -742,6 +793,20 @@ class FakeJulia:
             dAt[:, :, b] = g.numpy()
         return dAt
 
+    def matrix_function_pushforward_batched(
+        self, w, V, f, dAt, uplo, degeneracy_atol: Any = None
+    ) -> np.ndarray:
+        fn = _matfun(f)
+        opts = C.Options(degeneracy_atol=degeneracy_atol)
+        return _stack(
+            [
+                matrix_function_pushforward(
+                    _t(w, b), _t(V, b), fn, _t(dAt, b), uplo, opts
+                ).numpy()
+                for b in range(dAt.shape[2])
+            ]
+        )
+
     # ------------------------------------- f given by its values (user pairs)
     # The glue's *_values_* functions: the factors are what svd_batched /
     # eigh_batched returned (eigenvectors already conjugated to Python's V),
@@ -765,6 +830,23 @@ class FakeJulia:
             dAt[:, :, b] = g.numpy()
         return dAt
 
+    def svd_function_values_pushforward_batched(
+        self, U, S, Vt, fS, dS, dAt
+    ) -> np.ndarray:
+        return _stack(
+            [
+                svd_function_pushforward(
+                    _t(U, b),
+                    _t(S, b),
+                    _t(Vt, b),
+                    _stored_values(fS, dS, b),
+                    _t(dAt, b),
+                    C.Options(),
+                ).numpy()
+                for b in range(dAt.shape[2])
+            ]
+        )
+
     def matrix_function_values_batched(self, w, V, fw, dw) -> np.ndarray:
         Ys = []
         for b in range(V.shape[2]):
@@ -783,6 +865,25 @@ class FakeJulia:
             )
             dAt[:, :, b] = g.numpy()
         return dAt
+
+    def matrix_function_values_pushforward_batched(
+        self, w, V, fw, dw, dAt, uplo
+    ) -> np.ndarray:
+        return _stack(
+            [
+                matrix_function_pushforward(
+                    _t(w, b),
+                    _t(V, b).conj(),
+                    _stored_values(fw, dw, b),
+                    _t(dAt, b),
+                    uplo,
+                    C.Options(),
+                )
+                .resolve_conj()
+                .numpy()
+                for b in range(dAt.shape[2])
+            ]
+        )
 
     # ----------------------------------------------------- user functions
 
@@ -815,16 +916,22 @@ GLUE_FUNCTIONS = (
     "svd_batched",
     "svdvals_batched",
     "svd_pullback_batched!",
+    "svd_pushforward_batched",
     "svd_function_batched",
     "svd_function_pullback_batched!",
+    "svd_function_pushforward_batched",
     "eigh_batched",
     "eigh_pullback_batched!",
+    "eigh_pushforward_batched",
     "matrix_function_batched",
     "matrix_function_pullback_batched!",
+    "matrix_function_pushforward_batched",
     "svd_function_values_batched",
     "svd_function_values_pullback_batched!",
+    "svd_function_values_pushforward_batched",
     "matrix_function_values_batched",
     "matrix_function_values_pullback_batched!",
+    "matrix_function_values_pushforward_batched",
     "svd_topk_batched",
     "svd_trunc_pullback_batched!",
     "eigh_topk_batched",

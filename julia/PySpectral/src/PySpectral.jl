@@ -5,7 +5,8 @@ SVD, Hermitian eigendecomposition and spectral matrix functions whose pullbacks 
 finite and correct at degenerate and near-degenerate spectra, zero singular values
 and complex phases; the source of truth for pyspectral's rules (see MATH in the
 pyspectral README). Forward functions return plain arrays; `src/pullbacks` holds the
-pullbacks as plain functions; `src/rrules.jl` is the ChainRulesCore glue.
+pullbacks (and their transposes, the pushforwards) as plain functions; `src/rrules.jl`
+and `src/frules.jl` are the ChainRulesCore glue.
 
 `PySpectral.svd` and `PySpectral.svdvals` are not `LinearAlgebra.svd`/`svdvals` and
 are not exported (that would clash with LinearAlgebra's exports): call them qualified.
@@ -22,6 +23,8 @@ export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
 export svd_trunc_pullback!, eigh_trunc_pullback!
+export svd_pushforward, svd_function_pushforward, eigh_pushforward,
+    matrix_function_pushforward
 export GaugeError
 export SpectralValues
 
@@ -36,6 +39,7 @@ include("pullbacks/eigh.jl")
 include("pullbacks/matfun.jl")
 include("pullbacks/truncated.jl")
 include("rrules.jl")
+include("frules.jl")
 include("precompile.jl")
 
 end # module

@@ -910,6 +910,274 @@ end
     @test divdiff(1.0, 2.0, 1.0, 4.0, Inf, -Inf) ≈ 3.0  # a NaN average: the quotient
 end
 
+# ------------------------------------------------------------------ forward mode
+# The frules push a tangent through the plain pushforwards of src/pullbacks. Where the
+# output is a smooth function of A (singular values, eigenvalues, svd_function,
+# matrix_function, and the real SVD at a generic spectrum, whose LAPACK signs are locally
+# constant) ChainRulesTestUtils' test_frule applies as is. The factors otherwise carry a
+# gauge that finite differences cannot follow (the caveats of the rrule tests above: the
+# phases of a complex SVD, LAPACK syevr's sign and phase jumps), so their tangents are
+# compared after rotating them into the smooth gauge of `aligned_svd` / `aligned_eigen`,
+# and at degenerate spectra through gauge-invariant outputs only.
+
+# The tangent of the aligned factors V .* transpose(c), c = alignment(V, ks), given the
+# tangent (ΔW, ΔV) of (W, V) rotated with them (W = U for the SVD, W = V for eigh): the
+# column i gets the phase motion -i Im(ΔV[kᵢ, i] / V[kᵢ, i]) of cᵢ.
+function aligned_tangent(W, ΔW, V, ΔV, ks)
+    c = alignment(V, ks)
+    eltype(V) <: Complex || return ΔW .* transpose(c)
+    θ = [imag(ΔV[k, i] / V[k, i]) for (i, k) in enumerate(ks)]
+    return (ΔW .- W .* transpose(im .* θ)) .* transpose(c)
+end
+
+# The thin SVD with u_i and v_i rotated together so that V[kᵢ, i] is real positive: a
+# smooth function of X near A at a generic spectrum (with `ks` fixed at A).
+function aligned_svd(X, ks; kw...)
+    F = PySpectral.svd(X; kw...)
+    V = Matrix(F.Vt')
+    c = transpose(alignment(V, ks))
+    return (U=F.U .* c, S=F.S, V=V .* c)
+end
+
+# The svd frule's tangent against finite differences of `aligned_svd` along ΔA.
+function test_svd_pushforward_fd(A, ΔA; rtol=RTOL, atol=ATOL, kw...)
+    F, ΔF = frule((NoTangent(), ΔA), PySpectral.svd, A; kw...)
+    V, ΔV = Matrix(F.Vt'), Matrix(ΔF.Vt')
+    ks = [argmax(abs.(v)) for v in eachcol(V)]
+    fd = FiniteDifferences.jvp(FDM, X -> aligned_svd(X, ks; kw...), (A, ΔA))
+    @test ΔF.S ≈ fd.S rtol = rtol atol = atol
+    @test aligned_tangent(F.U, ΔF.U, V, ΔV, ks) ≈ fd.U rtol = rtol atol = atol
+    @test aligned_tangent(V, ΔV, V, ΔV, ks) ≈ fd.V rtol = rtol atol = atol
+end
+
+# The eigh frule's tangent against finite differences of `aligned_eigen` along ΔA (the
+# forward twin of test_eigh_pullback_fd).
+function test_eigh_pushforward_fd(A, ΔA, uplo; rtol=RTOL, atol=ATOL)
+    E, ΔE = frule((NoTangent(), ΔA), PySpectral.eigh, A; uplo)
+    V, ΔV = E.vectors, ΔE.vectors
+    ks = [argmax(abs.(v)) for v in eachcol(V)]
+    fd = FiniteDifferences.jvp(FDM, X -> aligned_eigen(X, uplo, ks), (A, ΔA))
+    @test ΔE.values ≈ fd.values rtol = rtol atol = atol
+    @test aligned_tangent(V, ΔV, V, ΔV, ks) ≈ fd.vectors rtol = rtol atol = atol
+end
+
+# d/dt P(A + tΔA) for the projector P = W Wᴴ onto the columns `c` of a factor.
+projector_tangent(W, ΔW, c) = ΔW[:, c] * W[:, c]' + W[:, c] * ΔW[:, c]'
+projector(W, c) = W[:, c] * W[:, c]'
+
+@testset "frules" begin
+    Random.seed!(15)
+    for (m, n) in ((5, 3), (3, 5), (4, 4))
+        # Real SVD at a generic spectrum: the raw factors are smooth (LAPACK's signs do
+        # not flip under small perturbations), as test_rrule relies on above.
+        A, ΔA = randn(m, n), randn(m, n)
+        test_frule(PySpectral.svd, A ⊢ ΔA; check_inferred=false, rtol=RTOL, atol=ATOL)
+        test_frule(PySpectral.svd, A ⊢ ΔA; fkwargs=(; k=2), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        for T in (Float64, ComplexF64)
+            A, ΔA = randn(T, m, n), randn(T, m, n)
+            test_svd_pushforward_fd(A, ΔA)
+            test_svd_pushforward_fd(A, ΔA; k=2)
+            test_frule(PySpectral.svdvals, A ⊢ ΔA; check_inferred=false, rtol=RTOL,
+                       atol=ATOL)
+            # Single precision: the tangent in the input's precision, as in double (the
+            # polar factor's tangent, which does not depend on the phases).
+            F32, ΔF32 = frule((NoTangent(), ComplexF32.(ΔA)), PySpectral.svd, ComplexF32.(A))
+            F64, ΔF64 = frule((NoTangent(), ComplexF64.(ΔA)), PySpectral.svd, ComplexF64.(A))
+            @test eltype(ΔF32.U) == ComplexF32 && eltype(ΔF32.S) == Float32
+            @test ΔF32.U * F32.Vt + F32.U * ΔF32.Vt ≈ ΔF64.U * F64.Vt + F64.U * ΔF64.Vt rtol = 1e-3
+        end
+    end
+
+    # Degenerate and zero singular values: the tangents of the polar factor, of the
+    # projectors onto complete clusters (left and right) and of symmetric functions of S
+    # are exact (the rotation inside a cluster is set to zero, as the pullback drops it).
+    for T in (Float64, ComplexF64), (m, n) in ((4, 3), (3, 4)),
+        (s, c) in (([3.0, 2.0, 2.0], 2:3), ([2.0, 2.0, 2.0], 1:3), ([2.0, 2.0, 0.0], 1:2))
+
+        A, ΔA = with_singular_values(T, m, n, s), randn(T, m, n)
+        F, ΔF = frule((NoTangent(), ΔA), PySpectral.svd, A; gauge=:raise)
+        svd_invariants(G) = (polar=G.U * G.Vt, PU=projector(G.U, c),
+                             PV=projector(Matrix(G.Vt'), c), S2=sum(abs2, G.S))
+        fd = FiniteDifferences.jvp(FDM, X -> svd_invariants(PySpectral.svd(X)), (A, ΔA))
+        if s[end] > 0  # the polar factor of a rank-deficient matrix is not differentiable
+            @test ΔF.U * F.Vt + F.U * ΔF.Vt ≈ fd.polar rtol = 1e-5 atol = 1e-7
+        end
+        @test projector_tangent(F.U, ΔF.U, c) ≈ fd.PU rtol = 1e-5 atol = 1e-7
+        @test projector_tangent(Matrix(F.Vt'), Matrix(ΔF.Vt'), c) ≈ fd.PV rtol = 1e-5 atol = 1e-7
+        @test 2 * dot(F.S, ΔF.S) ≈ fd.S2 rtol = 1e-5 atol = 1e-7
+        # full factors: the complement moves only through its span (differentiable at
+        # full rank; at rank deficiency the null vectors of A mix with it)
+        Ff, ΔFf = frule((NoTangent(), ΔA), PySpectral.svd, A; full=true)
+        k = length(Ff.S)
+        if m > k && s[end] > 0
+            Pfd = FiniteDifferences.jvp(FDM, X -> projector(PySpectral.svd(X; full=true).U, k+1:m),
+                                        (A, ΔA))
+            @test projector_tangent(Ff.U, ΔFf.U, k+1:m) ≈ Pfd rtol = 1e-5 atol = 1e-7
+        end
+    end
+
+    # svd_function: exact at every spectrum (the cases of the rrule testset above).
+    fs = (:polar, (:truncate, 2), (:threshold, 1.5), (:pow, 3), (:pow, 0.5), (:pow, -1),
+          :normalize, (x -> x^3 + x, x -> 3x^2 + 1))
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (3, 5), (3, 3))
+        A, ΔA = with_singular_values(T, m, n, [3.0, 2.0, 1.0]), randn(T, m, n)
+        for f in fs
+            test_frule(PySpectral.svd_function, A ⊢ ΔA, f ⊢ NoTangent();
+                       check_inferred=false, rtol=RTOL, atol=ATOL)
+        end
+    end
+    cases = ([2.0, 2.0, 1.0] => (:polar, (:pow, 3), (:truncate, 2), (:threshold, 1.5)),
+             [2.0, 2.0, 2.0] => (:polar, (:pow, 3), (:threshold, 1.0)),
+             [3.0, 1.0, 0.0] => ((:pow, 3), (:truncate, 2), (:threshold, 0.5)),
+             [2.0, 0.0, 0.0] => ((:pow, 3), (:truncate, 1), (:threshold, 1.0)))
+    for T in (Float64, ComplexF64), (m, n) in ((4, 3), (3, 4)), (s, fs) in cases
+        A, ΔA = with_singular_values(T, m, n, s), randn(T, m, n)
+        for f in fs
+            test_frule(PySpectral.svd_function, A ⊢ ΔA, f ⊢ NoTangent();
+                       check_inferred=false, rtol=1e-5, atol=1e-7)
+        end
+        # U S Vᴴ = A: the pushforward is the identity at every spectrum.
+        @test frule((NoTangent(), ΔA, NoTangent()), PySpectral.svd_function, A,
+                    (:pow, 1))[2] ≈ ΔA
+    end
+
+    # eigh: the eigenvectors through the aligned gauge, the eigenvalues as they are.
+    for T in (Float64, ComplexF64), uplo in (:L, :U)
+        A, ΔA = randn(T, 4, 4), randn(T, 4, 4)  # only the uplo triangle is read
+        test_eigh_pushforward_fd(A, ΔA, uplo)
+        test_frule(PySpectral.eigvalsh, A ⊢ ΔA; fkwargs=(; uplo), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        # a Hermitian tangent gives the same tangents from either triangle
+        H = ΔA + ΔA'
+        _, ΔL = frule((NoTangent(), H), PySpectral.eigh, A + A'; uplo=:L)
+        _, ΔU = frule((NoTangent(), H), PySpectral.eigh, A + A'; uplo=:U)
+        @test ΔL.values ≈ ΔU.values
+    end
+    # Degenerate eigenvalues: complete-cluster projectors and symmetric functions.
+    for T in (Float64, ComplexF64), (λ, c) in (([1.0, 1.0, 2.0, 3.0], 1:2),
+                                               ([0.0, 0.0, 1.0, 2.0], 1:2),
+                                               ([2.0, 2.0, 2.0, 5.0], 4:4))
+        A, ΔA = with_eigenvalues(T, λ), randn(T, 4, 4)
+        E, ΔE = frule((NoTangent(), ΔA), PySpectral.eigh, A; gauge=:raise)
+        eigh_invariants(G) = (P=projector(G.vectors, c), s=sum(exp, G.values))
+        fd = FiniteDifferences.jvp(FDM, X -> eigh_invariants(PySpectral.eigh(X)), (A, ΔA))
+        @test projector_tangent(E.vectors, ΔE.vectors, c) ≈ fd.P rtol = 1e-5 atol = 1e-7
+        @test dot(exp.(E.values), ΔE.values) ≈ fd.s rtol = 1e-5 atol = 1e-7
+    end
+
+    # matrix_function: Daleckii–Krein, exact at every spectrum.
+    fs = (:sqrt, :invsqrt, :log, :exp, (:pow, 2), (:pow, 0.5), (:pow, -1), (sin, cos))
+    for T in (Float64, ComplexF64), uplo in (:L, :U)
+        B = randn(T, 4, 4)
+        A, ΔA = B * B' + 4I, randn(T, 4, 4)
+        for f in fs
+            test_frule(PySpectral.matrix_function, A ⊢ ΔA, f ⊢ NoTangent();
+                       fkwargs=(; uplo), check_inferred=false, rtol=RTOL, atol=ATOL)
+        end
+    end
+    for T in (Float64, ComplexF64),
+        λ in ([1.0, 1.0, 2.0, 3.0], [2.0, 2.0, 2.0, 2.0], [1.0, 1.0 + 1e-13, 2.0, 3.0])
+
+        A, ΔA = with_eigenvalues(T, λ), randn(T, 4, 4)
+        for f in (:exp, :log, :sqrt, (:pow, 3))
+            test_frule(PySpectral.matrix_function, A ⊢ ΔA, f ⊢ NoTangent();
+                       check_inferred=false, rtol=1e-5, atol=1e-7)
+        end
+        # f(x) = x: the tangent is the Hermitian matrix read from the lower triangle.
+        Y, ΔY = frule((NoTangent(), ΔA, NoTangent()), PySpectral.matrix_function, A, (:pow, 1))
+        @test ΔY ≈ Hermitian(ΔA, :L)
+        @test PySpectral.hermitian_from_triangle(ΔA, :U) ≈ Hermitian(ΔA, :U)
+    end
+
+    # ∞ where the true derivative is (sqrt at an exact zero eigenvalue), never NaN.
+    _, ΔY = frule((NoTangent(), Matrix(1.0I, 4, 4), NoTangent()), PySpectral.matrix_function,
+                  Matrix(Diagonal([0.0, 0.5, 2.0, 3.0])), :sqrt)
+    @test !any(isnan, ΔY) && isinf(ΔY[1, 1]) && all(isfinite, ΔY[2:4, 2:4])
+
+    # Zero and thunked tangents; the plain pushforwards leave their inputs alone.
+    A = randn(ComplexF64, 5, 3)
+    F = PySpectral.svd(A)
+    @test frule((NoTangent(), ZeroTangent()), PySpectral.svd, A)[2] isa ZeroTangent
+    @test frule((NoTangent(), NoTangent()), PySpectral.eigvalsh, A' * A)[2] isa NoTangent
+    ΔA = randn(ComplexF64, 5, 3)
+    _, ref = frule((NoTangent(), ΔA), PySpectral.svd, A)
+    _, th = frule((NoTangent(), @thunk(copy(ΔA))), PySpectral.svd, A)
+    @test th.U ≈ ref.U && th.S ≈ ref.S && th.Vt ≈ ref.Vt
+    ΔA0, U0 = copy(ΔA), copy(F.U)
+    ΔU, ΔS, ΔVᴴ = svd_pushforward(F.U, F.S, F.Vt, ΔA)
+    @test ΔA == ΔA0 && F.U == U0
+    @test ΔU ≈ ref.U && ΔS ≈ ref.S && ΔVᴴ ≈ ref.Vt
+    @test_throws DimensionMismatch svd_pushforward(F.U, F.S, F.Vt, randn(3, 5))
+    @test_throws ArgumentError eigh_pushforward([1.0, 2.0], Matrix(1.0I, 2, 2), ones(2, 2);
+                                                uplo=:X)
+end
+
+# Re⟨x, y⟩ of two arrays, or summed over the fields `names` of two structural tangents.
+inner(x::AbstractArray, y::AbstractArray) = real(dot(x, y))
+inner(x, y, names) = sum(n -> inner(getproperty(x, n), getproperty(y, n)), names)
+
+# The frules push forward by exactly the transposes of the rrules' pullbacks,
+# ⟨ΔΩ, Ω̄⟩ = ⟨ΔA, Ā⟩ for every tangent and cotangent, also at degenerate and zero
+# singular values / eigenvalues and for basis-dependent cotangents (gauge=:ignore): the
+# same gap inverses and cluster rule on both sides, broadened or not.
+@testset "frule is the transpose of the rrule" begin
+    Random.seed!(16)
+    transposes(lhs, rhs) = isapprox(lhs, rhs; rtol=1e-10, atol=1e-10)
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (3, 5), (3, 3)),
+        s in ([3.0, 2.0, 1.0], [2.0, 2.0, 1.0], [2.0, 2.0, 2.0], [3.0, 1.0, 0.0],
+              [2.0, 2.0, 0.0])
+
+        A, ΔA = with_singular_values(T, m, n, s), randn(T, m, n)
+        for kw in ((; gauge=:ignore), (; full=true, gauge=:ignore), (; k=2, gauge=:ignore),
+                   (; broadening=0.1, gauge=:ignore))
+            F, ΔF = frule((NoTangent(), ΔA), PySpectral.svd, A; kw...)
+            _, back = rrule(PySpectral.svd, A; kw...)
+            F̄ = Tangent{typeof(F)}(; U=randn(T, size(F.U)), S=randn(length(F.S)),
+                                   Vt=randn(T, size(F.Vt)))
+            @test transposes(inner(ΔF, F̄, (:U, :S, :Vt)), inner(ΔA, back(F̄)[2]))
+        end
+        ΔS = frule((NoTangent(), ΔA), PySpectral.svdvals, A)[2]
+        S̄ = randn(length(ΔS))
+        @test transposes(inner(ΔS, S̄), inner(ΔA, rrule(PySpectral.svdvals, A)[2](S̄)[2]))
+        fs = Any[:polar, (:pow, 3), (:truncate, 2), (:threshold, 1.5), :normalize,
+                 (x -> x^3 + x, x -> 3x^2 + 1)]
+        minimum(s) > 0 && push!(fs, (:pow, 0.5), (:pow, -1))
+        for f in fs
+            Y, ΔY = frule((NoTangent(), ΔA, NoTangent()), PySpectral.svd_function, A, f;
+                          gauge=:ignore)
+            Ȳ = randn(T, size(Y))
+            Ā = rrule(PySpectral.svd_function, A, f; gauge=:ignore)[2](Ȳ)[2]
+            @test transposes(inner(ΔY, Ȳ), inner(ΔA, Ā))
+        end
+    end
+    for T in (Float64, ComplexF64), uplo in (:L, :U),
+        λ in ([0.5, 1.0, 2.0, 3.0], [1.0, 1.0, 2.0, 3.0], [2.0, 2.0, 2.0, 2.0],
+              [0.0, 0.0, 1.0, 2.0])
+
+        A, ΔA = with_eigenvalues(T, λ), randn(T, 4, 4)
+        for kw in ((; uplo, gauge=:ignore), (; uplo, broadening=0.1, gauge=:ignore))
+            E, ΔE = frule((NoTangent(), ΔA), PySpectral.eigh, A; kw...)
+            _, back = rrule(PySpectral.eigh, A; kw...)
+            Ē = Tangent{typeof(E)}(; values=randn(4), vectors=randn(T, 4, 4))
+            @test transposes(inner(ΔE, Ē, (:values, :vectors)), inner(ΔA, back(Ē)[2]))
+        end
+        Δλ = frule((NoTangent(), ΔA), PySpectral.eigvalsh, A; uplo)[2]
+        λ̄ = randn(4)
+        @test transposes(inner(Δλ, λ̄),
+                         inner(ΔA, rrule(PySpectral.eigvalsh, A; uplo)[2](λ̄)[2]))
+        fs = Any[:exp, (:pow, 3), (sin, cos)]
+        minimum(λ) > 0 && push!(fs, :sqrt, :log, :invsqrt)
+        for f in fs
+            Y, ΔY = frule((NoTangent(), ΔA, NoTangent()), PySpectral.matrix_function, A, f;
+                          uplo)
+            Ȳ = randn(T, 4, 4)
+            Ā = rrule(PySpectral.matrix_function, A, f; uplo)[2](Ȳ)[2]
+            @test transposes(inner(ΔY, Ȳ), inner(ΔA, Ā))
+        end
+    end
+end
+
 # Script runs: close the outer testset (see the top of the file); throws if any failed.
 if STANDALONE
     Test.pop_testset()

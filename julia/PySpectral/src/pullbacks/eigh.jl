@@ -61,3 +61,56 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     _add_diagonal!(M, Δλ)
     return fold_triangle!(ΔA, V * M * V', uplo)
 end
+
+# ------------------------------------------------------------------ pushforwards
+# Forward mode: the transposes of the functions above (pyspectral/pullbacks/eigh.py).
+
+"""
+    hermitian_from_triangle(ΔA, uplo) -> Matrix
+
+The Hermitian matrix that a function reading only the `uplo` triangle of its input sees
+when the input moves along `ΔA`: that triangle, its conjugate transpose in the other one,
+and the real part of the diagonal (the transpose of [`fold_triangle!`](@ref); the other
+triangle of `ΔA` is not read).
+"""
+function hermitian_from_triangle(ΔA::AbstractMatrix, uplo::Symbol)
+    uplo = _check_uplo("hermitian_from_triangle", uplo)
+    n = size(ΔA, 1)
+    size(ΔA, 2) == n || throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected square"))
+    H = zeros(float(eltype(ΔA)), n, n)
+    for j in 1:n
+        H[j, j] = real(ΔA[j, j])
+        for i in (uplo === :L ? (j+1:n) : (1:j-1))
+            H[i, j] = ΔA[i, j]
+            H[j, i] = conj(ΔA[i, j])
+        end
+    end
+    return H
+end
+
+"""
+    eigh_pushforward(λ, V, ΔA; uplo=:L, degeneracy_atol=nothing, broadening=nothing)
+        -> (Δλ, ΔV)
+
+Tangents of the eigenvalues `λ` (ascending) and eigenvectors `V` of [`eigh`](@ref) along
+`ΔA`, read from its `uplo` triangle ([`hermitian_from_triangle`](@ref)): the transpose of
+[`eigh_pullback!`](@ref), same cluster rule. With `ΔP = Vᴴ ΔA_h V`:
+
+    Δλ = real(diag(ΔP)),    ΔV = V (ΔP ∘ inv(λⱼ - λᵢ)),
+
+`inv` = [`gap_inverse`](@ref): 0 inside a cluster `|λᵢ - λⱼ| <= degeneracy_atol` and on
+the diagonal (no rotation within a degenerate subspace, no phase rotation).
+"""
+function eigh_pushforward(λ::AbstractVector, V::AbstractMatrix, ΔA::AbstractMatrix;
+                          uplo::Symbol=:L, degeneracy_atol=nothing, broadening=nothing)
+    # A V = V Λ gives ΔP = Ω Λ - Λ Ω + ΔΛ with Ω = Vᴴ ΔV anti-Hermitian: Δλᵢ = ΔPᵢᵢ
+    # and Ωᵢⱼ = ΔPᵢⱼ / (λⱼ - λᵢ) off the diagonal, through the regularised inverse.
+    uplo = _check_uplo("eigh", uplo)
+    n = length(λ)
+    size(ΔA) == (n, n) || throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($n, $n)"))
+    ΔP = V' * hermitian_from_triangle(ΔA, uplo) * V
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
+    ginv(x) = gap_inverse(x, tol, broadening)
+    ΔV = V * (ΔP .* ginv.(transpose(λ) .- λ))
+    return [real(ΔP[i, i]) for i in 1:n], ΔV
+end

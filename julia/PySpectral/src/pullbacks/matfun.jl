@@ -189,3 +189,25 @@ function matrix_function_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::A
     end
     return fold_triangle!(ΔA, G, uplo)
 end
+
+"""
+    matrix_function_pushforward(λ, V, f, ΔA; uplo=:L, degeneracy_atol=nothing) -> ΔY
+
+Tangent of `Y = V f(Λ) Vᴴ` along `ΔA` read from its `uplo` triangle (Daleckii–Krein,
+exact at every spectrum; the transpose of [`matrix_function_pullback!`](@ref)): with
+`ΔP = Vᴴ ΔA_h V` ([`hermitian_from_triangle`](@ref)) and `Lᵢⱼ = divdiff(λᵢ, λⱼ, fᵢ, fⱼ,
+f′ᵢ, f′ⱼ)`, `ΔY = V (L ∘ ΔP) Vᴴ`. Where `f′` is infinite (`:sqrt` at an exact zero
+eigenvalue) the tangent is `±Inf` where `L` is, finite elsewhere, never NaN
+([`with_infinite_weights`](@ref), at the scale of `ΔA`).
+"""
+function matrix_function_pushforward(λ::AbstractVector, V::AbstractMatrix, f,
+                                     ΔA::AbstractMatrix; uplo::Symbol=:L,
+                                     degeneracy_atol=nothing)
+    uplo = _check_uplo("matrix_function", uplo)
+    fλ, dλ = matrix_function_values(f, λ; degeneracy_atol)
+    L = divdiff.(λ, transpose(λ), fλ, transpose(fλ), dλ, transpose(dλ))
+    ΔP = V' * hermitian_from_triangle(ΔA, uplo) * V
+    return with_infinite_weights(infinite_weights_tol(ΔA), L) do Lw
+        V * (Lw .* ΔP) * V'
+    end
+end

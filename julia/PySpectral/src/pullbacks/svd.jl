@@ -139,6 +139,19 @@ function svdvals_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVe
     return _addmul!(ΔA, view(U, :, 1:k) .* transpose(real.(ΔS)), view(Vᴴ, 1:k, :))
 end
 
+# The divided differences of the derivative of U f(S) Vᴴ, shared by its pullback and
+# pushforward: Lmᵢⱼ = f[sᵢ, sⱼ], Lpᵢⱼ = f[sᵢ, -sⱼ] (f extended as an odd function) and
+# the complement weights wᵢ = f[sᵢ, 0] (zero when `complement` is false: a square input
+# has no complement).
+function _svd_function_weights(S, fS, dS, complement::Bool)
+    Sⱼ, fⱼ, dⱼ = transpose(S), transpose(fS), transpose(dS)
+    Lm = divdiff.(S, Sⱼ, fS, fⱼ, dS, dⱼ)
+    Lp = divdiff.(S, .-Sⱼ, fS, .-fⱼ, dS, dⱼ)
+    w = complement ? divdiff.(S, zero(eltype(S)), fS, zero(eltype(fS)), dS, dS) :
+        zeros(eltype(Lm), length(S))
+    return Lm, Lp, w
+end
+
 """
     svd_function_pullback!(ΔA, U, S, Vᴴ, f, ΔY; degeneracy_atol=nothing) -> ΔA
 
@@ -168,13 +181,8 @@ function svd_function_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::Abstr
     X = U' * ΔY * Vᴴ'
     f === :normalize && return _normalize_pullback!(ΔA, U, S, Vᴴ, X, ΔY)
     fS, dS = svd_function_values(f, S; degeneracy_atol)
-    Sⱼ, fⱼ, dⱼ = transpose(S), transpose(fS), transpose(dS)
-    Lm = divdiff.(S, Sⱼ, fS, fⱼ, dS, dⱼ)
-    Lp = divdiff.(S, .-Sⱼ, fS, .-fⱼ, dS, dⱼ)
     tall, wide = m > k, n > k
-    # the weights f[sᵢ, 0] of the complement terms (unused when square)
-    w = tall || wide ? divdiff.(S, zero(eltype(S)), fS, zero(eltype(fS)), dS, dS) :
-        zeros(eltype(Lm), k)
+    Lm, Lp, w = _svd_function_weights(S, fS, dS, tall || wide)
     # An infinite f′ (sqrt at s = 0) makes some weights infinite: ±Inf where they
     # reach, finite elsewhere (with_infinite_weights).
     G = with_infinite_weights(infinite_weights_tol(ΔY), Lm, Lp, w) do Lmw, Lpw, ww
@@ -196,4 +204,111 @@ function _normalize_pullback!(ΔA, U, S, Vᴴ, X, ΔY)
     c = sum(i -> S[i] * real(X[i, i]), 1:length(S)) / s₁^2
     ΔA .+= ΔY ./ s₁ .- c .* view(U, :, 1) .* transpose(view(Vᴴ, 1, :))
     return ΔA
+end
+
+# ------------------------------------------------------------------ pushforwards
+# Forward mode: the transposes of the pullbacks above, with the same gap inverses,
+# tolerances and cluster rule (pyspectral/pullbacks/svd.py has the same functions).
+# They return new tangents and leave their arguments alone.
+
+"""
+    svd_pushforward(U, S, Vᴴ, ΔA; degeneracy_atol=nothing, broadening=nothing)
+        -> (ΔU, ΔS, ΔVᴴ)
+
+Tangents of the thin (`U` m×k, `Vᴴ` k×n) or full (`U` m×m, `Vᴴ` n×n, `S` length k) SVD
+`A = U Diagonal(S) Vᴴ` along `ΔA`: the transpose of [`svd_pullback!`](@ref), same
+cluster rule. With `ΔP = Uᴴ ΔA V`, `H = (ΔP + ΔPᴴ)/2`, `K = (ΔP - ΔPᴴ)/2`:
+
+    Uᴴ ΔU = H ∘ inv(sⱼ - sᵢ) + K ∘ inv(sⱼ + sᵢ),   ΔS = real(diag(ΔP)),
+    Vᴴ ΔV = H ∘ inv(sⱼ - sᵢ) - K ∘ inv(sⱼ + sᵢ),
+
+each `inv` the pullback's [`gap_inverse`](@ref) (0 inside a degenerate cluster: no
+rotation there; pseudo-inverses at zero singular values), plus the one-sided terms
+`(ΔA V - U ΔP) Sinv` (m > k) and `(ΔAᴴ U - V ΔPᴴ) Sinv` (n > k). The complex phase
+`i Im(ΔPᵢᵢ)/sᵢ` is split equally between `uᵢ` and `vᵢ`, as in the pullback. The extra
+columns of full factors move only as much as orthogonality to the first `k` requires
+(their basis inside the complement is arbitrary, as in the pullback's fold).
+"""
+function svd_pushforward(U::AbstractMatrix, S::AbstractVector, Vᴴ::AbstractMatrix,
+                         ΔA::AbstractMatrix; degeneracy_atol=nothing, broadening=nothing)
+    # With Ω_U = Uᴴ dU and Ω_V = Vᴴ dV anti-Hermitian, dP = Ω_U S + dS - S Ω_V; its
+    # Hermitian and anti-Hermitian parts give Ω_U ± Ω_V entrywise as above (the diagonal
+    # of the second term is the phase i Im(dPᵢᵢ)/(2sᵢ) for each of U and V).
+    k = length(S)
+    m, n = size(U, 1), size(Vᴴ, 2)
+    size(ΔA) == (m, n) ||
+        throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($m, $n)"))
+    Uk, Vk = U[:, 1:k], Matrix(view(Vᴴ, 1:k, :)')
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(S) : degeneracy_atol
+    ginv(x) = gap_inverse(x, tol, broadening)
+    ΔAV = ΔA * Vk
+    ΔP = Uk' * ΔAV
+    H, K = (ΔP + ΔP') / 2, (ΔP - ΔP') / 2
+    Sⱼ = transpose(S)
+    Hg = H .* ginv.(Sⱼ .- S)
+    Ks = K .* ginv.(Sⱼ .+ S)
+    ΔS = [real(ΔP[i, i]) for i in 1:k]
+    ΔU, ΔV = Uk * (Hg + Ks), Vk * (Hg - Ks)
+    Sinv = transpose(ginv.(S))
+    m > k && (ΔU += (ΔAV - Uk * ΔP) .* Sinv)
+    n > k && (ΔV += (ΔA' * Uk - Vk * ΔP') .* Sinv)
+    ΔU = _complement_tangent(U, Uk, ΔU)
+    ΔV = _complement_tangent(Matrix(Vᴴ'), Vk, ΔV)
+    return ΔU, ΔS, Matrix(ΔV')
+end
+
+# The tangent of the columns k+1:end of full factors: ΔUp = -U_k (ΔU_kᴴ Up), the least
+# motion that keeps [U_k Up] unitary (no rotation inside the complement); the transpose
+# of `_fold_complement`.
+function _complement_tangent(U, Uk, ΔUk)
+    k = size(Uk, 2)
+    size(U, 2) == k && return ΔUk
+    Up = view(U, :, k+1:size(U, 2))
+    return hcat(ΔUk, -Uk * (ΔUk' * Up))
+end
+
+"""
+    svd_function_pushforward(U, S, Vᴴ, f, ΔA; degeneracy_atol=nothing) -> ΔY
+
+Tangent of `Y = U f(S) Vᴴ` (see [`svd_function`](@ref) for `f`) along `ΔA`, exact at
+every spectrum: the map of [`svd_function_pullback!`](@ref) (self-adjoint entrywise)
+applied to `ΔA`. With `ΔP = Uᴴ ΔA V` and the same divided differences `Lm`, `Lp`, `w`:
+
+    ΔY = U (Lm ∘ (ΔP + ΔPᴴ)/2 + Lp ∘ (ΔP - ΔPᴴ)/2) Vᴴ
+       + (ΔA V - U ΔP) Diagonal(w) Vᴴ      (m > k)
+       + U Diagonal(w) (Uᴴ ΔA - ΔP Vᴴ)      (n > k)
+
+`:normalize` (`Y = A / s₁`): `ΔY = ΔA / s₁ - real(ΔP₁₁) / s₁² U Diagonal(S) Vᴴ`. Where
+`f′` is infinite the tangent is `±Inf` where the infinite divided differences reach,
+finite elsewhere, never NaN ([`with_infinite_weights`](@ref), at the scale of `ΔA`).
+"""
+function svd_function_pushforward(U::AbstractMatrix, S::AbstractVector, Vᴴ::AbstractMatrix,
+                                  f, ΔA::AbstractMatrix; degeneracy_atol=nothing)
+    f = _fspec(f)
+    k = length(S)
+    U, Vᴴ = view(U, :, 1:k), view(Vᴴ, 1:k, :)
+    m, n = size(U, 1), size(Vᴴ, 2)
+    size(ΔA) == (m, n) ||
+        throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($m, $n)"))
+    ΔAV = ΔA * Vᴴ'
+    ΔP = U' * ΔAV
+    f === :normalize && return _normalize_pushforward(U, S, Vᴴ, ΔA, ΔP)
+    fS, dS = svd_function_values(f, S; degeneracy_atol)
+    tall, wide = m > k, n > k
+    Lm, Lp, w = _svd_function_weights(S, fS, dS, tall || wide)
+    return with_infinite_weights(infinite_weights_tol(ΔA), Lm, Lp, w) do Lmw, Lpw, ww
+        ΔY = U * ((Lmw .* (ΔP .+ ΔP') .+ Lpw .* (ΔP .- ΔP')) ./ 2) * Vᴴ
+        wᵀ = transpose(ww)
+        tall && (ΔY += ((ΔAV - U * ΔP) .* wᵀ) * Vᴴ)
+        wide && (ΔY += (U .* wᵀ) * (U' * ΔA - ΔP * Vᴴ))
+        return ΔY
+    end
+end
+
+# Y = A / s₁: ΔY = ΔA / s₁ - Δs₁ / s₁² A with Δs₁ = real(u₁ᴴ ΔA v₁) = real(ΔP₁₁) and
+# A = U Diagonal(S) Vᴴ; the transpose of _normalize_pullback!.
+function _normalize_pushforward(U, S, Vᴴ, ΔA, ΔP)
+    isempty(S) && return float.(ΔA)  # Y = A: no singular value to divide by
+    s₁ = _smax(S)
+    return ΔA ./ s₁ .- (real(ΔP[1, 1]) / s₁^2) .* ((U .* transpose(S)) * Vᴴ)
 end

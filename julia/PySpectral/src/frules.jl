@@ -1,0 +1,75 @@
+# ChainRulesCore frules: the forward call, then the plain pushforwards of src/pullbacks
+# (the transposes of the pullbacks: same gap inverses, tolerances and cluster rule, so
+# forward and reverse mode agree at every spectrum). `frule((Δself, ΔA, ...), f, A, ...)`
+# returns `(Ω, ∂Ω)`; the tangent of a factorization is a `Tangent{SVD}` / `Tangent{Eigen}`
+# with every field, of a vector or matrix a plain array. A zero input tangent
+# (`AbstractZero`) gives itself back, without the pushforward; a thunk is unthunked.
+# Top-k (`svd_topk`, `eigh_topk`) has no frule: its iterative pullback has no transpose
+# here (pyspectral raises a DerivativeError for forward mode there).
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(svd), A::AbstractMatrix; full::Bool=false,
+                              k::Union{Nothing,Integer}=nothing, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    # Top-k: the tangents of the kept triplets, from the pushforward of all of them
+    # (which couples them to the discarded ones), as the rrule pulls back through all.
+    _check_topk("svd", k, full, min(size(A)...))
+    Fall = svd(A; full, degeneracy_atol, broadening, gauge, gauge_atol)
+    F = k === nothing ? Fall : _topk(Fall, k)  # exactly what svd(A; k) returns
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return F, ΔA
+    ΔU, ΔS, ΔVᴴ = svd_pushforward(Fall.U, Fall.S, Fall.Vt, ΔA; degeneracy_atol, broadening)
+    if k !== nothing
+        ΔU, ΔS, ΔVᴴ = ΔU[:, 1:k], ΔS[1:k], ΔVᴴ[1:k, :]
+    end
+    return F, Tangent{typeof(F)}(; U=ΔU, S=ΔS, Vt=ΔVᴴ)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(svdvals), A::AbstractMatrix)
+    F = svd(A)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return F.S, ΔA
+    _, ΔS, _ = svd_pushforward(F.U, F.S, F.Vt, ΔA)
+    return F.S, ΔS
+end
+
+function ChainRulesCore.frule((_, ΔA, _), ::typeof(svd_function), A::AbstractMatrix, f;
+                              degeneracy_atol=nothing, gauge=:warn)
+    F = svd(A)
+    Y = _svd_function(A, F, f; degeneracy_atol, gauge)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return Y, ΔA
+    return Y, svd_function_pushforward(F.U, F.S, F.Vt, f, ΔA; degeneracy_atol)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(eigh), A::AbstractMatrix; uplo::Symbol=:L,
+                              check_hermitian::Bool=false, hermitian_tol=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    E = eigh(A; uplo, check_hermitian, hermitian_tol, degeneracy_atol, broadening, gauge,
+             gauge_atol)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return E, ΔA
+    Δλ, ΔV = eigh_pushforward(E.values, E.vectors, ΔA; uplo, degeneracy_atol, broadening)
+    return E, Tangent{typeof(E)}(; values=Δλ, vectors=ΔV)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(eigvalsh), A::AbstractMatrix;
+                              uplo::Symbol=:L, check_hermitian::Bool=false,
+                              hermitian_tol=nothing)
+    E = eigh(A; uplo, check_hermitian, hermitian_tol)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return E.values, ΔA
+    Δλ, _ = eigh_pushforward(E.values, E.vectors, ΔA; uplo)
+    return E.values, Δλ
+end
+
+function ChainRulesCore.frule((_, ΔA, _), ::typeof(matrix_function), A::AbstractMatrix, f;
+                              uplo::Symbol=:L, check_hermitian::Bool=false,
+                              hermitian_tol=nothing, degeneracy_atol=nothing)
+    _check_options("matrix_function"; degeneracy_atol, hermitian_tol)
+    E = eigh(A; uplo, check_hermitian, hermitian_tol)
+    Y = matrix_function_apply(E, f; degeneracy_atol)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return Y, ΔA
+    return Y, matrix_function_pushforward(E.values, E.vectors, f, ΔA; uplo, degeneracy_atol)
+end
