@@ -27,6 +27,7 @@ from .exceptions import (
     ShapeError,
     UPLOError,
 )
+from .operator import LinearOperator, eigh_topk, svd_topk
 from .svd import SVDResult, svd, svd_function, svdvals
 
 __version__ = "0.1.0"
@@ -43,6 +44,7 @@ __all__ = [
     "InputError",
     "InputTypeError",
     "JuliaError",
+    "LinearOperator",
     "NonFiniteError",
     "PySpectralError",
     "SVDResult",
@@ -51,6 +53,7 @@ __all__ = [
     "__version__",
     "defaults",
     "eigh",
+    "eigh_topk",
     "eigvalsh",
     "get_defaults",
     "julia",
@@ -58,5 +61,6 @@ __all__ = [
     "set_defaults",
     "svd",
     "svd_function",
+    "svd_topk",
     "svdvals",
 ]

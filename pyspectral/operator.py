@@ -1,0 +1,617 @@
+"""Top-k of a matrix that is never formed: ``LinearOperator``, ``svd_topk`` and
+``eigh_topk``, on the certified iteration of ``forward/topk.py`` and the
+factored pullback of ``pullbacks/truncated.py``.
+
+How the gradient reaches the operator's tensors. The pullback returns
+``dL/dA = P Q`` with ``P = [U_d, X]`` and ``Q = [T; V_k^H]`` (``T`` is
+``d x n``), i.e. ``dL = Re<U_d T, dA> + Re<X V_k^H, dA>``
+``= Re<T^H, dA^H U_d> + Re<X, dA V_k>``. So the forward computes, once and
+with autograd on, ``Z = A V_k`` and ``W = A^H U_d`` through the user's
+callables (``V_k``, ``U_d`` detached), and the autograd Function below takes
+``Z`` and ``W`` as its differentiable inputs: its backward returns
+``grad_Z = X`` and ``grad_W = T^H``, and autograd carries them through the
+callables into whatever tensors they use, exactly as it would carry
+``dL/dA`` through ``A``. ``eigh`` (``A`` Hermitian, so ``dA`` is): the
+gradient is ``V_d T + X V_k^H / 2``, and with ``Z = A V_d``,
+``grad_Z = T^H + [X / 2, 0]`` (``Re<N, dA> = Re<N^H, dA>`` for Hermitian
+``dA``). Every other product (the iteration, the backward's CG) runs under
+``no_grad`` on ``(*, n, p)`` / ``(*, m, p)`` blocks, so a distributed or
+sharded product plugs in unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import _common as C
+from . import topk as TK
+from ._backend import BACKENDS
+from .eigh import EighResult, eigh
+from .exceptions import (
+    BackendError,
+    ConvergenceWarning,
+    DtypeError,
+    InputError,
+    InputTypeError,
+    ShapeError,
+)
+from .forward import topk as F
+from .pullbacks.truncated import (
+    dense_truncated_eigh_pullback,
+    dense_truncated_svd_pullback,
+    pad_block,
+    truncated_eigh_pullback,
+    truncated_svd_pullback,
+)
+from .svd import SVDResult, svd
+
+__all__ = ["LinearOperator", "svd_topk", "eigh_topk"]
+
+_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
+
+
+class LinearOperator:
+    r"""LinearOperator(shape, matmul, rmatmul=None, *, dtype, device="cpu")
+
+    A matrix ``A`` of shape ``(*, m, n)`` known only through its products:
+
+    .. math::
+        \mathrm{matmul}(X) = A X, \qquad \mathrm{rmatmul}(Y) = A^{H} Y
+
+    for ``X`` of shape ``(*, n, p)`` and ``Y`` of shape ``(*, m, p)``
+    (results ``(*, m, p)`` and ``(*, n, p)``, of ``dtype``; ``*`` is zero or
+    more batch dimensions, as in ``shape``). Both must be linear in ``X`` and
+    differentiable torch code: :func:`svd_topk` and :func:`eigh_topk` send
+    the gradient through them into the tensors they use. ``rmatmul`` is
+    needed by :func:`svd_topk` only; :func:`eigh_topk` needs a Hermitian
+    ``A`` (``rmatmul = matmul``) and calls ``matmul`` alone.
+
+    Any object with the attributes ``shape``, ``dtype``, ``device``,
+    ``matmul`` (and ``rmatmul`` for ``svd_topk``) is accepted in its place.
+
+    Example::
+
+        >>> B, C = torch.randn(500, 8), torch.randn(8, 400)
+        >>> op = LinearOperator((500, 400), lambda X: B @ (C @ X),
+        ...                     lambda Y: C.mH @ (B.mH @ Y), dtype=B.dtype)
+    """
+
+    def __init__(
+        self,
+        shape: tuple[int, ...] | torch.Size,
+        matmul: Callable[[Tensor], Tensor],
+        rmatmul: Callable[[Tensor], Tensor] | None = None,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else shape
+        self.matmul, self.rmatmul = matmul, rmatmul
+        self.dtype, self.device = dtype, torch.device(device)
+        _check_operator("LinearOperator", self, need_rmatmul=rmatmul is not None)
+        self.shape = torch.Size(self.shape)
+
+    def __repr__(self) -> str:
+        return (
+            f"LinearOperator(shape={tuple(self.shape)}, dtype={self.dtype}, "
+            f"device={self.device}, rmatmul={self.rmatmul is not None})"
+        )
+
+
+# ------------------------------------------------------------- validation
+
+
+def _check_operator(name: str, op: Any, need_rmatmul: bool) -> None:
+    """Raise ``InputTypeError`` / ``InputError`` / ``DtypeError`` for an
+    ``op`` that is not a usable linear operator."""
+    need = ("shape", "dtype", "device", "matmul")
+    missing = [a for a in need if not hasattr(op, a)]
+    if missing:
+        raise InputTypeError(
+            f"{name}: op must be a torch.Tensor or a linear operator with "
+            f"attributes shape, dtype, device and matmul (and rmatmul for "
+            f"svd_topk), e.g. pyspectral.LinearOperator; got "
+            f"{type(op).__name__}, which lacks {', '.join(missing)}"
+        )
+    for attr in ("matmul", "rmatmul") if need_rmatmul else ("matmul",):
+        f = getattr(op, attr, None)
+        if not callable(f):
+            why = "svd_topk needs A^H @ X" if attr == "rmatmul" else "A @ X"
+            raise InputTypeError(
+                f"{name}: op.{attr} must be a callable ({why}), got "
+                f"{type(f).__name__}; pass {attr}= to pyspectral.LinearOperator"
+            )
+    shape = op.shape
+    ok = isinstance(shape, (tuple, torch.Size)) and len(shape) >= 2
+    if not ok or not all(C._as_integer(s) is not None and int(s) >= 0 for s in shape):
+        raise ShapeError(
+            f"{name}: op.shape must be a tuple (*, m, n) of at least 2 "
+            f"non-negative integers, got {shape!r}"
+        )
+    if op.dtype not in _DTYPES:
+        raise DtypeError(
+            f"{name}: op.dtype must be float32, float64, complex64 or "
+            f"complex128, got {op.dtype!r}"
+        )
+
+
+def _checked(name: str, f: Callable, out_shape: tuple, dtype: torch.dtype):
+    """``f`` with its result checked: shape ``(*, out_rows, p)``, ``dtype``."""
+
+    def g(X: Tensor) -> Tensor:
+        Y = f(X)
+        want = (*out_shape[:-1], X.shape[-1])
+        if not isinstance(Y, Tensor) or tuple(Y.shape) != want or Y.dtype != dtype:
+            got = (
+                f"shape {tuple(Y.shape)}, dtype {Y.dtype}"
+                if isinstance(Y, Tensor)
+                else type(Y).__name__
+            )
+            raise InputError(
+                f"{name} of an input of shape {tuple(X.shape)} must return a "
+                f"tensor of shape {want} and dtype {dtype}, got {got}"
+            )
+        return Y
+
+    return g
+
+
+class _Op:
+    """A validated operator: checked products, shape, dtype, device."""
+
+    def __init__(self, op: Any, need_rmatmul: bool) -> None:
+        *batch, m, n = self.shape = tuple(int(s) for s in op.shape)
+        self.dtype, self.device = op.dtype, torch.device(op.device)
+        self.matmul = _checked("op.matmul", op.matmul, (*batch, m, 1), op.dtype)
+        self.rmatmul = (
+            _checked("op.rmatmul", op.rmatmul, (*batch, n, 1), op.dtype)
+            if need_rmatmul
+            else None
+        )
+        # stands in for A where only shape, dtype and numel are read
+        self.meta = torch.empty(self.shape, dtype=op.dtype, device="meta")
+
+    def dense(self) -> Tensor:
+        """``A`` formed as ``matmul(I)`` (differentiable where grad is on)."""
+        *batch, _, n = self.shape
+        eye = torch.eye(n, dtype=self.dtype, device=self.device)
+        return self.matmul(eye.expand(*batch, n, n).contiguous())
+
+    def small(self) -> bool:
+        """Small enough to form (``m n min(m, n) <= DENSE_FALLBACK_MAX``)."""
+        return TK._small(self.meta)
+
+    def size(self) -> str:
+        m, n = self.shape[-2:]
+        return f"m n min(m, n) = {m * n * min(m, n):.3g} > {TK.DENSE_FALLBACK_MAX:.3g}"
+
+
+def _check_backend(name: str, backend: Any) -> None:
+    if backend not in BACKENDS:
+        raise BackendError(
+            f"{name}: backend must be one of {BACKENDS}, got {backend!r}"
+        )
+    if backend == "julia":
+        raise BackendError(
+            f"{name}: a linear operator runs on the native backend only (its "
+            "products are Python callables, which Julia cannot call); use "
+            "backend='torch', or pass the matrix as a tensor"
+        )
+
+
+def _plan(which: str, A: _Op, kw: dict, method: str) -> tuple[str, Any]:
+    """``("dense", None)`` (form ``A`` and take the full path) or
+    ``("iterate", cfg)``. ``full`` forms ``A``; ``randomized`` iterates;
+    ``auto`` decides as for a tensor where ``A`` is small enough to form
+    (``DENSE_FALLBACK_MAX``), and otherwise iterates as ``randomized`` does
+    (a result it cannot certify comes with a ``ConvergenceWarning``)."""
+    if method not in ("auto", "full", "randomized"):
+        raise InputError(
+            f"{which}_topk: method must be 'auto', 'full' or 'randomized', got "
+            f"{method!r}"
+        )
+    rest = (kw["oversample"], kw["n_iter"], kw["backward_rtol"], kw["backward_maxiter"])
+    path, cfg = F.top_k_method(which, A.meta, kw["k"], method, *rest)
+    if method == "full" or A.meta.numel() == 0:  # an empty batch costs nothing
+        return "dense", None
+    if method == "auto":
+        if A.small():
+            return ("dense", None) if path == "full" else ("iterate", cfg)
+        _, cfg = F.top_k_method(which, A.meta, kw["k"], "randomized", *rest)
+    return "iterate", cfg
+
+
+def _not_certified(name: str, k: int, method: str, A: _Op, why: str) -> None:
+    if method == "randomized":
+        remedy = (
+            "raise n_iter or oversample, or use method='auto' (which forms an "
+            f"operator with m n min(m, n) <= {TK.DENSE_FALLBACK_MAX:.3g} and "
+            "takes the full decomposition)"
+        )
+    else:
+        remedy = (
+            f"the operator is too large to form for the full decomposition "
+            f"({A.size()}); raise oversample (so that the block reaches past a "
+            "gap of the spectrum) or n_iter, or choose k at a gap"
+        )
+    C.warn(
+        f"{name}(k={k}, method='{method}'): not certified: {why}. The result is "
+        f"approximate; {remedy}.",
+        ConvergenceWarning,
+    )
+
+
+def _backward_warning(name: str, A: _Op, maxiter: int, residual: float, opts):
+    C.warn(
+        f"{name} backward: the Sylvester solve did not converge in {maxiter} "
+        f"iterations (relative residual {residual:.2g}): there is no gap "
+        "between the kept spectrum and the rest beyond the certified block, "
+        f"and the operator is too large to form for the exact dense fallback "
+        f"({A.size()}). The gradient is approximate; choose k at a gap, or "
+        "raise oversample or backward_maxiter.",
+        ConvergenceWarning,
+        opts.site,
+    )
+
+
+def _check_k(name: str, A: _Op, k: Any) -> None:
+    """``k`` is required (``check_keywords`` takes None for "no k")."""
+    if k is None:
+        raise InputError(
+            f"{name}: k must be an integer with 1 <= k <= min(m, n) = "
+            f"{min(A.shape[-2:])} for op of shape {A.shape}, got None"
+        )
+
+
+def _tracked(t: Tensor) -> bool:
+    """Whether autograd (or torch.func) follows ``t``."""
+    return t.requires_grad or C.is_functorch_wrapped_tensor(t)
+
+
+# ------------------------------------------------------------------- svd
+
+
+class _SVDTopKOperator(torch.autograd.Function):
+    """Returns the (already computed) top-k triplets; differentiable inputs
+    ``Z = A V_k`` and ``W = A^H U_d``, whose cotangents are ``X`` and ``T^H``
+    (module docstring). The other tensor inputs are the certified block and
+    the extras, not differentiable."""
+
+    @staticmethod
+    def forward(Z, W, Uk, Sk, Vhk, U, S, V, Ue, Se, A, k, cfg, opts) -> tuple:
+        return tuple(
+            t.clone(memory_format=torch.contiguous_format) for t in (Uk, Sk, Vhk)
+        )
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        Z, W, _, _, _, U, S, V, Ue, Se, ctx.A, ctx.k, ctx.cfg, ctx.opts = inputs
+        ctx.save_for_backward(Z, W, U, S, V, Ue, Se)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
+        Z, W, U, S, V, Ue, Se = ctx.saved_tensors
+        with torch.no_grad():
+            gZ, gW = _svd_cotangents(ctx, (U, S, V), (Ue, Se), (gU, gS, gVh))
+        return (TK._first_order(gZ, Z), TK._first_order(gW, W), *(None,) * 12)
+
+    jvp = staticmethod(TK._no_forward_mode)
+
+
+def _svd_cotangents(ctx: Any, block: tuple, extras: tuple, cot: tuple) -> tuple:
+    """``(grad_Z, grad_W)`` from the factors ``P = [U_d, X]``,
+    ``Q = [T; V_k^H]`` of the pullback (``grad_W = None``: zero)."""
+    A, k, cfg, opts = ctx.A, ctx.k, ctx.cfg, ctx.opts
+    U, S, V = block
+    gU, gS, gVh = cot
+    out = truncated_svd_pullback(
+        A.matmul, A.rmatmul, *block, k, *cot, opts, cfg.rtol, cfg.maxiter, extras
+    )
+    if out is None:
+        return None, None
+    P, Q, residual = out
+    if gU is None and gVh is None:  # dL/dA = (U_k diag(gS)) V_k^H = P V_k^H
+        return P, None
+    d = S.shape[-1]
+    if residual > TK.RTOL_SLACK * cfg.rtol:
+        if A.small():
+            gA = dense_truncated_svd_pullback(A.dense(), *block, k, *cot, opts)
+            return _split_svd_gradient(gA, U[..., :k], V[..., :k], d)
+        _backward_warning("svd_topk", A, cfg.maxiter, residual, opts)
+    return P[..., d:], Q[..., :d, :].mH
+
+
+def _split_svd_gradient(G: Tensor, Uk: Tensor, Vk: Tensor, d: int) -> tuple:
+    """``(grad_Z, grad_W)`` for a dense top-k gradient ``G``, which has the
+    form ``U_k Y^H + X V_k^H`` (cotangents on the kept triplets only), so
+    ``G = G V_k V_k^H + U_k U_k^H G (I - V_k V_k^H)``: ``grad_Z = G V_k`` and
+    ``grad_W = [(I - V_k V_k^H) G^H U_k, 0]``."""
+    GhU = G.mH @ Uk
+    gW = GhU - Vk @ (Vk.mH @ GhU)
+    return G @ Vk, pad_block(gW, d)
+
+
+def svd_topk(
+    op: Any,
+    k: int,
+    *,
+    method: str = "auto",
+    oversample: int | None = None,
+    n_iter: int | None = None,
+    backward_rtol: float | None = None,
+    backward_maxiter: int = 500,
+    degeneracy_atol: float | None = None,
+    broadening: float | None = None,
+    gauge: str | None = None,
+    gauge_atol: float | None = None,
+    backend: str = "auto",
+) -> SVDResult:
+    r"""svd_topk(op, k, *, method="auto", ...) -> (U, S, Vh)
+
+    The top-``k`` singular triplets of a matrix given as a tensor or as a
+    :class:`LinearOperator` (never formed), with the exact top-k gradient.
+
+    .. math::
+        A V_k = U_k \operatorname{diag}(S_k), \qquad
+        A^{H} U_k = V_k \operatorname{diag}(S_k), \qquad
+        S_1 \ge \dots \ge S_k
+
+    ``op`` of shape ``(*, m, n)``; ``U: (*, m, k)``, ``S: (*, k)``,
+    ``Vh: (*, k, n)``. A tensor ``op`` is the same call as
+    ``svd(op, k=k, ...)``. For an operator, the gradient flows through
+    ``op.matmul`` and ``op.rmatmul`` into every tensor they use (factors, a
+    sparse matrix's values, convolution weights) through the two products
+    ``A V_k`` and ``A^H U_d``, computed once in the forward with autograd on
+    (the derivation is in this module's docstring); every other product (the
+    iteration, the backward's conjugate gradients) runs under ``no_grad`` on
+    ``(*, n, p)`` and ``(*, m, p)`` blocks.
+
+    ``method``: ``"randomized"`` runs the certified iteration of :func:`svd`
+    and warns (``ConvergenceWarning``) where it cannot certify; ``"full"``
+    forms ``A = op.matmul(I)`` and takes the full SVD; ``"auto"`` (default)
+    decides as :func:`svd` does where ``m n min(m, n) <= DENSE_FALLBACK_MAX``
+    (``2048**3``, in ``pyspectral.topk``), i.e. it forms ``A`` once for a
+    small operator or an uncertified iteration, and above that size iterates
+    as ``"randomized"`` (it cannot fall back: an uncertified result comes
+    with a ``ConvergenceWarning`` giving the residual and the remedy). The
+    backward's dense fallback (a Sylvester solve that does not converge) is
+    taken only at that size too, else it warns. The work budget of the
+    iteration is the one of :func:`svd` (the cost of a dense full SVD);
+    ``n_iter`` caps the iterations. Other keywords as in :func:`svd`.
+    ``backend="julia"`` raises ``BackendError`` for an operator (its
+    products are Python callables).
+
+    The gradient is first order; ``torch.func.grad``, ``vjp`` and
+    ``jacrev`` work over the tensors the callables use (``vmap`` does not:
+    give the operator batch dimensions instead).
+
+    Returns:
+        ``(U, S, Vh)``, a named tuple; ``S`` real and descending.
+
+    Example::
+
+        >>> B = torch.randn(300, 12, dtype=torch.float64, requires_grad=True)
+        >>> C = torch.randn(12, 200, dtype=torch.float64, requires_grad=True)
+        >>> op = LinearOperator((300, 200), lambda X: B @ (C @ X),
+        ...                     lambda Y: C.mH @ (B.mH @ Y), dtype=B.dtype)
+        >>> U, S, Vh = svd_topk(op, 4)
+        >>> S.sum().backward()  # B.grad, C.grad
+        >>> torch.dist(S, torch.linalg.svdvals(B @ C)[:4]) < 1e-10
+        tensor(True)
+    """
+    numeric = dict(
+        degeneracy_atol=degeneracy_atol,
+        broadening=broadening,
+        gauge_atol=gauge_atol,
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
+    if isinstance(op, Tensor):
+        return svd(op, k=k, method=method, gauge=gauge, backend=backend, **numeric)
+    _check_backend("svd_topk", backend)
+    _check_operator("svd_topk", op, need_rmatmul=True)
+    A = _Op(op, need_rmatmul=True)
+    _check_k("svd_topk", A, k)
+    kw = C.check_keywords("svd_topk", A.meta, k=k, **numeric)
+    k = kw["k"]
+    opts = C.options(
+        kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd_topk"
+    )
+    plan, cfg = _plan("svd", A, kw, method)
+    res = None
+    if plan == "iterate":
+        with torch.no_grad():
+            res = F.svd_topk(
+                A.matmul, A.rmatmul, A.shape, A.dtype, A.device, k, cfg, opts
+            )
+    if res is None:  # formed: the full path, differentiable through A itself
+        full = {**numeric, "oversample": None, "n_iter": None}
+        return svd(A.dense(), k=k, method="full", gauge=gauge, **full)
+    if res.message:
+        _not_certified("svd_topk", k, method, A, res.message)
+    U, S, V, d = res.U, res.S, res.V, res.d
+    Uk, Sk, Vhk = U[..., :k], S[..., :k], V[..., :k].mH
+    if torch.is_grad_enabled():
+        Z, W = A.matmul(V[..., :k]), A.rmatmul(U[..., :d])
+        if _tracked(Z) or _tracked(W):
+            block = (U[..., :d], S[..., :d], V[..., :d], U[..., d:], S[..., d:])
+            out = _SVDTopKOperator.apply(Z, W, Uk, Sk, Vhk, *block, A, k, cfg, opts)
+            return SVDResult(*out)
+    return SVDResult(Uk.contiguous(), Sk.contiguous(), Vhk.contiguous())
+
+
+# ------------------------------------------------------------------ eigh
+
+
+class _EighTopKOperator(torch.autograd.Function):
+    """Returns the (already computed) k extreme eigenpairs; differentiable
+    input ``Z = A V_d``, whose cotangent is ``T^H + [X / 2, 0]``."""
+
+    @staticmethod
+    def forward(Z, wk, Vk, w, V, Ve, we, A, k, largest, cfg, opts) -> tuple:
+        return tuple(t.clone(memory_format=torch.contiguous_format) for t in (wk, Vk))
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        Z, _, _, w, V, Ve, we, ctx.A, ctx.k, ctx.largest, ctx.cfg, ctx.opts = inputs
+        ctx.save_for_backward(Z, w, V, Ve, we)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
+        Z, w, V, Ve, we = ctx.saved_tensors
+        with torch.no_grad():
+            gZ = _eigh_cotangent(ctx, w, V, (Ve, we), gw, gV)
+        return (TK._first_order(gZ, Z), *(None,) * 11)
+
+    jvp = staticmethod(TK._no_forward_mode)
+
+
+def _eigh_cotangent(ctx: Any, w: Tensor, V: Tensor, extras: tuple, gw, gV):
+    """``grad_Z`` from the factors ``P = [V_d, X]``, ``Q = [T; V_k^H / 2]``
+    of the pullback (the gradient ``V_d T + X V_k^H / 2``)."""
+    A, k, cfg, opts = ctx.A, ctx.k, ctx.cfg, ctx.opts
+    out = truncated_eigh_pullback(
+        A.matmul, w, V, k, gw, gV, ctx.largest, opts, cfg.rtol, cfg.maxiter, extras
+    )
+    if out is None:
+        return None
+    P, Q, residual = out
+    d = w.shape[-1]
+    if gV is None:  # V_k diag(gw) V_k^H: Hermitian, grad_Z = [V_k diag(gw), 0]
+        return pad_block(P, d)
+    if residual > TK.RTOL_SLACK * cfg.rtol:
+        if A.small():
+            L = dense_truncated_eigh_pullback(
+                _hermitian(A.dense()), w, V, k, gw, gV, "L", opts
+            )
+            return pad_block(_hermitian_cotangent((L + L.mH) / 2, V[..., :k]), d)
+        _backward_warning("eigh_topk", A, cfg.maxiter, residual, opts)
+    T, X = Q[..., :d, :].mH, P[..., d:]
+    return torch.cat([T[..., :k] + X / 2, T[..., k:]], -1)
+
+
+def _hermitian(H: Tensor) -> Tensor:
+    return (H + H.mH) / 2
+
+
+def _hermitian_cotangent(G: Tensor, Vk: Tensor) -> Tensor:
+    """``g`` with ``(V_k g^H + g V_k^H) / 2 = G`` for a Hermitian top-k
+    gradient ``G = P G + G P - P G P`` (``P = V_k V_k^H``; cotangents on the
+    kept pairs only): ``g = 2 G V_k - V_k (V_k^H G V_k)``. (The triangle
+    ``L`` that ``dense_truncated_eigh_pullback`` returns, off-diagonal
+    entries doubled, unfolds to ``G = (L + L^H) / 2``.)"""
+    GV = G @ Vk
+    return 2 * GV - Vk @ (Vk.mH @ GV)
+
+
+def eigh_topk(
+    op: Any,
+    k: int,
+    *,
+    largest: bool = True,
+    method: str = "auto",
+    oversample: int | None = None,
+    n_iter: int | None = None,
+    backward_rtol: float | None = None,
+    backward_maxiter: int = 500,
+    degeneracy_atol: float | None = None,
+    broadening: float | None = None,
+    gauge: str | None = None,
+    gauge_atol: float | None = None,
+    backend: str = "auto",
+) -> EighResult:
+    r"""eigh_topk(op, k, *, largest=True, ...) -> (eigenvalues, eigenvectors)
+
+    The ``k`` largest (``largest=True``) or smallest eigenpairs of a Hermitian
+    matrix given as a tensor or as a :class:`LinearOperator` (never formed),
+    with the exact top-k gradient.
+
+    .. math::
+        A V_k = V_k \operatorname{diag}(\Lambda_k), \qquad A = A^{H}
+
+    ``op`` of shape ``(*, n, n)``; eigenvalues ``(*, k)`` ascending,
+    eigenvectors ``(*, n, k)``. A tensor ``op`` is the same call as
+    ``eigh(op, k=k, largest=largest, ...)`` (which reads the lower
+    triangle). An operator must be Hermitian for every value of the tensors
+    it uses (not checked), and only ``op.matmul`` is called; the gradient
+    flows through it into those tensors through the product ``A V_d``,
+    computed once in the forward with autograd on. ``method``, the dense
+    fallbacks and the other keywords as in :func:`svd_topk` (``"full"``
+    forms ``(A + A^H) / 2`` with ``A = op.matmul(I)``).
+
+    Returns:
+        ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues real and
+        ascending.
+
+    Example::
+
+        >>> B = torch.randn(300, 6, dtype=torch.float64, requires_grad=True)
+        >>> op = LinearOperator((300, 300), lambda X: B @ (B.mH @ X) + X,
+        ...                     dtype=B.dtype)
+        >>> w, V = eigh_topk(op, 3)
+        >>> w.sum().backward()  # B.grad
+        >>> torch.dist(op.matmul(V), V * w) < 1e-9
+        tensor(True)
+    """
+    numeric = dict(
+        degeneracy_atol=degeneracy_atol,
+        broadening=broadening,
+        gauge_atol=gauge_atol,
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
+    if isinstance(op, Tensor):
+        return eigh(
+            op,
+            k=k,
+            largest=largest,
+            method=method,
+            gauge=gauge,
+            backend=backend,
+            **numeric,
+        )
+    _check_backend("eigh_topk", backend)
+    _check_operator("eigh_topk", op, need_rmatmul=False)
+    A = _Op(op, need_rmatmul=False)
+    if A.shape[-1] != A.shape[-2]:
+        raise ShapeError(
+            f"eigh_topk: op must be square, shape (*, n, n), got shape {A.shape}"
+        )
+    _check_k("eigh_topk", A, k)
+    kw = C.check_keywords("eigh_topk", A.meta, k=k, **numeric)
+    k = kw["k"]
+    opts = C.options(
+        kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh_topk"
+    )
+    plan, cfg = _plan("eigh", A, kw, method)
+    res = None
+    if plan == "iterate":
+        with torch.no_grad():
+            res = F.eigh_topk(
+                A.matmul, A.shape, A.dtype, A.device, k, largest, cfg, opts
+            )
+    if res is None:  # formed: the full path, differentiable through A itself
+        full = {**numeric, "oversample": None, "n_iter": None}
+        H = _hermitian(A.dense())
+        return eigh(H, k=k, largest=largest, method="full", gauge=gauge, **full)
+    if res.message:
+        _not_certified("eigh_topk", k, method, A, res.message)
+    w, V, d = res.S, res.U, res.d
+    wk, Vk = w[..., :k], V[..., :k]
+    if torch.is_grad_enabled():
+        Z = A.matmul(V[..., :d])
+        if _tracked(Z):
+            block = (w[..., :d], V[..., :d], V[..., d:], w[..., d:])
+            out = _EighTopKOperator.apply(Z, wk, Vk, *block, A, k, largest, cfg, opts)
+            return EighResult(*out)
+    return EighResult(wk.contiguous(), Vk.contiguous())
