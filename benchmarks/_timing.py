@@ -21,6 +21,10 @@ import torch
 
 DEFAULT_SIZES = "64,256,512,1024,4096x8"
 QUICK_SIZES = "64,256,4096x8"
+# On a GPU (--device cuda): n = 64 ... 4096, and batches of 8x8 and 32x32 (the
+# largest size of cuSOLVER's batched Jacobi SVD).
+CUDA_SIZES = "64,256,512,1024,2048,4096,4096x8,4096x32"
+CUDA_QUICK_SIZES = "64,512,4096x8,4096x32"
 SLOW = 3.0  # seconds: a measurement expected to take longer announces itself
 
 
@@ -32,6 +36,37 @@ def parse_size(text: str) -> tuple[int, int]:
 
 def label(batch: int, n: int) -> str:
     return f"{batch} x {n}x{n}" if batch else f"{n}x{n}"
+
+
+def device(text: str) -> torch.device:
+    """``--device``: ``cpu`` or ``cuda[:N]``; an unusable device is refused
+    with the reason (an argparse error)."""
+    try:
+        dev = torch.device(text)
+    except RuntimeError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+    if dev.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"cpu or cuda, got {text!r}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+        raise argparse.ArgumentTypeError(
+            f"CUDA is not available (torch {torch.__version__}, a {build} build)"
+        )
+    return dev
+
+
+def synchronize(dev: torch.device) -> None:
+    """Wait for the work queued on ``dev``: a timed call ends with it, so that
+    the wall time counts the GPU's work, not only its launch."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def device_name(dev: torch.device) -> str:
+    """What the tables name: the GPU and CUDA version, or the CPU threads."""
+    if dev.type == "cuda":
+        return f"{torch.cuda.get_device_name(dev)}, CUDA {torch.version.cuda}"
+    return f"CPU, {torch.get_num_threads()} threads"
 
 
 def progress(message: str) -> None:
@@ -110,11 +145,11 @@ class Table:
         print("| " + " | ".join(map(str, cells)) + " |", flush=True)
 
 
-def versus_torch(title: str) -> Table:
+def versus_torch(title: str, dev: torch.device | None = None) -> Table:
     """The table of ``bench_svd`` / ``bench_eigh``: median ms and the ratio."""
     return Table(
         f"{title}: float64, forward+backward, median ms; torch "
-        f"{torch.__version__}, {torch.get_num_threads()} threads",
+        f"{torch.__version__}, {device_name(dev or torch.device('cpu'))}",
         ("size", "torch.linalg", "pyspectral", "ratio"),
     )
 
@@ -151,7 +186,11 @@ def parser(
 def finish(
     args: argparse.Namespace, sizes: str = DEFAULT_SIZES, quick: str = QUICK_SIZES
 ) -> argparse.Namespace:
-    """Fill in the defaults that depend on ``--quick``; apply ``--threads``."""
+    """Fill in the defaults that depend on ``--quick`` and ``--device``;
+    apply ``--threads``."""
+    on_gpu = getattr(args, "device", torch.device("cpu")).type == "cuda"
+    if args.sizes is None and on_gpu:
+        args.sizes = CUDA_QUICK_SIZES if args.quick else CUDA_SIZES
     if args.sizes is None:
         args.sizes = quick if args.quick else sizes
     if args.repeat is None:
@@ -166,5 +205,12 @@ def arguments(description: str, argv: Sequence[str] | None) -> argparse.Namespac
     p = parser(description)
     p.add_argument(
         "--backend", default="torch", help='pyspectral backend (default "torch")'
+    )
+    p.add_argument(
+        "--device",
+        type=device,
+        default=torch.device("cpu"),
+        help=f"cpu (default) or cuda; on cuda the default sizes are {CUDA_SIZES} "
+        f"({CUDA_QUICK_SIZES} with --quick)",
     )
     return finish(p.parse_args(argv))

@@ -1,7 +1,7 @@
 """Forward+backward time of ``pyspectral.eigh`` vs ``torch.linalg.eigh``.
 
     python benchmarks/bench_eigh.py [--sizes 64,256,4096x8] [--repeat 21]
-        [--threads N] [--backend torch|julia] [--quick]
+        [--threads N] [--backend torch|julia] [--device cpu|cuda] [--quick]
 
 Loss ``<V diag(tanh(w)) V^H, W>``: gauge invariant, with cotangents on the
 eigenvalues and the eigenvectors. Each row is printed as soon as it is
@@ -27,24 +27,29 @@ def step(eigh, A0: torch.Tensor, W: torch.Tensor):
         A = A0.detach().requires_grad_(True)
         w, V = eigh(A)
         ((V * torch.tanh(w).unsqueeze(-2)) @ V.mH * W).sum().backward()
+        _timing.synchronize(A.device)
 
     return run
 
 
-def problem(batch: int, n: int, g: torch.Generator) -> tuple:
-    """``(A, W)``: the symmetric matrix (or batch) and the loss weights."""
+def problem(batch: int, n: int, g: torch.Generator, device=None) -> tuple:
+    """``(A, W)``: the symmetric matrix (or batch) and the loss weights, drawn
+    on the CPU (the same numbers on every device) and moved to ``device``."""
     shape = (batch, n, n) if batch else (n, n)
-    X = torch.randn(shape, generator=g, dtype=torch.float64)
-    return (X + X.mT) / 2, torch.randn(shape, generator=g, dtype=torch.float64)
+    X = torch.randn(shape, generator=g, dtype=torch.float64, device="cpu")
+    W = torch.randn(shape, generator=g, dtype=torch.float64, device="cpu")
+    return ((X + X.mT) / 2).to(device), W.to(device)
 
 
-def rows(sizes: str, repeat: int, backend: str = "torch") -> Iterator[tuple]:
+def rows(
+    sizes: str, repeat: int, backend: str = "torch", device=None
+) -> Iterator[tuple]:
     """``(size, t_torch, t_pyspectral, ratio)`` for each size, one at a time
     (measured when asked for)."""
     g = torch.Generator().manual_seed(0)
     for size in sizes.split(","):
         batch, n = _timing.parse_size(size)
-        A, W = problem(batch, n, g)
+        A, W = problem(batch, n, g, device)
         times = _timing.interleaved(
             {
                 "torch": step(torch.linalg.eigh, A, W),
@@ -58,8 +63,8 @@ def rows(sizes: str, repeat: int, backend: str = "torch") -> Iterator[tuple]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _timing.arguments("pyspectral.eigh vs torch.linalg.eigh", argv)
-    table = _timing.versus_torch("eigh")
-    for row in rows(args.sizes, args.repeat, args.backend):
+    table = _timing.versus_torch("eigh", args.device)
+    for row in rows(args.sizes, args.repeat, args.backend, args.device):
         table.row(_timing.versus_torch_row(*row))
     return 0
 

@@ -12,6 +12,7 @@ run:
     python benchmarks/bench_topk.py              # 4096 / 2048 / 2048, k = 32
     python benchmarks/bench_topk.py --quick      # 1024 / 512 / 512 (smoke test)
     python benchmarks/bench_topk.py --calibrate  # the cost model's constants
+    python benchmarks/bench_topk.py --device cuda  # on a GPU: 8192 / 4096 / 4096
 
 Gradient errors are max|g - g_exact| / max|g_exact| for the loss
 <U_k V_k^H, W> + sum(S_k^2) (gauge invariant at a gap).
@@ -21,19 +22,35 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-import pyspectral as ps
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _timing  # noqa: E402
+
+import pyspectral as ps  # noqa: E402
+
+# The device of every matrix (--device); set once by main.
+DEVICE = torch.device("cpu")
+
+
+def seeded(n: int, m: int, seed: int) -> torch.Tensor:
+    """Gaussian ``n x m`` from a seeded CPU generator (the same numbers on
+    every device), on ``DEVICE``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, m, dtype=torch.float64, generator=g).to(DEVICE)
 
 
 def with_spectrum(s: torch.Tensor, seed: int = 0) -> torch.Tensor:
     n = s.shape[0]
     g = torch.Generator().manual_seed(seed)
-    Q1 = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g)).Q
-    Q2 = torch.linalg.qr(torch.randn(n, n, dtype=torch.float64, generator=g)).Q
-    return (Q1 * s) @ Q2.mT
+    X1, X2 = (torch.randn(n, n, dtype=torch.float64, generator=g) for _ in "12")
+    Q1 = torch.linalg.qr(X1.to(DEVICE)).Q
+    Q2 = torch.linalg.qr(X2.to(DEVICE)).Q
+    return (Q1 * s.to(DEVICE)) @ Q2.mT
 
 
 def gap_matrix(n: int, k: int, gap: float, seed: int = 0) -> torch.Tensor:
@@ -50,8 +67,7 @@ def slow_matrix(n: int) -> torch.Tensor:
 
 
 def gaussian(n: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(0)
-    return torch.randn(n, n, dtype=torch.float64, generator=g)
+    return seeded(n, n, 0)
 
 
 def loss(U, S, Vh, W):
@@ -78,9 +94,11 @@ def methods(k: int) -> dict:
 def run(fn, A, W):
     """One forward + backward: (seconds, gradient)."""
     X = A.clone().requires_grad_()
+    _timing.synchronize(X.device)
     t = time.perf_counter()
     U, S, Vh = fn(X)
     loss(U, S, Vh, W).backward()
+    _timing.synchronize(X.device)
     return time.perf_counter() - t, X.grad
 
 
@@ -100,8 +118,7 @@ def err(g, exact) -> float:
 
 
 def weights(n: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(1)
-    return torch.randn(n, n, dtype=torch.float64, generator=g)
+    return seeded(n, n, 1)
 
 
 def table_gap(n: int, k: int, rounds: int) -> None:
@@ -161,8 +178,10 @@ def calibrate() -> None:
         f()
         ts = []
         for _ in range(r):
+            _timing.synchronize(DEVICE)
             t = time.perf_counter()
             f()
+            _timing.synchronize(DEVICE)
             ts.append(time.perf_counter() - t)
         return min(ts)
 
@@ -170,7 +189,7 @@ def calibrate() -> None:
     print("|---:|---:|---:|---:|")
     for n in (256, 512, 1024, 2048):
         A = gaussian(n)
-        X = torch.randn(n, 32, dtype=torch.float64)
+        X = seeded(n, 32, 2)
         t_mm = best(lambda A=A, X=X: (X.mT @ A.mT).mT, 5)
         per_flop = t_mm / (2 * n * n * 32)
         t_svd = best(lambda A=A: torch.linalg.svd(A, full_matrices=False), 1)
@@ -184,14 +203,27 @@ def calibrate() -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--k", type=int, default=32)
-    p.add_argument("--n-gap", type=int, default=4096)
-    p.add_argument("--n-nogap", type=int, default=2048)
-    p.add_argument("--n-closing", type=int, default=2048)
+    # default sizes: 4096 / 2048 / 2048 on a CPU, 8192 / 4096 / 4096 on a GPU
+    p.add_argument("--n-gap", type=int, default=None)
+    p.add_argument("--n-nogap", type=int, default=None)
+    p.add_argument("--n-closing", type=int, default=None)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="small sizes, one round")
     p.add_argument("--calibrate", action="store_true")
     p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--device",
+        type=_timing.device,
+        default=torch.device("cpu"),
+        help="cpu (default) or cuda; on cuda the default sizes are 8192 / 4096 / 4096",
+    )
     args = p.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
+    gpu = DEVICE.type == "cuda"
+    args.n_gap = args.n_gap or (8192 if gpu else 4096)
+    args.n_nogap = args.n_nogap or (4096 if gpu else 2048)
+    args.n_closing = args.n_closing or (4096 if gpu else 2048)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.calibrate:
@@ -200,7 +232,7 @@ def main(argv=None) -> None:
     if args.quick:
         args.n_gap, args.n_nogap, args.n_closing, args.rounds = 1024, 512, 512, 1
     print(
-        f"torch {torch.__version__}, {torch.get_num_threads()} threads, float64, "
+        f"torch {torch.__version__}, {_timing.device_name(DEVICE)}, float64, "
         "forward + backward, median of the rounds"
     )
     table_gap(args.n_gap, args.k, args.rounds)

@@ -84,14 +84,16 @@ def _benchmarks_dir() -> Path | None:
 
 def bench_argv(name: str, args: argparse.Namespace) -> list[str]:
     """The command line ``bench`` passes to ``bench_<name>.py``'s ``main``."""
+    device = getattr(args, "device", None)
+    on = ["--device", device] if device and name != "julia" else []
     if name == "topk":  # takes none of the sweep options
-        return list(TOPK_QUICK) if args.quick else []
+        return (list(TOPK_QUICK) if args.quick else []) + on
     argv = ["--quick"] if args.quick else []
     options = ("sizes", "repeat", "threads", "blas")
     for option in options if name == "julia" else options[:-1]:
         if getattr(args, option, None) is not None:
             argv += [f"--{option}", str(getattr(args, option))]
-    return argv
+    return argv + on
 
 
 def bench(which: str, args: argparse.Namespace) -> int:
@@ -110,6 +112,15 @@ def bench(which: str, args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     status = 0
     for name in BENCHMARKS if which == "all" else (which,):
+        if name == "julia" and getattr(args, "device", None) not in (None, "cpu"):
+            print(
+                f"pyspectral bench: julia skipped: the Julia backend runs on CPU "
+                f"tensors only (--device {args.device})",
+                file=sys.stderr,
+                flush=True,
+            )
+            status = max(status, 2 if which == "julia" else 0)
+            continue
         argv = bench_argv(name, args)
         command = " ".join([f"benchmarks/bench_{name}.py", *argv])
         print(f"pyspectral bench: running {command}", file=sys.stderr, flush=True)
@@ -168,6 +179,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--sizes", help="e.g. 64,256,512,1024,4096x8 (BxN: a batch)")
     b.add_argument("--repeat", type=int, help="timed rounds per size")
     b.add_argument("--threads", type=int, help="torch threads (default: all)")
+    b.add_argument(
+        "--device",
+        help="svd, eigh, topk: cpu (default) or cuda (a GPU; its own default sizes, "
+        "n = 64 ... 4096, batches of 8x8 and 32x32, top-k at 8192^2)",
+    )
     b.add_argument(
         "--blas",
         choices=("default", "mkl", "both"),

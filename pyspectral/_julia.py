@@ -414,9 +414,10 @@ def in_layout_of(t: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
 
 
 def gradient_buffer(shape_dtype: tuple) -> torch.Tensor:
-    """A zeroed C-contiguous gradient that Julia's pullbacks write into."""
+    """A zeroed C-contiguous gradient that Julia's pullbacks write into (CPU
+    memory, whatever torch's default device is)."""
     shape, dtype = shape_dtype
-    return torch.zeros(shape, dtype=dtype)
+    return torch.zeros(shape, dtype=dtype, device="cpu")
 
 
 def options(opts: Any) -> dict[str, Any]:

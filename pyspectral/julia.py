@@ -111,7 +111,7 @@ def _to_torch(y: Any, like: torch.dtype) -> torch.Tensor:
             if not isinstance(y, complex) or like.is_complex
             else (torch.complex128 if like == torch.float64 else torch.complex64)
         )
-        return torch.tensor(y, dtype=dtype)
+        return torch.tensor(y, dtype=dtype, device="cpu")  # as from_numpy's
     return torch.from_numpy(np.asarray(y))
 
 

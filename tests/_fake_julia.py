@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pytest
 import torch
 
 from pyspectral import _common as C
@@ -946,7 +947,12 @@ GLUE_FUNCTIONS = (
 @contextlib.contextmanager
 def installed(fake: FakeJulia | None = None) -> Iterator[FakeJulia]:
     """Replace the Julia runtime by ``fake`` (fresh bridge state), restoring
-    the real runtime and its state afterwards."""
+    the real runtime and its state afterwards. Skips the test when the
+    session's tensors are not on the CPU (``pytest --device cuda``): Julia,
+    and so its stand-in, takes CPU tensors only."""
+    device = torch.get_default_device()
+    if device.type != "cpu":
+        pytest.skip(f"the Julia backend runs on CPU tensors only (--device {device})")
     fake = FakeJulia() if fake is None else fake
     with _julia._lock:
         saved = _julia.runtime, dict(_julia._state)

@@ -15,9 +15,16 @@ from torch import Tensor
 EPS34 = torch.finfo(torch.float64).eps ** 0.75  # the documented tolerance factor
 
 
+def seeded_randn(*shape: int, dtype: torch.dtype, gen: torch.Generator) -> Tensor:
+    """``torch.randn`` from the seeded CPU generator ``gen``, moved to the
+    default device (``pytest --device``): the same numbers on every device."""
+    X = torch.randn(*shape, dtype=dtype, generator=gen, device=gen.device)
+    return X.to(torch.get_default_device())
+
+
 def unitary(n: int, dtype: torch.dtype, gen: torch.Generator) -> Tensor:
     """Haar-random ``n x n`` unitary (orthogonal for real ``dtype``)."""
-    X = torch.randn(n, n, dtype=dtype, generator=gen)
+    X = seeded_randn(n, n, dtype=dtype, gen=gen)
     Q, R = torch.linalg.qr(X)
     d = R.diagonal()
     return Q * (d / d.abs()).unsqueeze(-2)
@@ -115,7 +122,7 @@ def fd_jacobian(f: Callable[[Tensor], Tensor], A: Tensor, h: float = 1e-5) -> Te
     A = A.detach()
     cols = []
     for i in range(A.numel()):
-        E = torch.zeros(A.numel(), dtype=A.dtype)
+        E = torch.zeros(A.numel(), dtype=A.dtype, device=A.device)
         E[i] = h
         E = E.view_as(A)
         cols.append(
@@ -145,12 +152,12 @@ def inner(X: Tensor, W: Tensor) -> Tensor:
 
 def random_like(A: Tensor, seed: int = 1, shape: Sequence[int] | None = None) -> Tensor:
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(*(shape or A.shape), dtype=A.dtype, generator=gen)
+    return seeded_randn(*(shape or A.shape), dtype=A.dtype, gen=gen).to(A.device)
 
 
 def randn(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, dtype=dtype, generator=g)
+    return seeded_randn(*shape, dtype=dtype, gen=g)
 
 
 def hermitian(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):

@@ -159,12 +159,10 @@ def test_inv_lorentz_with_a_width_whose_square_underflows(dtype) -> None:
 
 
 def test_tiny_broadening_gives_finite_gradients_at_degeneracy() -> None:
-    from _spectra import matrix_with_spectrum
+    from _spectra import matrix_with_spectrum, randn
 
     A = matrix_with_spectrum([3.0, 2.0, 2.0, 1.0], 5, 4)
-    W = torch.randn(
-        5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
-    )
+    W = randn(5, 4, seed=0)
 
     def loss(X, b):
         U, S, Vh = ps.svd(X, broadening=b, gauge="ignore")

@@ -190,8 +190,17 @@ def cg_iterations(kappa: float, rtol: float, maxiter: int) -> int:
     root = max(kappa, 1.0) ** 0.5
     if root - 1 < 1e-8:
         return 1
-    logs = torch.log(torch.tensor([2.0 / rtol, (root + 1) / (root - 1)]))
-    return min(maxiter, int(logs[0] / logs[1]) + 1)
+    # log(1 / q) as log1p(2 / (root - 1)): accurate, and > 0 also where
+    # (root + 1) / (root - 1) rounds to 1 (whose log, 0, overflowed int())
+    return min(
+        maxiter, int(_host(2.0 / rtol).log() / _host(2 / (root - 1)).log1p()) + 1
+    )
+
+
+def _host(x: float) -> Tensor:
+    """``x`` as a float64 CPU scalar, for host arithmetic: on the CPU whatever
+    torch's default device is (no GPU tensor, no sync)."""
+    return torch.tensor(x, dtype=torch.float64, device="cpu")
 
 
 # ------------------------------------------------------------ the monitor
@@ -318,8 +327,7 @@ class _Monitor:
         if rate >= 1:
             self.why += "; it is not converging"
             return True
-        logs = torch.log(torch.tensor([h[-1], rate], dtype=torch.float64))
-        left = float(logs[0] / -logs[1]) + 1
+        left = float(_host(h[-1]).log() / -_host(rate).log()) + 1
         # the rate is about (s_{p+1} / s_k)^2, which also sets the condition
         # number of the backward's CG: 1 / (1 - rate)
         cg = cg_iterations(1 / (1 - float(rate)), self.cfg.rtol, self.cfg.maxiter)
