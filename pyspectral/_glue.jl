@@ -198,19 +198,34 @@ function svd_function_pushforward_batched(U, S, Vt, f, ΔAt; degeneracy_atol=not
                   for b in axes(ΔAt, 3)])
 end
 
-# Top-k: Julia's svd_topk of the transposes; the truncated pullbacks multiply by
-# the input again, which the bridge passes back (the same zero-copy view).
-function svd_topk_batched(At::AbstractArray{<:Any,3}, k::Integer; oversample, n_iter)
-    Fs = [PySpectral.svd_topk(view(At, :, :, b), k; oversample, n_iter) for b in axes(At, 3)]
-    return batch([F.U for F in Fs]), batch([F.S for F in Fs]), batch([F.Vt for F in Fs])
+# Top-k: Julia's svd_topk_block of the transposes, per batch element. Each returns its
+# block of p Ritz triplets (kept k first, the first d certified); under method "auto" an
+# element that does not certify takes the full path (its block is the whole thin SVD),
+# and then the whole batch does, as the native backend decides for its whole batch, so
+# that the blocks stack. The truncated pullbacks multiply by the input again, which the
+# bridge passes back (the same zero-copy view), with the blocks and the d's.
+function topk_blocks(block, width, At, k; method, kw...)
+    Bs = [block(view(At, :, :, b), k; method=Symbol(method), kw...) for b in axes(At, 3)]
+    w = maximum(width, Bs; init=0)
+    return [width(B) < w ? block(view(At, :, :, b), k; method=:full, kw...) : B
+            for (b, B) in enumerate(Bs)]
 end
 
-function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, ΔU, ΔS, ΔVt; rtol, maxiter, kw...)
+function svd_topk_batched(At::AbstractArray{<:Any,3}, k::Integer; method, oversample,
+                          n_iter, rtol, maxiter, degeneracy_atol=nothing)
+    Bs = topk_blocks(PySpectral.svd_topk_block, B -> length(B.S), At, k; method, oversample,
+                     n_iter, rtol, maxiter, degeneracy_atol)
+    return (batch([B.U for B in Bs]), batch([B.S for B in Bs]), batch([B.Vt for B in Bs]),
+            Tuple(B.d for B in Bs))
+end
+
+function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, d, ΔU, ΔS, ΔVt; rtol, maxiter,
+                                     kw...)
     opts = options(; kw...)
     for b in axes(ΔAt, 3)
         PySpectral.svd_trunc_pullback!(slice(ΔAt, b), slice(At, b), slice(U, b), slice(S, b),
                                        slice(Vt, b), slice(ΔU, b), slice(ΔS, b),
-                                       slice(ΔVt, b); rtol, maxiter, opts...)
+                                       slice(ΔVt, b); d=d[b], rtol, maxiter, opts...)
     end
     return ΔAt
 end
@@ -250,20 +265,23 @@ function eigh_pushforward_batched(λ, V, ΔAt, uplo::AbstractString; degeneracy_
 end
 
 function eigh_topk_batched(At::AbstractArray{<:Any,3}, k::Integer, uplo::AbstractString;
-                           oversample, n_iter)
-    Es = [PySpectral.eigh_topk(view(At, :, :, b), k; uplo=Symbol(uplo), oversample, n_iter)
-          for b in axes(At, 3)]
-    return batch([E.values for E in Es]), conj!(batch([E.vectors for E in Es]))
+                           largest, method, oversample, n_iter, rtol, maxiter,
+                           degeneracy_atol=nothing)
+    Bs = topk_blocks(PySpectral.eigh_topk_block, B -> length(B.values), At, k; method,
+                     uplo=Symbol(uplo), largest, oversample, n_iter, rtol, maxiter,
+                     degeneracy_atol)
+    return (batch([B.values for B in Bs]), conj!(batch([B.vectors for B in Bs])),
+            Tuple(B.d for B in Bs))
 end
 
-function eigh_trunc_pullback_batched!(ΔAt, At, λ, V, Δλ, ΔV, uplo::AbstractString;
-                                      rtol, maxiter, kw...)
+function eigh_trunc_pullback_batched!(ΔAt, At, λ, V, d, Δλ, ΔV, uplo::AbstractString;
+                                      largest, rtol, maxiter, kw...)
     opts = options(; kw...)
     for b in axes(ΔAt, 3)
         PySpectral.eigh_trunc_pullback!(slice(ΔAt, b), slice(At, b), slice(λ, b),
                                         conj(slice(V, b)), slice(Δλ, b),
-                                        conjugate(slice(ΔV, b)); uplo=Symbol(uplo), rtol,
-                                        maxiter, opts...)
+                                        conjugate(slice(ΔV, b)); uplo=Symbol(uplo), largest,
+                                        d=d[b], rtol, maxiter, opts...)
     end
     return ΔAt
 end

@@ -28,12 +28,12 @@ reports it. A spectral function's domain error carries the spectra it was
 found on, and the native check, rerun on them, raises the native error
 (0-based index, batch element); gauge violations are recorded by the glue and
 the native policy applied to them once per call; Julia's log records of level
-Warn and above become the native warning for the same event (``_WARNINGS``),
-or a ``RuntimeWarning`` naming the op. Other Julia exceptions become the
-pyspectral error of their kind with Julia's message, never its stack trace:
-that is on the exception as ``julia_error`` (``str()`` of it prints it), and
-``PYSPECTRAL_JULIA_TRACEBACK=yes`` chains it as the ``__cause__``, so that
-Python prints it.
+Warn and above become the native warning for the same event
+(``warn_julia_logs``), or a ``RuntimeWarning`` naming the op. Other Julia
+exceptions become the pyspectral error of their kind with Julia's message,
+never its stack trace: that is on the exception as ``julia_error`` (``str()``
+of it prints it), and ``PYSPECTRAL_JULIA_TRACEBACK=yes`` chains it as the
+``__cause__``, so that Python prints it.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ import torch
 from . import _common as C
 from .exceptions import (
     BackendError,
+    ConvergenceWarning,
     DomainError,
     GaugeError,
-    GaugeWarning,
     InputError,
     JuliaError,
     PySpectralError,
@@ -304,49 +304,103 @@ def native_domain_error(err: DomainError, spectrum: torch.Tensor, check: Any) ->
         raise native from err.__cause__
 
 
-# Julia's warnings for events the native backend warns about, by the start of
-# their message (julia/PySpectral/src): the native warning class and text. The
-# numbers come from the record's keyword arguments, else from its message.
-_CG = re.compile(r"top-k pullback: the Sylvester solve did not converge in (\d+) ")
-_RITZ = re.compile(r"eigh_topk: the Ritz pairs have not converged \(residual (\S+) ")
+# Julia's warnings for events the native backend warns about (the top-k ones of
+# julia/PySpectral/src/forward/topk.jl and pullbacks/truncated.jl), by the start
+# of their message; the numbers come from the record's keyword arguments. Each
+# becomes the native backend's ConvergenceWarning with the native text (worded by
+# pyspectral/topk.py and forward/topk.py; test_topk.py and test_julia_bridge.py
+# check that they agree).
+_UNCERTIFIED = re.compile(
+    r"(svd|eigh)_topk\(k=(\d+), method=:randomized\): not certified"
+)
+_UNCONVERGED = re.compile(
+    r"(svd|eigh)_topk backward: the Sylvester solve did not converge"
+)
 
 
-def _native_event(record: tuple) -> tuple[tuple[str, int], float | None] | None:
-    """``((event, maxiter), residual)`` of a Julia log record ``(level, message,
-    module, group, kwargs)`` with a native twin, else None."""
+def _native_event(record: tuple) -> tuple[tuple, float] | None:
+    """``(event, residual)`` of a Julia log record ``(level, message, module,
+    group, kwargs)`` with a native twin, else None: ``event`` is
+    ``("uncertified", op, k)`` or ``("unconverged", op, maxiter)``; records of
+    one event (one per batch element) are one native warning."""
     message, kw = str(record[1]), {str(k): v for k, v in record[4]}
-    residual = kw.get("residual")
-    m = _CG.match(message)
+    m = _UNCERTIFIED.match(message)
     if m:
-        maxiter = int(kw.get("maxiter", m[1]))
-        return ("cg", maxiter), None if residual is None else float(residual)
-    m = _RITZ.match(message)
+        return ("uncertified", m[1], int(m[2])), float(kw["residual"])
+    m = _UNCONVERGED.match(message)
     if m:
-        return ("ritz", 0), float(m[1] if residual is None else residual)
+        return ("unconverged", m[1], int(kw["maxiter"])), float(kw["residual"])
     return None
+
+
+def _uncertified_text(op: str, k: int, kw: dict) -> str:
+    """The native ConvergenceWarning of an uncertified ``method='randomized'``
+    forward (pyspectral/topk.py, with forward/topk.py's reason), from the
+    keyword arguments of Julia's record."""
+    if str(kw["reason"]) == "cluster":
+        p = int(kw["p"])
+        kind = "singular" if op == "svd" else "eigen"
+        why = (
+            f"the {kind}values at k = {k} form a cluster (within degeneracy_atol) "
+            f"that extends past the block of k + oversample = {p}; raise oversample"
+        )
+    else:
+        n = int(kw["iterations"])
+        what = (
+            "|A v - s u| / s_1 of the triplets"
+            if op == "svd"
+            else "|A v - w v| / max|w| of the eigenpairs"
+        )
+        why = (
+            f"after {n} iteration{'s' if n > 1 else ''} the largest relative residual "
+            f"{what} needed is {float(kw['residual']):.2g} (tolerance "
+            f"{float(kw['tol']):.2g})"
+        ) + {
+            "stalled": "; it is not converging",
+            "budget": "; at the measured rate it would exceed the work budget",
+        }.get(str(kw["stop"]), "")
+    full = "SVD" if op == "svd" else "eigh"
+    return (
+        f"{op}(k={k}, method='randomized'): not certified: {why}. The result is "
+        f"approximate; use method='auto' (which falls back to the full {full}), "
+        "raise n_iter or oversample."
+    )
+
+
+def _unconverged_text(op: str, maxiter: int, residual: float) -> str:
+    """The native ConvergenceWarning of a top-k backward whose CG solve did
+    not converge on a matrix too large for the dense fallback (pyspectral/topk.py)."""
+    return (
+        f"{op}(k=..., method='randomized') backward: the Sylvester solve did not "
+        f"converge in {maxiter} iterations (relative residual {residual:.2g}): "
+        "there is no gap between the kept spectrum and the rest beyond the "
+        "certified block, and the matrix is too large for the exact dense "
+        "fallback. The gradient is approximate; use method='full', a k at a "
+        "gap, or a larger oversample."
+    )
 
 
 def warn_julia_logs(op: str, records: Any) -> None:
     """Re-emit the warnings a glue call logged in Julia. One event, logged once
-    per batch element in Julia, is one native warning (with the largest
-    residual), as the native backend, which works on the whole batch, warns;
-    other records become a ``RuntimeWarning`` naming the op."""
-    residuals: dict[tuple[str, int], list[float | None]] = {}
+    per batch element in Julia, is one native warning (the record with the
+    largest residual), as the native backend, which works on the whole batch,
+    warns; other records become a ``RuntimeWarning`` naming the op."""
+    worst: dict[tuple, tuple[float, dict]] = {}
     for record in map(tuple, records):
         event = _native_event(record)
         if event is None:
             level, message = str(record[0]), str(record[1])
             C.warn(f"{op} (Julia {level}): {message}", RuntimeWarning)
+            continue
+        key, residual = event
+        if key not in worst or residual > worst[key][0]:
+            worst[key] = (residual, {str(k): v for k, v in record[4]})
+    for key, (residual, kw) in worst.items():
+        if key[0] == "uncertified":
+            message = _uncertified_text(*key[1:], kw)
         else:
-            residuals.setdefault(event[0], []).append(event[1])
-    for (event, maxiter), values in residuals.items():
-        known = [r for r in values if r is not None]
-        residual = max(known) if known else None
-        if event == "ritz":
-            message = C.ritz_message(residual)
-        else:
-            message = C.topk_backward_message(maxiter, residual)
-        C.warn(message, GaugeWarning)  # at the user's line
+            message = _unconverged_text(key[1], key[2], residual)
+        C.warn(message, ConvergenceWarning)  # at the user's line
 
 
 # ------------------------------------------------------------ conversions
@@ -567,14 +621,19 @@ def svd_function_pushforward(
     return from_julia(dYj, dA.shape[:-2])
 
 
-def svd_topk(A: torch.Tensor, k: int, oversample: int, n_iter: int) -> tuple:
+def svd_topk(A: torch.Tensor, k: int, settings: dict[str, Any]) -> tuple:
+    """The top-``k`` triplets by Julia's svd_topk_block on the transposes, and
+    the handles of its blocks for :func:`svd_trunc_pullback`. ``settings``:
+    ``method`` ("auto"/"randomized"), ``oversample``, ``n_iter`` (None:
+    automatic), ``rtol``, ``maxiter`` (the backward's) and ``degeneracy_atol``."""
     check_tensor("svd", A)
     batch = A.shape[:-2]
-    Uj, Sj, Vtj = call(
-        "svd", "svd_topk_batched", to_julia(A), k, oversample=oversample, n_iter=n_iter
-    )
-    U, Vh = from_julia(Vtj, batch), from_julia(Uj, batch)
-    return (U, from_julia_vectors(Sj, batch), Vh), (Uj, Sj, Vtj)
+    Uj, Sj, Vtj, d = call("svd", "svd_topk_batched", to_julia(A), k, **settings)
+    # the blocks have p >= k columns: the kept ones, contiguous as natively
+    U = from_julia(Vtj, batch)[..., :k]  # Julia's Vt is U^T
+    Vh = from_julia(Uj, batch)[..., :k, :]  # Julia's U is Vh^T
+    S = from_julia_vectors(Sj, batch)[..., :k]
+    return tuple(t.contiguous() for t in (U, S, Vh)), (Uj, Sj, Vtj, d)
 
 
 def svd_trunc_pullback(
@@ -587,6 +646,8 @@ def svd_trunc_pullback(
     rtol: float,
     maxiter: int,
 ) -> torch.Tensor:
+    """Gradient of the top-k triplets from the blocks of :func:`svd_topk`
+    (Julia's svd_trunc_pullback!, dense fallback and warning included)."""
     gA = gradient_buffer((A.shape, A.dtype))
     _pullback(
         "svd",
@@ -657,21 +718,26 @@ def eigh_pushforward(handles: tuple, dA: torch.Tensor, uplo: str, opts: Any) -> 
 
 
 def eigh_topk(
-    A: torch.Tensor, k: int, uplo: str, oversample: int, n_iter: int
+    A: torch.Tensor, k: int, uplo: str, largest: bool, settings: dict[str, Any]
 ) -> tuple:
+    """The ``k`` largest (smallest) eigenpairs by Julia's eigh_topk_block, kept
+    ascending, and the handles of its blocks; ``settings`` as for
+    :func:`svd_topk`."""
     check_tensor("eigh", A)
     batch = A.shape[:-2]
-    wj, Vj = call(
+    wj, Vj, d = call(
         "eigh",
         "eigh_topk_batched",
         to_julia(A),
         k,
         _SWAP[uplo],
-        oversample=oversample,
-        n_iter=n_iter,
+        largest=largest,
+        **settings,
     )
-    V = julia_matrices(Vj)  # conjugated in place by the glue, as for eigh
-    return (from_julia_vectors(wj, batch), V.reshape(*batch, *V.shape[-2:])), (wj, Vj)
+    # the blocks have p >= k columns, the kept ones first (ascending)
+    V = julia_matrices(Vj)[..., :k]  # conjugated in place by the glue, as for eigh
+    w = from_julia_vectors(wj, batch)[..., :k].contiguous()
+    return (w, V.reshape(*batch, *V.shape[-2:]).contiguous()), (wj, Vj, d)
 
 
 def eigh_trunc_pullback(
@@ -680,11 +746,13 @@ def eigh_trunc_pullback(
     gw: Any,
     gV: Any,
     uplo: str,
+    largest: bool,
     opts: Any,
     rtol: float,
     maxiter: int,
 ) -> torch.Tensor:
-    wj, Vj = handles
+    """Gradient of the top-k eigenpairs from the blocks of :func:`eigh_topk`."""
+    wj, Vj, d = handles
     gA = gradient_buffer((A.shape, A.dtype))
     _pullback(
         "eigh",
@@ -695,9 +763,11 @@ def eigh_trunc_pullback(
         to_julia(A),
         wj,
         Vj,
+        d,
         None if gw is None else to_julia_vectors(gw),
         None if gV is None else to_julia_matrices(gV),
         _SWAP[uplo],
+        largest=largest,
         rtol=rtol,
         maxiter=maxiter,
         **options(opts),

@@ -13,7 +13,7 @@ from . import _common as C
 from . import _julia
 from ._backend import resolve_backend
 from ._fns import SpectralFn, named_argument, power, user_pair
-from .exceptions import DomainError, InputError, InputTypeError
+from .exceptions import DomainError, InputTypeError
 from .forward.topk import top_k_method
 from .pullbacks.eigh import eigh_pullback, eigh_pushforward
 from .pullbacks.matfun import matrix_function_pullback, matrix_function_pushforward
@@ -355,24 +355,13 @@ def eigh(
             kw["backward_rtol"],
             kw["backward_maxiter"],
         )
-        if method == "iterative" and backend == "julia" and cfg.method != "auto":
-            if not largest:
-                raise InputError(
-                    "eigh: method='randomized' on the Julia backend finds the "
-                    "largest eigenpairs; for the smallest use method='full' or "
-                    "backend='torch'"
-                )
-            # Julia's products with A read both triangles: A must be Hermitian
-            C.check_hermitian("eigh", A, hermitian_tol)
     impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
     if k is None:
         return EighResult(*impl.apply(A, UPLO, opts))
     if method == "iterative":
         if impl is _Eigh:
             return EighResult(*EighTopK.apply(A, k, largest, UPLO, cfg, opts)[:2])
-        if cfg.method == "randomized":
-            args = (A, k, largest, UPLO, cfg.julia, opts)
-            return EighResult(*EighTopKJulia.apply(*args))
+        return EighResult(*EighTopKJulia.apply(A, k, largest, UPLO, cfg, opts))
     w, V = impl.apply(A, UPLO, opts)
     sel = slice(-k, None) if largest else slice(0, k)
     return EighResult(w[..., sel], V[..., sel])

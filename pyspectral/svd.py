@@ -371,8 +371,7 @@ def svd(
     if method == "iterative":
         if impl is _SVD:
             return SVDResult(*SVDTopK.apply(A, k, cfg, opts)[:3])
-        if cfg.method == "randomized":
-            return SVDResult(*SVDTopKJulia.apply(A, k, cfg.julia, opts))
+        return SVDResult(*SVDTopKJulia.apply(A, k, cfg, opts))
     U, S, Vh = impl.apply(A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 

@@ -330,16 +330,32 @@ def _embed(g: Tensor, at: int, n: int) -> Tensor:
     return torch.cat([zeros[..., :at], g, zeros[..., at + k :]], -1)
 
 
+def _julia_settings(k: int, cfg: TopKConfig, opts: C.Options) -> dict[str, Any]:
+    """The forward keywords of Julia's svd_topk_block / eigh_topk_block for the
+    native path's settings: the same block (``oversample = p - k``), iteration
+    cap, certificate, budget (which includes the backward's CG) and cluster
+    tolerance, so that both backends decide alike."""
+    return {
+        "method": cfg.method,
+        "oversample": cfg.p - k,
+        "n_iter": cfg.max_iter,
+        "rtol": cfg.rtol,
+        "maxiter": cfg.maxiter,
+        "degeneracy_atol": opts.degeneracy_atol,
+    }
+
+
 class SVDTopKJulia(torch.autograd.Function):
-    """``SVDTopK`` on the Julia backend (PySpectral.svd_topk and its pullback:
-    the randomized range finder with ``n_iter`` power iterations, as before
-    issue 8's certified forward; parity comes with the Julia half)."""
+    """``SVDTopK`` on the Julia backend: PySpectral.svd_topk_block (the same
+    certified subspace iteration; ``method="auto"`` falls back to the full
+    SVD in Julia, never returning an uncertified result; ``"randomized"``
+    warns with the measured residual) and svd_trunc_pullback! (the same
+    deflated CG backward, dense fallback and warning). First order only."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, k: int, params: tuple, opts: C.Options) -> tuple:
-        oversample, n_iter, ctx.rtol, ctx.maxiter = params
-        out, ctx.handles = _julia.svd_topk(A, k, oversample, n_iter)
-        ctx.opts = opts
+    def forward(ctx: Any, A: Tensor, k: int, cfg: TopKConfig, opts: C.Options) -> tuple:
+        out, ctx.handles = _julia.svd_topk(A, k, _julia_settings(k, cfg, opts))
+        ctx.cfg, ctx.opts = cfg, opts
         ctx.save_for_backward(A)
         ctx.set_materialize_grads(False)
         return out
@@ -348,8 +364,9 @@ class SVDTopKJulia(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
+        cfg = ctx.cfg
         gA = _julia.svd_trunc_pullback(
-            A, ctx.handles, gU, gS, gVh, ctx.opts, ctx.rtol, ctx.maxiter
+            A, ctx.handles, gU, gS, gVh, ctx.opts, cfg.rtol, cfg.maxiter
         )
         return gA, None, None, None
 
@@ -357,7 +374,9 @@ class SVDTopKJulia(torch.autograd.Function):
 
 
 class EighTopKJulia(torch.autograd.Function):
-    """``EighTopK`` on the Julia backend (PySpectral.eigh_topk and its pullback)."""
+    """``EighTopK`` on the Julia backend (PySpectral.eigh_topk_block and
+    eigh_trunc_pullback!): largest or smallest, reading the ``uplo``
+    triangle, with the native path's certificate, fallback and warnings."""
 
     @staticmethod
     def forward(
@@ -366,12 +385,12 @@ class EighTopKJulia(torch.autograd.Function):
         k: int,
         largest: bool,
         uplo: str,
-        params: tuple,
+        cfg: TopKConfig,
         opts: C.Options,
     ) -> tuple:
-        oversample, n_iter, ctx.rtol, ctx.maxiter = params
-        out, ctx.handles = _julia.eigh_topk(A, k, uplo, oversample, n_iter)
-        ctx.uplo, ctx.opts = uplo, opts
+        settings = _julia_settings(k, cfg, opts)
+        out, ctx.handles = _julia.eigh_topk(A, k, uplo, largest, settings)
+        ctx.largest, ctx.uplo, ctx.cfg, ctx.opts = largest, uplo, cfg, opts
         ctx.save_for_backward(A)
         ctx.set_materialize_grads(False)
         return out
@@ -380,8 +399,17 @@ class EighTopKJulia(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
+        cfg = ctx.cfg
         gA = _julia.eigh_trunc_pullback(
-            A, ctx.handles, gw, gV, ctx.uplo, ctx.opts, ctx.rtol, ctx.maxiter
+            A,
+            ctx.handles,
+            gw,
+            gV,
+            ctx.uplo,
+            ctx.largest,
+            ctx.opts,
+            cfg.rtol,
+            cfg.maxiter,
         )
         return gA, None, None, None, None, None
 

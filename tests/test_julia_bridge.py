@@ -1704,69 +1704,85 @@ def test_gauge_tolerance_is_the_whole_batchs(fake, monkeypatch):
 
 
 def no_gap_svd_grad(backend, batch=()):
-    from _spectra import matrix_with_spectrum
-
-    A = matrix_with_spectrum([5, 4, 3, 3, 3, 1, 0.5, 0.1], 10, 8, seed=3)
-    X = A.expand(*batch, 10, 8).contiguous().requires_grad_(True)
-    U, S, Vh = ps.svd(
-        X, k=3, method="randomized", n_iter=6, backward_maxiter=30, backend=backend
-    )
-    (S.sum() + (U @ U.mT).diagonal(0, -2, -1).sum() + ((U @ Vh) ** 2).sum()).backward()
+    """A backward whose CG cannot converge (capped at one step; no gap past the
+    certified block) on a matrix "too large" for the dense fallback."""
+    s = [1 / (i + 1) ** 0.5 for i in range(30)]
+    A = matrix_with_spectrum(s, 40, 30, seed=4)
+    X = A.expand(*batch, 40, 30).contiguous().requires_grad_(True)
+    kw = dict(k=4, method="randomized", oversample=6, backward_maxiter=1)
+    U, S, Vh = ps.svd(X, backend=backend, **kw)
+    (S.sum() + ((U @ Vh) ** 2).sum()).backward()
     return X.grad
 
 
 @pytest.mark.parametrize("batch", [(), (2,)], ids=str)
-def test_top_k_backward_warns_once(fake, batch):
-    """k cuts a cluster: Julia's current svd_trunc_pullback! (block CG on the
-    whole complement) logs "did not converge" once per batch element; Python
-    gets one GaugeWarning with the native text of that event (Julia's record
-    has no residual: left out). The native backend (issue 8) puts the cut
-    pairs into its explicit block, so it needs no such warning: the Julia half
-    of issue 8 brings Julia there."""
-    with pytest.warns(GaugeWarning) as julia:
-        g = no_gap_svd_grad("julia", batch)
-    assert len(julia) == 1
-    assert str(julia[0].message) == C.topk_backward_message(30, None)
-    assert torch.isfinite(g).all()
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert torch.isfinite(no_gap_svd_grad("torch", batch)).all()
+def test_top_k_backward_warns_once(fake, batch, monkeypatch):
+    """Julia's svd_trunc_pullback! logs "did not converge" once per batch
+    element, with the residual and maxiter as keyword arguments; Python gets
+    one ConvergenceWarning, the native backend's text for the same event (up
+    to the residual: Julia solves on the other side of the transpose)."""
+    from pyspectral import topk
+
+    monkeypatch.setattr(topk, "DENSE_FALLBACK_MAX", 0)  # the stand-in reads it too
+    warned = {}
+    for backend in ("julia", "torch"):
+        with pytest.warns(ps.ConvergenceWarning, match="did not converge") as rec:
+            g = no_gap_svd_grad(backend, batch)
+        assert len(rec) == 1 and torch.isfinite(g).all()
+        warned[backend] = re.sub(r"residual \S+\)", "residual r)", str(rec[0].message))
+    assert warned["julia"] == warned["torch"]
+    assert fake.calls_to("svd_trunc_pullback_batched!")
 
 
 @pytest.mark.parametrize("batch", [(), (2,)], ids=str)
 def test_randomized_eigh_warns_once(fake, batch):
-    """Ritz pairs not converged: Julia logs it per batch element with the
-    relative residual in the text; Python warns once, a GaugeWarning with the
-    text of PySpectral.jl's record (the largest residual). The native backend
-    reports the same event as a ConvergenceWarning with its own measurement."""
-    from _spectra import hermitian_with_spectrum
-
+    """Ritz pairs not certified under method="randomized": Julia logs it per
+    batch element with the measurements as keyword arguments; Python warns
+    once, a ConvergenceWarning with the native text and the largest residual
+    (for one matrix, the native backend's own warning)."""
     w = [-10, -9, -8, 1, 0.9, 0.5, 0.1, 0.05]
     seeds = (2, 5)[: batch[0] if batch else 1]
-    A = torch.stack([hermitian_with_spectrum(w, seed=s) for s in seeds])
-    A = A.reshape(*batch, 8, 8)
+    mats = [hermitian_with_spectrum(w, seed=s) for s in seeds]
+    A = torch.stack(mats).reshape(*batch, 8, 8)
     kw = dict(k=2, method="randomized", oversample=0, n_iter=1)
-    with pytest.warns(GaugeWarning) as julia:
-        ps.eigh(A, backend="julia", **kw)
-    assert len(julia) == 1
-    text = str(julia[0].message)
-    assert text == C.ritz_message(float(re.search(r"residual (\S+) ", text)[1]))
+
+    def warning(X, backend):
+        with pytest.warns(ps.ConvergenceWarning, match="not certified") as rec:
+            ps.eigh(X, backend=backend, **kw)
+        assert len(rec) == 1
+        return str(rec[0].message)
+
+    text = warning(A, "julia")
     assert fake.calls_to("eigh_topk_batched")
-    with pytest.warns(ps.ConvergenceWarning, match="largest relative residual") as rec:
-        ps.eigh(A, backend="torch", **kw)
-    assert len(rec) == 1
+    singles = [warning(M, "julia") for M in mats]
+    residual = re.compile(r"needed is (\S+) ")
+    worst = max(singles, key=lambda t: float(residual.search(t)[1]))
+    assert text == worst
+    if not batch:
+        assert text == warning(A, "torch")
 
 
 def test_julia_warning_records(fake):
-    """A top-k record with the numbers as keyword arguments gets them into the
-    native text; a record with no native twin is a RuntimeWarning naming the op
-    (Julia's level and message)."""
+    """Top-k records become the native ConvergenceWarning texts from their
+    keyword arguments; a record with no native twin is a RuntimeWarning naming
+    the op (Julia's level and message)."""
+    from _fake_julia import JULIA_UNCERTIFIED, JULIA_UNCONVERGED
+
     original = fake.svdvals_batched
+    unconverged = JULIA_UNCONVERGED.format(op="svd", maxiter=7, residual="0.25")
+    uncertified = JULIA_UNCERTIFIED.format(op="eigh", k=3, why="...", full="eigh")
+    uncertified_kw = (
+        ("reason", "residual"),
+        ("residual", 0.0123),
+        ("iterations", 4),
+        ("tol", 1.8e-12),
+        ("stop", "budget"),
+        ("p", 13),
+    )
 
     def svdvals_batched(At):
-        kwargs = (("residual", 0.25), ("maxiter", 7))
-        cg = "top-k pullback: the Sylvester solve did not converge in 7 iterations: "
-        fake.log_records.append(("Warn", cg + "...", "PySpectral", "truncated", kwargs))
+        fake._log(unconverged, "truncated", (("maxiter", 7), ("residual", 0.25)))
+        fake._log(uncertified, "topk", uncertified_kw)
         fake.log_records.append(("Error", "something else", "Main", "x", ()))
         return original(At)
 
@@ -1777,30 +1793,60 @@ def test_julia_warning_records(fake):
     texts = {(w.category, str(w.message)) for w in record}
     assert texts == {
         (RuntimeWarning, "svdvals (Julia Error): something else"),
-        (GaugeWarning, C.topk_backward_message(7, 0.25)),
+        (
+            ps.ConvergenceWarning,
+            "svd(k=..., method='randomized') backward: the Sylvester solve did not "
+            "converge in 7 iterations (relative residual 0.25): there is no gap "
+            "between the kept spectrum and the rest beyond the certified block, and "
+            "the matrix is too large for the exact dense fallback. The gradient is "
+            "approximate; use method='full', a k at a gap, or a larger oversample.",
+        ),
+        (
+            ps.ConvergenceWarning,
+            "eigh(k=3, method='randomized'): not certified: after 4 iterations the "
+            "largest relative residual |A v - w v| / max|w| of the eigenpairs "
+            "needed is 0.012 (tolerance 1.8e-12); at the measured rate it would "
+            "exceed the work budget. The result is approximate; use method='auto' "
+            "(which falls back to the full eigh), raise n_iter or oversample.",
+        ),
     }
 
 
 def test_stand_in_texts_are_the_julia_packages():
     """The Julia texts the stand-in produces are PySpectral.jl's (the fixed
-    parts of its messages), and the bridge recognises them."""
-    from _fake_julia import JULIA_CG_WARNING, JULIA_RITZ_WARNING
+    parts of its messages and the keyword arguments it logs), and the bridge
+    recognises them."""
+    from _fake_julia import JULIA_UNCERTIFIED, JULIA_UNCONVERGED
 
     src = ps.julia.PACKAGE_TESTS.parent / "src"
     text = "\n".join(p.read_text(encoding="utf-8") for p in src.rglob("*.jl"))
     for fragment in (
-        '"top-k pullback: the Sylvester solve did not converge in $maxiter ',
-        '"the gap between the kept and discarded spectrum is too small. The gradient "',
-        '"eigh_topk: the Ritz pairs have not converged (residual "',
+        '"$(op)_topk(k=$k, method=:randomized): not certified: "',
+        '"$(_uncertified_reason(mon)). The result is approximate; use "',
+        '"method=:auto (which falls back to the full $full), or raise n_iter "',
+        '"or oversample."',
+        "@warn message reason residual iterations tol stop p",
+        '"$(op)_topk backward: the Sylvester solve did not converge in $maxiter "',
+        '"iterations (relative residual $(_round2(residual))): there is no gap "',
+        '"approximate; use method=:full, a k at a gap, or a larger oversample."',
+        "@warn message maxiter residual",
         "needs a $need input, but eigenvalue $i (1-based, ",
         '"ascending) is λ[$i] = "',
         "needs nonzero singular values, but S[$i] = ",
     ):
         assert fragment in text, fragment
-    cg = ("Warn", JULIA_CG_WARNING.format(maxiter=12), "PySpectral", "truncated", ())
-    ritz = ("Warn", JULIA_RITZ_WARNING.format(residual="0.031"), "PySpectral", "", ())
-    assert _julia._native_event(cg) == (("cg", 12), None)
-    assert _julia._native_event(ritz) == (("ritz", 0), 0.031)
+    kw = (("maxiter", 12), ("residual", 0.5))
+    cg = JULIA_UNCONVERGED.format(op="eigh", maxiter=12, residual="0.5")
+    assert _julia._native_event(("Warn", cg, "PySpectral", "truncated", kw)) == (
+        ("unconverged", "eigh", 12),
+        0.5,
+    )
+    kw = (("reason", "cluster"), ("residual", 0.0), ("p", 6))
+    ritz = JULIA_UNCERTIFIED.format(op="svd", k=2, why="the ...", full="SVD")
+    assert _julia._native_event(("Warn", ritz, "PySpectral", "topk", kw)) == (
+        ("uncertified", "svd", 2),
+        0.0,
+    )
 
 
 def test_testset_names_through_wrappers(tmp_path):

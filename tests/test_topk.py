@@ -11,6 +11,7 @@ of ``forward/topk.py`` to reach its decisions on small matrices.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -447,3 +448,150 @@ def test_no_unexpected_warnings_at_a_gap() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         grads(A, 4, "randomized")
+
+
+# --------------------------------- both backends (Julia: the stand-in, or Julia)
+# PySpectral.jl's svd_topk_block / eigh_topk_block and truncated pullbacks port
+# this path; through the bridge they must give what the native path gives. The
+# stand-in (tests/_fake_julia.py) runs the native algorithm on Julia's side of
+# the layout (transposes, conjugates, per batch element, Julia's log records),
+# so these check the bridge; julia/PySpectral/test/runtests.jl checks the port.
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.complex128], ids=str)
+@pytest.mark.parametrize("shape", [(40, 30), (30, 40), (2, 24, 20)])
+def test_each_backend_randomized_equals_full(shape, dtype, backend) -> None:
+    *batch, m, n = shape
+    A = decaying(m, n, dtype).expand(*batch, m, n).clone()
+    (U, S, Vh), g = grads(A, 5, "randomized", oversample=4, backend=backend)
+    (U0, S0, Vh0), g0 = grads(A, 5, "full")
+    assert U.is_contiguous() and S.is_contiguous() and Vh.is_contiguous()
+    assert torch.allclose(S, S0, rtol=1e-12)
+    assert torch.allclose(U @ Vh, U0 @ Vh0, atol=1e-10)
+    assert rel_err(g, g0) < 1e-9
+
+
+@pytest.mark.parametrize(
+    "dtype, scale",
+    [(torch.float64, s) for s in (1e-150, 1e150)]
+    + [(torch.float32, s) for s in (1e-9, 1e9)],
+    ids=str,
+)
+def test_each_backend_is_scale_invariant(dtype, scale, backend) -> None:
+    A = matrix_with_spectrum([5, 4, 3] + [0.8**i for i in range(27)], 40, 30)
+    X = (A * scale).to(dtype).requires_grad_()
+    U, S, Vh = ps.svd(X, k=3, method="randomized", backend=backend)
+    W = weights(A)
+    (((U @ Vh) * W.to(dtype)).sum() + S.sum() / scale).backward()
+    Y = A.clone().requires_grad_()
+    U0, S0, Vh0 = ps.svd(Y, k=3, method="full")
+    (((U0 @ Vh0) * W).sum() + S0.sum()).backward()
+    assert torch.isfinite(X.grad).all()
+    tol = 1e-10 if dtype == torch.float64 else 1e-4
+    assert rel_err(X.grad.double() * scale, Y.grad) < tol
+
+
+@pytest.mark.parametrize("case", CUTS)
+def test_each_backend_cut_cluster_or_zero_block(case, backend) -> None:
+    s, m, n, kw = CUTS[case]
+    A = matrix_with_spectrum(s, m, n, seed=1)
+    X = A.clone().requires_grad_()
+    U, S, Vh = ps.svd(X, k=2, method="randomized", backend=backend, **kw)
+    gU, gVh = randn(m, 2, seed=5), randn(2, n, seed=6)
+    with pytest.warns(ps.GaugeWarning, match="degenerate subspace"):
+        torch.autograd.backward([U, Vh], [gU, gVh])
+    ref = full_formula_svd(A, U.detach(), S.detach(), Vh.detach(), 2, gU, gVh)
+    assert X.grad.abs().max() < 10
+    assert rel_err(X.grad, ref) < 1e-10
+
+
+@pytest.mark.parametrize("method", ["randomized", "auto"])
+def test_each_backend_zero_matrix(method, backend) -> None:
+    X = torch.zeros(12, 9, dtype=torch.float64, requires_grad=True)
+    U, S, Vh = ps.svd(X, k=3, method=method, backend=backend)
+    assert torch.equal(S, torch.zeros(3, dtype=S.dtype))
+    (g,) = torch.autograd.grad((S**2).sum(), X, retain_graph=True)
+    assert torch.equal(g, torch.zeros_like(g))
+    with pytest.warns(ps.GaugeWarning):
+        (g,) = torch.autograd.grad((U @ Vh).sum(), X)
+    assert torch.isfinite(g).all()
+
+
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+@pytest.mark.parametrize("spectrum", SPECTRA)
+def test_each_backend_randomized_eigh(spectrum, largest, uplo, backend) -> None:
+    w0 = SPECTRA[spectrum] if largest else [-x for x in SPECTRA[spectrum]]
+    A = hermitian_with_spectrum(w0, dtype=torch.complex128, seed=4)
+    A = torch.tril(A) if uplo == "L" else torch.triu(A)  # only the triangle is read
+    kw = dict(oversample=6, backend=backend)
+    w, g = eigh_grad(A, 4, largest, "randomized", uplo, **kw)
+    w_full, g_full = eigh_grad(A, 4, largest, "full", uplo)
+    assert torch.allclose(w, w_full, atol=1e-12)
+    assert rel_err(g, g_full) < 1e-9
+
+
+def test_each_backend_eigh_cutting_a_repeated_eigenvalue(backend) -> None:
+    A = hermitian_with_spectrum(
+        [5, 3, 3, 1] + [0.5 * 0.6**i for i in range(16)], seed=2
+    )
+    X = A.clone().requires_grad_()
+    w, V = ps.eigh(X, k=2, method="randomized", backend=backend)
+    gV = randn(20, 2, seed=7)
+    with pytest.warns(ps.GaugeWarning, match="degenerate subspace"):
+        torch.autograd.backward([V], [gV])
+    ref = full_formula_eigh(A, w.detach(), V.detach(), 2, gV)
+    assert X.grad.abs().max() < 10
+    assert rel_err(X.grad, ref) < 1e-10
+
+
+def test_each_backend_auto_never_returns_an_uncertified_result(
+    auto_iterates, monkeypatch, backend
+) -> None:
+    """Auto iterating (thresholds lowered): at a gap it keeps the certified
+    iteration; on a flat spectrum it gives up and takes the full path, exact."""
+    assert grad_err(gaussian(80, 70), 4, method="auto", backend=backend) < 1e-10
+    assert auto_iterates[-1] is None
+    monkeypatch.setattr(T, "SVD_FULL_COST", 1e3)  # as if the matrix were large
+    assert grad_err(decaying(80, 70), 4, method="auto", backend=backend) < 1e-9
+    assert auto_iterates[-1] is not None and auto_iterates[-1].message == ""
+
+
+def test_each_backend_backward_falls_back_to_the_exact_pullback(backend) -> None:
+    s = [1 / (i + 1) ** 0.5 for i in range(30)]
+    A = matrix_with_spectrum(s, 40, 30, seed=4)
+    kw = dict(oversample=6, backward_maxiter=1, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert grad_err(A, 4, method="randomized", **kw) < 1e-9
+
+
+CERTIFICATE_CASES = {
+    # symmetric: the same iteration on Julia's side of the transpose
+    "residual": (lambda: gaussian(40, 40) + gaussian(40, 40).mT, dict(k=3, n_iter=2)),
+    "cluster": (
+        lambda: matrix_with_spectrum([3] + [2] * 10 + [1] * 9, 30, 20, seed=2),
+        dict(k=2, oversample=4, n_iter=100),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CERTIFICATE_CASES)
+def test_uncertified_warning_is_the_native_one(case) -> None:
+    """An uncertified method="randomized" forward warns once with a
+    ConvergenceWarning, whose text the bridge rebuilds from Julia's record:
+    the native backend's text."""
+    from _fake_julia import installed
+
+    make, kw = CERTIFICATE_CASES[case]
+    A = make()
+    texts = []
+    for backend in ("torch", "julia"):
+        with contextlib.ExitStack() as stack:
+            if backend == "julia":
+                stack.enter_context(installed())
+            with pytest.warns(ps.ConvergenceWarning, match="not certified") as rec:
+                ps.svd(A, method="randomized", backend=backend, **kw)
+        assert len(rec) == 1
+        texts.append(str(rec[0].message))
+    assert texts[0] == texts[1]

@@ -22,7 +22,8 @@ using Random: Random
 export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
-export svd_trunc_pullback!, eigh_trunc_pullback!
+export svd_trunc_pullback!, eigh_trunc_pullback!, dense_truncated_svd_pullback!,
+    dense_truncated_eigh_pullback!
 export svd_pushforward, svd_function_pushforward, eigh_pushforward,
     matrix_function_pushforward
 export GaugeError

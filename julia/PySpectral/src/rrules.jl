@@ -143,19 +143,23 @@ function ChainRulesCore.rrule(::typeof(matrix_function), A::AbstractMatrix, f;
     return Y, matrix_function_back
 end
 
-# Top-k: the closures keep A, since the truncated pullbacks multiply by it.
+# Top-k: the forward's block (kept triplets, the certified extras, the preconditioning
+# ones) goes to the truncated pullback, which multiplies by A again: the closures keep A.
 function ChainRulesCore.rrule(::typeof(svd_topk), A::AbstractMatrix, k::Integer;
-                              oversample::Integer=10, n_iter::Integer=4, rtol=nothing,
+                              method::Symbol=:auto,
+                              oversample::Union{Nothing,Integer}=nothing,
+                              n_iter::Union{Nothing,Integer}=nothing, rtol=nothing,
                               maxiter::Integer=500, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
     _check_options("svd_topk"; rtol, maxiter, degeneracy_atol, broadening, gauge, gauge_atol)
-    F = svd_topk(A, k; oversample, n_iter)
+    B = svd_topk_block(A, k; method, oversample, n_iter, rtol, maxiter, degeneracy_atol)
+    F = SVD(B.U[:, 1:k], B.S[1:k], B.Vt[1:k, :])  # exactly what svd_topk returns
     project_A = ProjectTo(A)
     function svd_topk_back(ΔF)
         ΔU, ΔS, ΔVᴴ = _svd_cotangents(unthunk(ΔF))
         _allzero(ΔU, ΔS, ΔVᴴ) && return NoTangent(), ZeroTangent(), NoTangent()
         ΔA = zeros(_grad_eltype(F.U, ΔU, ΔS, ΔVᴴ), size(A))
-        svd_trunc_pullback!(ΔA, A, F.U, F.S, F.Vt, ΔU, ΔS, ΔVᴴ; rtol, maxiter,
+        svd_trunc_pullback!(ΔA, A, B.U, B.S, B.Vt, ΔU, ΔS, ΔVᴴ; d=B.d, rtol, maxiter,
                             degeneracy_atol, broadening, gauge, gauge_atol)
         return NoTangent(), project_A(ΔA), NoTangent()
     end
@@ -163,19 +167,23 @@ function ChainRulesCore.rrule(::typeof(svd_topk), A::AbstractMatrix, k::Integer;
 end
 
 function ChainRulesCore.rrule(::typeof(eigh_topk), A::AbstractMatrix, k::Integer;
-                              uplo::Symbol=:L, oversample::Integer=10, n_iter::Integer=4,
-                              rtol=nothing, maxiter::Integer=500, degeneracy_atol=nothing,
+                              uplo::Symbol=:L, largest::Bool=true, method::Symbol=:auto,
+                              oversample::Union{Nothing,Integer}=nothing,
+                              n_iter::Union{Nothing,Integer}=nothing, rtol=nothing,
+                              maxiter::Integer=500, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
     _check_options("eigh_topk"; rtol, maxiter, degeneracy_atol, broadening, gauge,
                    gauge_atol)
-    E = eigh_topk(A, k; uplo, oversample, n_iter)
+    B = eigh_topk_block(A, k; uplo, largest, method, oversample, n_iter, rtol, maxiter,
+                        degeneracy_atol)
+    E = Eigen(B.values[1:k], B.vectors[:, 1:k])  # exactly what eigh_topk returns
     project_A = ProjectTo(A)
     function eigh_topk_back(ΔE)
         Δλ, ΔV = _eigen_cotangents(unthunk(ΔE))
         _allzero(Δλ, ΔV) && return NoTangent(), ZeroTangent(), NoTangent()
         ΔA = zeros(_grad_eltype(E.vectors, Δλ, ΔV), size(A))
-        eigh_trunc_pullback!(ΔA, A, E.values, E.vectors, Δλ, ΔV; uplo, rtol, maxiter,
-                             degeneracy_atol, broadening, gauge, gauge_atol)
+        eigh_trunc_pullback!(ΔA, A, B.values, B.vectors, Δλ, ΔV; uplo, largest, d=B.d,
+                             rtol, maxiter, degeneracy_atol, broadening, gauge, gauge_atol)
         return NoTangent(), project_A(ΔA), NoTangent()
     end
     return E, eigh_topk_back

@@ -631,42 +631,225 @@ end
     @test_throws ArgumentError check_gauge(:svd, 1.0, 0.5, :loud)
 end
 
-@testset "top-k" begin
+# Top-k (svd_topk, eigh_topk): the cases of pyspectral's tests/test_topk.py. Gradients
+# are compared with the full path (`PySpectral.svd(X; k)`, `PySpectral.eigh`) on
+# gauge-invariant losses, or, where k cuts a cluster (the kept basis is then arbitrary),
+# with the full path's formula in the basis the top-k path returned.
+
+topk_decaying(T, m, n; ratio=0.7) = with_singular_values(T, m, n, [10 * ratio^i for i in 0:min(m, n)-1])
+
+# A gauge-invariant loss of top-k triplets: U Vᴴ against W, and the singular values.
+topk_loss(F, W) = real(sum(conj.(W) .* (F.U * F.Vt))) + sum(abs2, F.S)
+
+topk_grad(A, W, k; kw...) = only(Zygote.gradient(X -> topk_loss(svd_topk(X, k; kw...), W), A))
+full_grad(A, W, k) = only(Zygote.gradient(X -> topk_loss(PySpectral.svd(X; k), W), A))
+
+relerr(a, b) = norm(a - b) / norm(b)
+
+# The full path's pullback (svd_pullback! on the top-k triplets completed by an SVD of A
+# on the complement, cotangents zero past k) in the basis of the given triplets.
+function full_formula_svd(A, F, ΔU, ΔVᴴ)
+    k = length(F.S)
+    Wu, Wv = nullspace(Matrix(F.U')), nullspace(F.Vt)
+    C = svd(Wu' * A * Wv)
+    U2, S2, V2 = [F.U Wu*C.U], [F.S; C.S], [Matrix(F.Vt') Wv*C.V]
+    r = length(S2)
+    ΔA = zeros(eltype(A), size(A))
+    return svd_pullback!(ΔA, U2, S2, Matrix(V2'), [ΔU zeros(size(ΔU, 1), r - k)], nothing,
+                         [ΔVᴴ; zeros(r - k, size(ΔVᴴ, 2))]; gauge=:ignore)
+end
+
+function full_formula_eigh(H, E, ΔV)
+    k = length(E.values)
+    W = nullspace(Matrix(E.vectors'))
+    C = eigen(Hermitian(W' * H * W))
+    λ2, V2 = [E.values; C.values], [E.vectors W*C.vectors]
+    ΔA = zeros(eltype(H), size(H))
+    return eigh_pullback!(ΔA, λ2, V2, nothing, [ΔV zeros(size(ΔV, 1), length(λ2) - k)];
+                          gauge=:ignore)
+end
+
+@testset "top-k randomized equals full" begin
     Random.seed!(11)
     for T in (Float64, ComplexF64), (m, n) in ((40, 30), (30, 40))
-        A = with_singular_values(T, m, n, [10 * 0.7^i for i in 0:min(m, n)-1])
+        A = topk_decaying(T, m, n)
         W = randn(T, m, n)
-        k = 5
-        # a gauge-invariant loss of the top-k triplets
-        loss(U, S, Vᴴ) = real(sum(conj.(W) .* (U * Vᴴ))) + sum(abs2, S)
-        F = PySpectral.svd_topk(A, k; n_iter=8)
-        Fk = PySpectral.svd(A; k)
-        @test F.S ≈ Fk.S rtol = 1e-10
-        g_topk = only(Zygote.gradient(X -> (G = PySpectral.svd_topk(X, k; n_iter=8);
-                                            loss(G.U, G.S, G.Vt)), A))
-        g_full = only(Zygote.gradient(X -> (G = PySpectral.svd(X; k);
-                                            loss(G.U, G.S, G.Vt)), A))
-        @test g_topk ≈ g_full rtol = 1e-8
+        F = svd_topk(A, 5; method=:randomized, oversample=4)
+        F0 = PySpectral.svd(A; k=5)
+        @test F.S ≈ F0.S rtol = 1e-12
+        @test F.U * F.Vt ≈ F0.U * F0.Vt atol = 1e-10
+        @test relerr(topk_grad(A, W, 5; method=:randomized, oversample=4), full_grad(A, W, 5)) < 1e-9
     end
-    H = with_eigenvalues(Float64, [10 * 0.7^i for i in 0:29])
-    Wh = randn(30, 30)
-    E = eigh_topk(H, 4; n_iter=10)
-    @test E.values ≈ eigvals(Symmetric(H))[end-3:end] rtol = 1e-10
-    projloss(V) = sum(Wh .* (V * V'))
-    g_topk = only(Zygote.gradient(X -> projloss(eigh_topk(X, 4; n_iter=10).vectors), H))
-    g_full = only(Zygote.gradient(X -> projloss(PySpectral.eigh(X).vectors[:, end-3:end]), H))
-    @test g_topk ≈ g_full rtol = 1e-8
-    # No gap at k (s₃ = s₄ = s₅ = 3): the Sylvester solve for the third column is
-    # singular and inconsistent (its right-hand side has a part along the discarded
-    # u₄, u₅), so CG cannot converge, and says so; the gradient stays finite. The loss
-    # must depend on the third pair, as the top-k polar factor does: a loss of u₁, u₂
-    # alone gives that column an exactly zero right-hand side, solved at once.
-    B = with_singular_values(Float64, 10, 8, [5, 4, 3, 3, 3, 1, 0.5, 0.1])
-    Wb = randn(10, 8)
-    polar3(X) = (F3 = PySpectral.svd_topk(X, 3; n_iter=6, maxiter=30);
-                 real(dot(Wb, F3.U * F3.Vt)))
-    g = @test_logs (:warn, r"did not converge") match_mode = :any Zygote.gradient(polar3, B)
-    @test all(isfinite, only(g))
+    # No gap at k (s₉/s₈ = 0.97): the iteration converges on the block past k, whose
+    # extra Ritz vectors precondition the CG; exact.
+    A = with_singular_values(Float64, 80, 60, [1 / sqrt(i) for i in 1:60])
+    W = randn(80, 60)
+    @test relerr(topk_grad(A, W, 8; method=:randomized, oversample=24), full_grad(A, W, 8)) < 1e-8
+    # Float32
+    A = topk_decaying(Float32, 30, 20)
+    W = randn(Float32, 30, 20)
+    g = topk_grad(A, W, 3; method=:randomized)
+    @test all(isfinite, g)
+    @test relerr(Float64.(g), full_grad(Float64.(A), Float64.(W), 3)) < 1e-4
+end
+
+@testset "top-k default method" begin
+    Random.seed!(12)
+    # Issue 8: a 600×600 Gaussian has no gap: :auto iterates, cannot certify within its
+    # budget and takes the full path (the whole thin SVD as its block), silently; exact.
+    G = randn(600, 600)
+    W = randn(600, 600)
+    B = @test_logs min_level = WARN PySpectral.svd_topk_block(G, 8)
+    @test B.d == 600 && length(B.S) == 600
+    @test relerr(topk_grad(G, W, 8), full_grad(G, W, 8)) < 1e-10
+    # At a gap :auto keeps the certified iteration: the block of k + max(10, k) Ritz
+    # triplets, the certified ones first.
+    D = topk_decaying(Float64, 600, 600)
+    B = @test_logs min_level = WARN PySpectral.svd_topk_block(D, 8)
+    @test length(B.S) == 18 && 8 <= B.d <= 18
+    @test B.S[1:8] ≈ svdvals(D)[1:8] rtol = 1e-12
+    @test relerr(topk_grad(D, W, 8), full_grad(D, W, 8)) < 1e-9
+    # Small matrices take the full path outright.
+    A = topk_decaying(Float64, 20, 16)
+    @test PySpectral.topk_config(:svd, 20, 16, Float64, 3, :auto, nothing, nothing, nothing,
+                                 500)[1] === :full
+    @test svd_topk(A, 3).S ≈ svdvals(A)[1:3]
+end
+
+@testset "top-k scale invariance" begin
+    Random.seed!(13)
+    A = with_singular_values(Float64, 40, 30, [5.0; 4.0; 3.0; [0.8^i for i in 0:26]])
+    W = randn(40, 30)
+    # a loss of U, V (its gradient scales like 1/scale) and one of S (scale free)
+    gU(X; kw...) = only(Zygote.gradient(Y -> (F = svd_topk(Y, 3; kw...);
+                                              real(sum(W .* (F.U * F.Vt)))), X))
+    gS(X; kw...) = only(Zygote.gradient(Y -> sum(svd_topk(Y, 3; kw...).S), X))
+    rU, rS = gU(A; method=:full), gS(A; method=:full)
+    for (T, scales, tol) in ((Float64, (1e-150, 1e150), 1e-10), (Float32, (1e-9, 1e9), 1e-4))
+        for scale in scales
+            X = T.(A .* scale)
+            g1, g2 = gU(X; method=:randomized), gS(X; method=:randomized)
+            @test all(isfinite, g1) && all(isfinite, g2)
+            @test relerr(Float64.(g1) .* scale, rU) < tol
+            @test relerr(Float64.(g2), rS) < tol
+        end
+    end
+end
+
+@testset "top-k cut cluster or zeros" begin
+    Random.seed!(14)
+    # k = 2 cuts a cluster or a block of zeros: a bounded gradient, the full path's
+    # formula (in the returned basis) and the gauge warning (issue 8: 1e14, 1e16).
+    cases = (([3.0, 2.0, 2.0, 1.0], 6, 4, (;)),
+             ([3.0; 2.0; 2.0; 1.0; [0.5 * 0.7^i for i in 0:15]], 30, 20, (;)),
+             ([3.0; zeros(19)], 30, 20, (; oversample=3)))
+    for (s, m, n, kw) in cases
+        A = with_singular_values(Float64, m, n, s)
+        F, back = rrule(svd_topk, A, 2; method=:randomized, kw...)
+        ΔU, ΔVᴴ = randn(m, 2), randn(2, n)
+        ΔA = @test_logs (:warn, r"^svd: ") match_mode = :any back(
+            Tangent{typeof(F)}(; U=ΔU, Vt=ΔVᴴ))[2]
+        @test maximum(abs, ΔA) < 10
+        @test relerr(ΔA, full_formula_svd(A, F, ΔU, ΔVᴴ)) < 1e-10
+    end
+    # eigh cutting a repeated eigenvalue (issue 8: 8e14)
+    H = with_eigenvalues(Float64, [5.0; 3.0; 3.0; 1.0; [0.5 * 0.6^i for i in 0:15]])
+    E, back = rrule(eigh_topk, H, 2; method=:randomized)
+    @test E.values ≈ [3.0, 5.0]
+    ΔV = randn(20, 2)
+    ΔA = @test_logs (:warn, r"^eigh: ") match_mode = :any back(
+        Tangent{typeof(E)}(; vectors=ΔV))[2]
+    @test maximum(abs, ΔA) < 10
+    @test relerr(ΔA, full_formula_eigh(H, E, ΔV)) < 1e-10
+end
+
+@testset "top-k zero matrix" begin
+    Z = zeros(12, 9)
+    for method in (:randomized, :auto)
+        F = svd_topk(Z, 3; method)
+        @test F.S == zeros(3)
+        @test F.U' * F.U ≈ I
+        @test only(Zygote.gradient(X -> sum(abs2, svd_topk(X, 3; method).S), Z)) == zeros(12, 9)
+        g = @test_logs (:warn, r"^svd: ") match_mode = :any only(
+            Zygote.gradient(X -> (G = svd_topk(X, 3; method); sum(G.U * G.Vt)), Z))
+        @test all(isfinite, g)
+    end
+end
+
+@testset "top-k eigh" begin
+    Random.seed!(15)
+    spectra = ([10 * 0.7^i for i in 0:29],              # positive
+               [-10.0; -9.0; -8.0; [5 * 0.7^i for i in 0:26]])  # a larger negative end
+    for T in (Float64, ComplexF64), λ in spectra, largest in (true, false), uplo in (:L, :U)
+        H = with_eigenvalues(T, largest ? λ : -λ)
+        A = uplo === :L ? tril(H) : triu(H)  # only the uplo triangle is read
+        Wt = randn(T, 30, 30)
+        loss(w, V) = real(sum(conj.(Wt) .* (V * V'))) + sum(abs2, w)
+        sel = largest ? (27:30) : (1:4)
+        E = eigh_topk(A, 4; uplo, largest, method=:randomized, oversample=6)
+        @test E.values ≈ PySpectral.eigh(A; uplo).values[sel] atol = 1e-12
+        # (the closures' own names: one shared with the loop body would be captured)
+        g = only(Zygote.gradient(X -> (Ek = eigh_topk(X, 4; uplo, largest, method=:randomized,
+                                                      oversample=6);
+                                       loss(Ek.values, Ek.vectors)), A))
+        g0 = only(Zygote.gradient(X -> (Ef = PySpectral.eigh(X; uplo);
+                                        loss(Ef.values[sel], Ef.vectors[:, sel])), A))
+        @test relerr(g, g0) < 1e-9
+        @test iszero(uplo === :L ? triu(g, 1) : tril(g, -1))
+    end
+end
+
+@testset "top-k certificate" begin
+    Random.seed!(16)
+    # Not certified under method=:randomized: a warning with the measured residual (as
+    # keyword arguments too, which pyspectral's bridge reads), and the result anyway.
+    G = randn(40, 30)
+    logs, F = Test.collect_test_logs(; min_level=WARN) do
+        svd_topk(G, 3; method=:randomized, n_iter=2)
+    end
+    rec = only(logs)
+    @test occursin(r"^svd_topk\(k=3, method=:randomized\): not certified: after 2 iterations " *
+                   r"the largest relative residual", rec.message)
+    @test rec.kwargs[:reason] == "residual" && rec.kwargs[:iterations] == 2
+    @test rec.kwargs[:residual] > rec.kwargs[:tol] && rec.kwargs[:p] == 13
+    @test rec.kwargs[:stop] == ""
+    @test all(isfinite, F.S)
+    # a cluster at k that extends past the block k + oversample
+    C = with_singular_values(Float64, 30, 20, [3.0; fill(2.0, 10); fill(1.0, 9)])
+    @test_logs (:warn, r"^svd_topk\(k=2, .*form a cluster .* k \+ oversample = 6") svd_topk(
+        C, 2; method=:randomized, oversample=4, n_iter=100)
+    # the same for eigh (a larger negative end, no oversample, one iteration)
+    H = with_eigenvalues(Float64, [-10.0, -9.0, -8.0, 1.0, 0.9, 0.5, 0.1, 0.05])
+    @test_logs (:warn, r"^eigh_topk\(k=2, method=:randomized\): not certified") eigh_topk(
+        H, 2; method=:randomized, oversample=0, n_iter=1)
+    # a certified call is silent
+    @test_logs min_level = WARN svd_topk(topk_decaying(Float64, 40, 30), 4; method=:randomized)
+end
+
+@testset "top-k backward without a gap" begin
+    Random.seed!(17)
+    # A CG that cannot converge (capped at one step) on a small matrix is redone exactly
+    # by the dense fallback, silently.
+    A = with_singular_values(Float64, 40, 30, [1 / sqrt(i) for i in 1:30])
+    W = randn(40, 30)
+    g = @test_logs min_level = WARN topk_grad(A, W, 4; method=:randomized, oversample=6,
+                                               maxiter=1)
+    @test relerr(g, full_grad(A, W, 4)) < 1e-9
+    # Larger matrices warn, with the reached residual (also as a keyword argument).
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        PySpectral._warn_unconverged(:svd, 7, 0.25)
+    end
+    rec = only(logs)
+    @test occursin(r"^svd_topk backward: the Sylvester solve did not converge in 7 " *
+                   r"iterations \(relative residual 0\.25\)", rec.message)
+    @test rec.kwargs[:maxiter] == 7 && rec.kwargs[:residual] == 0.25
+    # A column whose pᴴTp is at rounding level stops there: no division by noise.
+    b = randn(10, 3)
+    op(P, cols) = (Q = copy(P); cols[1] == 1 && (Q[:, 1] .= 0); Q)
+    x, residual = PySpectral.block_cg(op, b, 1e-12, 50, (z, cols) -> z)
+    @test all(isfinite, x)
+    @test residual ≈ 1.0
+    @test x[:, 2:3] ≈ b[:, 2:3]
 end
 
 @testset "precomputed values" begin
@@ -761,8 +944,8 @@ end
         hermitian_tol=(TOL, tolerance_bad),
         broadening=("a finite number > 0, or nothing", (0, 0.0, -1e-3, NaN, Inf, true, "wide")),
         rtol=("a number with 0 < rtol < 1, or nothing", (0, 0.0, -1e-6, 1, 1.0, 2.0, NaN, Inf, true)),
-        oversample=("an integer >= 0", (-1, -2, true)),
-        n_iter=("an integer >= 0", (-1, false)),
+        oversample=("an integer >= 0, or nothing (automatic)", (-1, -2, true)),
+        n_iter=("an integer >= 0, or nothing (automatic)", (-1, false)),
         maxiter=("an integer >= 1", (0, -5, true)),
     )
     # op name => (call with keywords, the numeric keywords it takes)
@@ -774,8 +957,10 @@ end
         ("eigvalsh", kw -> eigvalsh(H; kw...), (:hermitian_tol,)),
         ("matrix_function", kw -> matrix_function(H, :exp; kw...),
          (:degeneracy_atol, :hermitian_tol)),
-        ("svd_topk", kw -> svd_topk(A, 2; kw...), (:oversample, :n_iter)),
-        ("eigh_topk", kw -> eigh_topk(H, 2; kw...), (:oversample, :n_iter)),
+        ("svd_topk", kw -> svd_topk(A, 2; kw...),
+         (:oversample, :n_iter, :rtol, :maxiter, :degeneracy_atol)),
+        ("eigh_topk", kw -> eigh_topk(H, 2; kw...),
+         (:oversample, :n_iter, :rtol, :maxiter, :degeneracy_atol)),
         ("svd_topk", kw -> rrule(svd_topk, A, 2; kw...),
          (:rtol, :maxiter, :degeneracy_atol, :broadening, :gauge_atol)),
         ("eigh_topk", kw -> rrule(eigh_topk, H, 2; kw...),
@@ -796,6 +981,12 @@ end
         @test argument_error_message(() -> PySpectral.svd(A; k)) == "svd: $need"
         @test argument_error_message(() -> svd_topk(A, k)) == "svd_topk: $need"
         @test argument_error_message(() -> eigh_topk(H, k)) == "eigh_topk: $need"
+    end
+    # method: a Symbol among :auto, :full, :randomized
+    for (op, call) in (("svd_topk", m -> svd_topk(A, 2; method=m)),
+                       ("eigh_topk", m -> eigh_topk(H, 2; method=m)))
+        @test argument_error_message(() -> call(:lanczos)) ==
+              "$op: method must be :auto, :full or :randomized, got :lanczos"
     end
     # Integer keywords are typed: a float is refused by dispatch.
     @test_throws TypeError svd_topk(A, 2; oversample=2.0)

@@ -57,6 +57,13 @@ function _check_integer(op, name, x, lo)
     return _keyword_error(op, name, "an integer >= $lo", x)
 end
 
+# `oversample`, `n_iter`: `nothing` means chosen from the data (the top-k iteration's
+# block and work budget).
+function _check_optional_integer(op, name, x, lo)
+    (x === nothing || (_isinteger(x) && x >= lo)) && return nothing
+    return _keyword_error(op, name, "an integer >= $lo, or nothing (automatic)", x)
+end
+
 # A tolerance: `nothing` (computed from the data by the functions above) or a finite
 # number >= 0. NaN fails every comparison, so it is refused too.
 function _check_tolerance(op, name, x)
@@ -84,18 +91,19 @@ end
 Throw an `ArgumentError` naming the first keyword of `op` that breaks its rule:
 tolerances (`degeneracy_atol`, `gauge_atol`, `hermitian_tol`) `nothing` or finite
 `>= 0`; `broadening` `nothing` or finite `> 0`; `rtol` `nothing` or `0 < rtol < 1`;
-`oversample >= 0`, `n_iter >= 0`, `maxiter >= 1`, integers (not `Bool`); `gauge` a
-known policy. The defaults pass, so each caller names only the keywords it has.
+`oversample >= 0`, `n_iter >= 0` (or `nothing`: automatic), `maxiter >= 1`, integers
+(not `Bool`); `gauge` a known policy. The defaults pass, so each caller names only the
+keywords it has.
 """
 function _check_options(op; degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
-                        gauge_atol=nothing, hermitian_tol=nothing, oversample=0, n_iter=0,
-                        rtol=nothing, maxiter=1)
+                        gauge_atol=nothing, hermitian_tol=nothing, oversample=nothing,
+                        n_iter=nothing, rtol=nothing, maxiter=1)
     _check_tolerance(op, "degeneracy_atol", degeneracy_atol)
     _check_broadening(op, broadening)
     _check_tolerance(op, "gauge_atol", gauge_atol)
     _check_tolerance(op, "hermitian_tol", hermitian_tol)
-    _check_integer(op, "oversample", oversample, 0)
-    _check_integer(op, "n_iter", n_iter, 0)
+    _check_optional_integer(op, "oversample", oversample, 0)
+    _check_optional_integer(op, "n_iter", n_iter, 0)
     _check_rtol(op, rtol)
     _check_integer(op, "maxiter", maxiter, 1)
     _checks_gauge(gauge)  # throws on an unknown policy name

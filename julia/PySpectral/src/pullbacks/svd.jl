@@ -87,24 +87,40 @@ function svd_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVector
     end
 
     tol = degeneracy_atol === nothing ? default_degeneracy_atol(S) : degeneracy_atol
-    J = iszerotangent(ΔU) ? nothing : U' * ΔU
-    K = iszerotangent(ΔVᴴ) ? nothing : Vᴴ * ΔVᴴ'
-    Jₐ, Kₐ = _skew(J), _skew(K)
-    P, Q = _plus(Jₐ, Kₐ), _minus(Jₐ, Kₐ)
-    if checks
-        gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
-        check_gauge(:svd, _cluster_max(P, S, tol), gtol, gauge)
-    end
-
-    ginv(x) = gap_inverse(x, tol, broadening)
-    Sⱼ = transpose(S)
-    M = P .* (ginv.(Sⱼ .- S) ./ 2) .+ Q .* (ginv.(Sⱼ .+ S) ./ 2)
-    _add_diagonal!(M, ΔS)
+    M, J, K = svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening, gauge, gauge_atol)
     _addmul!(ΔA, U, M * Vᴴ)
+    ginv(x) = gap_inverse(x, tol, broadening)
     Sinv = transpose(ginv.(S))
     m > k && J !== nothing && _addmul!(ΔA, (ΔU - U * J) .* Sinv, Vᴴ)
     n > k && K !== nothing && _addmul!(ΔA, U .* Sinv, ΔVᴴ - K' * Vᴴ)
     return ΔA
+end
+
+"""
+    svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge=:warn,
+               gauge_atol=nothing) -> (M, J, K)
+
+The middle matrix `M` of [`svd_pullback!`](@ref) (`ΔA = U M Vᴴ + complement terms`) for
+thin factors and degeneracy tolerance `tol`, with `J = UᴴΔU` and `K = VᴴΔV` (`nothing`
+for an absent cotangent); applies the gauge policy to the cluster part of `Jₐ + Kₐ`.
+At least one of `ΔU`, `ΔVᴴ` is present. The truncated pullback uses it on the certified
+block, which it completes with its own complement terms.
+"""
+function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge=:warn,
+                    gauge_atol=nothing)
+    J = iszerotangent(ΔU) ? nothing : U' * ΔU
+    K = iszerotangent(ΔVᴴ) ? nothing : Vᴴ * ΔVᴴ'
+    Jₐ, Kₐ = _skew(J), _skew(K)
+    P, Q = _plus(Jₐ, Kₐ), _minus(Jₐ, Kₐ)
+    if _checks_gauge(gauge)
+        gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
+        check_gauge(:svd, _cluster_max(P, S, tol), gtol, gauge)
+    end
+    ginv(x) = gap_inverse(x, tol, broadening)
+    Sⱼ = transpose(S)
+    M = P .* (ginv.(Sⱼ .- S) ./ 2) .+ Q .* (ginv.(Sⱼ .+ S) ./ 2)
+    _add_diagonal!(M, ΔS)
+    return M, J, K
 end
 
 # Full factors: the complement Up = U[:, k+1:end] is arbitrary up to Up → Up Q, so a

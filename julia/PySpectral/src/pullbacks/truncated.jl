@@ -1,100 +1,320 @@
-# Exact pullbacks of top-k decompositions without the discarded vectors (Francuz,
-# Schuch, Vanhecke, Phys. Rev. Research 7, 013237 (2025); MatrixAlgebraKit.jl's
-# truncated SVD pullback). Same formulas as pyspectral/_lowrank.py.
+# The exact pullback of the top-k triplets / eigenpairs from a certified block
+# (forward/topk.jl), using products with A only. Same formulas, tolerances and
+# fallback rules as pyspectral/pullbacks/truncated.py (and pyspectral/topk.py's
+# choice between the CG solve, the dense fallback and a warning).
+#
+# Derivation (Francuz, Schuch, Vanhecke, PRR 7, 013237 (2025), with deflation). The
+# forward hands over a block of `d >= k` certified Ritz triplets `(U_d, S_d, V_d)`: the
+# kept `k` and the extras after them, among which the whole cluster of `s_k`. Split the
+# full-path pullback (`svd_pullback!` on all triplets, cotangents zero past `k`) into
+#
+# 1. the pairs inside the block: the middle term of `svd_pullback!` on the block with
+#    zero-padded cotangents ([`svd_middle`](@ref)), which applies the cluster rule, the
+#    pseudo-inverse of zero singular values and the gauge policy exactly as the full
+#    path does, including the pairs that `k` cuts;
+# 2. the coupling of the kept triplets to the complement of the block,
+#    `X V_kᴴ + U_k Yᴴ` with `X ⟂ U_d`, `Y ⟂ V_d` solving
+#
+#        X S_k - A⊥ Y = (I - U_d U_dᴴ) ΔU,   Y S_k - A⊥ᴴ X = (I - V_d V_dᴴ) ΔV,
+#
+#    `A⊥ = A - U_d S_d V_dᴴ`. Eliminating `Y`, column by column
+#    `(sᵢ² - A⊥A⊥ᴴ) xᵢ = sᵢ PUᵢ + A⊥ PVᵢ`, Hermitian positive definite on the
+#    complement (its spectrum is below `s_{d+1} < s_k`), solved by preconditioned
+#    conjugate gradients with condition number `sᵢ² / (sᵢ² - s_{d+1}²)`. Everything is
+#    in units of `s₁` (`A / s₁`), so that scaling `A` scales only the gradient and no
+#    inner product over- or underflows. Kept `sᵢ` below the degeneracy tolerance get
+#    `xᵢ = yᵢ = 0` (the full path's pseudo-inverse).
+#
+# `eigh` is the same with `X diag(λ_k) - A⊥ X = (I - V_d V_dᴴ) ΔV` (negated for the
+# smallest eigenpairs) and the Hermitian part `(X V_kᴴ + V_k Xᴴ) / 2`.
+#
+# A CG that does not converge (no gap past the certified block) is redone exactly by a
+# dense decomposition of the complement when m n min(m, n) <= DENSE_FALLBACK_MAX; larger
+# matrices get the approximate gradient and a warning with the reached residual.
+
+const DENSE_FALLBACK_MAX = 2048^3
+const RTOL_SLACK = 10.0  # the CG counts as converged up to this multiple of rtol
+
+_dense_fallback(m, n) = float(m) * n * min(m, n) <= DENSE_FALLBACK_MAX
+
+# Number of kept pairs: the columns of whichever cotangent is present.
+function _kept_count(ΔX, Δs, ΔY)
+    iszerotangent(Δs) || return length(Δs)
+    iszerotangent(ΔX) || return size(ΔX, 2)
+    return size(ΔY, 1)
+end
+
+_zero_pad_columns(::Nothing, d) = nothing
+_zero_pad_columns(x::AbstractMatrix, d) = [x zeros(eltype(x), size(x, 1), d - size(x, 2))]
+_zero_pad_rows(::Nothing, d) = nothing
+_zero_pad_rows(x::AbstractMatrix, d) = [x; zeros(eltype(x), d - size(x, 1), size(x, 2))]
+_zero_pad_vector(::Nothing, d) = nothing
+_zero_pad_vector(x::AbstractVector, d) = [x; zeros(eltype(x), d - length(x))]
+
+# Orthonormal basis of the orthogonal complement of the (orthonormal) columns of Q.
+_complement(Q) = LinearAlgebra.nullspace(Matrix(Q'))
+
+_colsum(X) = vec(sum(X; dims=1))
+_coldot(X, Y) = real.(_colsum(conj.(X) .* Y))
 
 """
-    block_cg(op, b; rtol, maxiter) -> x
+    block_cg(op, b, rtol, maxiter, pre) -> (x, residual)
 
-Conjugate gradients for `op(x) = b` on every column of `b` at once (column-wise
-scalars), `op` Hermitian positive definite on the relevant subspace. Warns when a
-column has not reached relative residual `rtol` after `maxiter` steps.
+Preconditioned conjugate gradients on every column of `b` at once (column-wise
+scalars); `op(P, cols)` applies the system of columns `cols` to the columns of `P`,
+`pre(R, cols)` its preconditioner. Converged columns are locked (no more products for
+them). A column whose `pᴴ T p` is at rounding level (or negative: the system is not
+positive definite there) stops rather than divide by noise. Returns `x` and the
+largest relative residual `|r| / |b|` of a column that did not converge (`0.0` if all
+did). The operator is O(1) (units of `s₁`), so the rounding level is absolute.
 """
-function block_cg(op, b::AbstractMatrix; rtol::Real, maxiter::Integer)
-    colnorm2(r) = vec(sum(abs2, r; dims=1))
-    x = zero(b)
-    r = copy(b)
-    p = copy(r)
-    rr = colnorm2(r)
-    target = rtol^2 .* max.(rr, floatmin(eltype(rr)))
+function block_cg(op, b::AbstractMatrix, rtol::Real, maxiter::Integer, pre)
+    ncol = size(b, 2)
+    x, r = zero(b), copy(b)
+    z = pre(r, 1:ncol)
+    p = copy(z)
+    rr, rz = _coldot(r, r), _coldot(r, z)
+    target = rtol^2 .* rr
+    noise = 16 * eps(real(eltype(b)))
+    active = findall(rr .> target)
     for _ in 1:maxiter
-        all(rr .<= target) && return x
-        Ap = op(p)
-        pAp = vec(real.(sum(conj.(p) .* Ap; dims=1)))
-        α = [q > 0 ? s / q : zero(s) for (s, q) in zip(rr, pAp)]
-        x .+= p .* transpose(α)
-        r .-= Ap .* transpose(α)
-        rrn = colnorm2(r)
-        p = r .+ p .* transpose(rrn ./ max.(rr, floatmin(eltype(rr))))
-        rr = rrn
+        isempty(active) && break
+        P = p[:, active]
+        TP = op(P, active)
+        pTp, pp = _coldot(P, TP), _coldot(P, P)
+        ok = pTp .> noise .* pp
+        α = [ok[j] ? rz[c] / pTp[j] : zero(pTp[j]) for (j, c) in enumerate(active)]
+        x[:, active] .+= P .* transpose(α)
+        Ra = r[:, active] .- TP .* transpose(α)
+        Za = pre(Ra, active)
+        rr_new, rz_new = _coldot(Ra, Ra), _coldot(Ra, Za)
+        β = [rz[c] > 0 ? rz_new[j] / rz[c] : rz_new[j] for (j, c) in enumerate(active)]
+        r[:, active] = Ra
+        p[:, active] = Za .+ P .* transpose(β)
+        rr[active], rz[active] = rr_new, rz_new
+        # a column stays active while unconverged and still making progress
+        going = [rr_new[j] > target[c] && ok[j] for (j, c) in enumerate(active)]
+        active = active[going]
     end
-    all(rr .<= target) ||
-        @warn "top-k pullback: the Sylvester solve did not converge in $maxiter iterations: " *
-              "the gap between the kept and discarded spectrum is too small. The gradient " *
-              "is finite but approximate."
-    return x
+    left = rr .> target
+    any(left) || return x, 0.0
+    ratio = maximum(i -> left[i] ? rr[i] / (target[i] > 0 ? target[i] : one(target[i])) : 0.0,
+                    1:ncol)
+    return x, sqrt(Float64(ratio)) * rtol
 end
 
 """
-    svd_trunc_pullback!(ΔA, A, U, S, Vᴴ, ΔU, ΔS, ΔVᴴ; rtol=nothing, maxiter=500,
-                        degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
-                        gauge_atol=nothing) -> ΔA
+    cg_preconditioner(extras, shift, c, f, rest) -> pre
 
-Add to `ΔA` the exact gradient of the top-`k` triplets `(U, S, Vᴴ)` of `A` (`U` m×k)
-from their cotangents: the kept block as in [`svd_pullback!`](@ref), plus
-`X Vᴴ + U Yᴴ` with
+`z -> Pᵢ⁻¹ z` for the columns `cols`, where `Pᵢ` is the CG system with the
+complement's operator replaced by its Ritz approximation on the extras `(U_e, s_e)`
+(values `f(s_e / c)`) and by 0 elsewhere:
+`Pᵢ⁻¹ = (I - U_e U_eᴴ) / restᵢ + U_e diag(1 / (shiftᵢ - f_e)) U_eᴴ`. Exact (one CG
+step) when the extras are exact and span the rest of the spectrum above the gap;
+otherwise still positive definite (`f_e` below `shiftᵢ`, clamped there), so CG
+converges, only less fast.
+"""
+function cg_preconditioner(extras, shift::AbstractVector, c, f, rest::AbstractVector)
+    rest = [x > 0 ? x : one(x) for x in real.(rest)]  # pseudo-inverse columns
+    (extras === nothing || isempty(extras[2])) && return (z, cols) -> z ./ transpose(rest[cols])
+    Ue, se = extras
+    fe = f.(real.(se) ./ c)
+    # e×k: 1/(shiftᵢ - f_e) - 1/restᵢ (a zero shift is a pseudo-inverse column, never
+    # active in the CG: no Inf)
+    weight = [begin
+                  s = real(shift[i])
+                  gap = max(s - fe[e], s / 1000)
+                  w = inv(gap) - inv(rest[i])
+                  isfinite(w) ? w : zero(w)
+              end for e in eachindex(fe), i in eachindex(shift)]
+    return (z, cols) -> z ./ transpose(rest[cols]) .+ Ue * ((Ue' * z) .* weight[:, cols])
+end
 
-    X S - A⊥ Y = (I - U Uᴴ) ΔU,    Y S - A⊥ᴴ X = (I - V Vᴴ) ΔV,    A⊥ = A - U S Vᴴ,
+# ----------------------------------------------------------------------- SVD
 
-solved as `(sᵢ² - A⊥A⊥ᴴ) xᵢ = rᵢ` by [`block_cg`](@ref) (positive definite while the
-gap at `k` is open), using products by `A` and `Aᴴ` only. `rtol` defaults to
-`eps^(3/4)`.
+"""
+    svd_trunc_pullback!(ΔA, A, U, S, Vᴴ, ΔU, ΔS, ΔVᴴ; d=length(S), rtol=nothing,
+                        maxiter=500, degeneracy_atol=nothing, broadening=nothing,
+                        gauge=:warn, gauge_atol=nothing) -> ΔA
+
+Add to `ΔA` the exact gradient of the top-`k` triplets of `A` from their cotangents
+`ΔU` (m×k), `ΔS`, `ΔVᴴ` (k×n), using products with `A` and `Aᴴ` only. `U`, `S`, `Vᴴ`:
+the block of Ritz triplets of [`svd_topk_block`](@ref), kept `k` first, the first `d`
+certified (the others precondition the CG). `rtol` (default `eps^(3/4)`) and `maxiter`
+set the CG; the other keywords configure the block's middle term as in
+[`svd_pullback!`](@ref). A complete block (`d = min(m, n)`) is the full path's pullback.
+A CG that does not reach `10 rtol` is redone by the exact dense fallback
+([`dense_truncated_svd_pullback!`](@ref)) up to `m n min(m, n) = 2048³`, else the
+approximate gradient is added with a warning giving the reached residual.
 """
 function svd_trunc_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix, U::AbstractMatrix,
                              S::AbstractVector, Vᴴ::AbstractMatrix, ΔU, ΔS, ΔVᴴ;
-                             rtol=nothing, maxiter::Integer=500, degeneracy_atol=nothing,
-                             broadening=nothing, gauge=:warn, gauge_atol=nothing)
-    # The kept block: cotangents projected onto span(U), span(V) leave J, K (hence M)
-    # unchanged and make svd_pullback!'s own complement terms vanish.
-    gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
-    ΔUk = iszerotangent(ΔU) ? nothing : U * (U' * ΔU)
-    ΔVᴴk = iszerotangent(ΔVᴴ) ? nothing : (ΔVᴴ * Vᴴ') * Vᴴ
-    svd_pullback!(ΔA, U, S, Vᴴ, ΔUk, ΔS, ΔVᴴk; degeneracy_atol, broadening, gauge,
-                  gauge_atol=gtol)
-    iszerotangent(ΔU) && iszerotangent(ΔVᴴ) && return ΔA
-    V = Matrix(Vᴴ')
-    Sr = transpose(S)
-    perp(Y) = A * Y - U * (S .* (Vᴴ * Y))     # A⊥ Y
-    perpᴴ(X) = A' * X - V * (S .* (U' * X))   # A⊥ᴴ X
-    PU = iszerotangent(ΔU) ? zero(U) : ΔU - U * (U' * ΔU)
-    PV = iszerotangent(ΔVᴴ) ? zero(V) : ΔVᴴ' - V * (Vᴴ * ΔVᴴ')
-    tol = rtol === nothing ? eps(real(eltype(U)))^(3 / 4) : rtol
-    X = block_cg(X -> X .* (Sr .^ 2) - perp(perpᴴ(X)), PU .* Sr + perp(PV); rtol=tol, maxiter)
-    Y = (PV + perpᴴ(X)) ./ Sr
-    ΔA .+= X * Vᴴ + U * Y'
+                             d::Integer=length(S), rtol=nothing, maxiter::Integer=500,
+                             degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                             gauge_atol=nothing)
+    ΔU, ΔS, ΔVᴴ = map(x -> iszerotangent(x) ? nothing : x, (ΔU, ΔS, ΔVᴴ))
+    ΔU === nothing && ΔS === nothing && ΔVᴴ === nothing && return ΔA
+    k = _kept_count(ΔU, ΔS, ΔVᴴ)
+    m, n = size(A)
+    kw = (; degeneracy_atol, broadening, gauge, gauge_atol)
+    Ud, Sd, Vᴴd = U[:, 1:d], S[1:d], Vᴴ[1:d, :]
+    padded = (_zero_pad_columns(ΔU, d), _zero_pad_vector(ΔS, d), _zero_pad_rows(ΔVᴴ, d))
+    d >= min(m, n) && return svd_pullback!(ΔA, Ud, Sd, Vᴴd, padded...; kw...)
+    if ΔU === nothing && ΔVᴴ === nothing
+        return ΔA .+= (view(U, :, 1:k) .* transpose(real.(ΔS))) * view(Vᴴ, 1:k, :)
+    end
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(Sd) : degeneracy_atol
+    rtol = rtol === nothing ? _eps34(eltype(Sd)) : rtol
+    extras = d < length(S) ? (U[:, d+1:end], S[d+1:end]) : nothing
+    X, Y, residual = _svd_complement(_dense(A, eltype(Ud)), Ud, Sd, Matrix(Vᴴd'), k, ΔU,
+                                     ΔVᴴ, tol, rtol, maxiter, extras)
+    if residual > RTOL_SLACK * rtol
+        _dense_fallback(m, n) &&
+            return dense_truncated_svd_pullback!(ΔA, A, Ud, Sd, Vᴴd, padded...; kw...)
+        _warn_unconverged(:svd, maxiter, residual)
+    end
+    M, _, _ = svd_middle(Ud, Sd, Vᴴd, padded..., tol; broadening, gauge, gauge_atol)
+    ΔA .+= Ud * (M * Vᴴd) .+ X * view(Vᴴd, 1:k, :) .+ view(Ud, :, 1:k) * Y'
     return ΔA
 end
 
-"""
-    eigh_trunc_pullback!(ΔA, A, λ, V, Δλ, ΔV; uplo=:L, rtol=nothing, maxiter=500,
-                         degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
-                         gauge_atol=nothing) -> ΔA
+# X, Y of the coupling to the complement (see the top of the file), and the residual
+# the CG reached.
+function _svd_complement(A, U, S, V, k, ΔU, ΔVᴴ, tol, rtol, maxiter, extras)
+    Uk, Vk = view(U, :, 1:k), view(V, :, 1:k)
+    PU = ΔU === nothing ? zero(Uk) : ΔU - U * (U' * ΔU)
+    PV = ΔVᴴ === nothing ? zero(Vk) : ΔVᴴ' - V * (V' * ΔVᴴ')
+    c = S[1] > 0 ? S[1] : one(S[1])
+    keep = [s > tol for s in view(S, 1:k)]           # pseudo-inverse: 0 below tol
+    s = S[1:k] ./ c                                   # units of s₁
+    s_safe = [keep[i] ? s[i] : one(s[i]) for i in 1:k]
+    Sc = S ./ c
+    perp(Y) = A * Y ./ c .- U * (Sc .* (V' * Y))      # A⊥ Y / s₁
+    perpᴴ(X) = A' * X ./ c .- V * (Sc .* (U' * X))    # A⊥ᴴ X / s₁
+    function op(X, cols)                              # (sᵢ² - A⊥A⊥ᴴ) xᵢ / s₁²
+        TX = X .* transpose(s[cols] .^ 2) .- perp(perpᴴ(X))
+        return TX .- U * (U' * TX)                    # stay in the complement (rounding)
+    end
+    s2 = s .^ 2
+    pre = cg_preconditioner(extras, s2, c, e -> e^2, s2)
+    rhs = (PU .* transpose(s) .+ perp(PV)) .* transpose(keep)
+    X, residual = block_cg(op, rhs, rtol, maxiter, pre)
+    Y = (PV .+ perpᴴ(X)) .* transpose(keep ./ s_safe)
+    return X ./ c, Y ./ c, residual                   # back from units of s₁
+end
 
-Add to `ΔA` the exact gradient (on the `uplo` triangle) of the `k` largest eigenpairs
-`(λ, V)` of `Hermitian(A, uplo)`: the kept block as in [`eigh_pullback!`](@ref), plus
-`(X Vᴴ + V Xᴴ)/2` folded, where `X Λ - A⊥ X = (I - V Vᴴ) ΔV`, `A⊥ = A - V Λ Vᴴ`
-(positive definite column by column: every discarded eigenvalue is below `λᵢ`).
+"""
+    dense_truncated_svd_pullback!(ΔA, A, U, S, Vᴴ, ΔU, ΔS, ΔVᴴ; kw...) -> ΔA
+
+The full path's pullback for a dense `A` in the basis of the given block (`U` m×d,
+`S`, `Vᴴ` d×n, cotangents zero-padded to `d`): the block completed by an SVD of `A` on
+the complement of `(U, V)`, then [`svd_pullback!`](@ref) with zero-padded cotangents.
+The fallback when the CG solve cannot converge (no gap past the block).
+"""
+function dense_truncated_svd_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix,
+                                       U::AbstractMatrix, S::AbstractVector,
+                                       Vᴴ::AbstractMatrix, ΔU, ΔS, ΔVᴴ; kw...)
+    V = Matrix(Vᴴ')
+    Wu, Wv = _complement(U), _complement(V)
+    F = LinearAlgebra.svd(Wu' * A * Wv)
+    U2, S2, V2 = [U Wu*F.U], [S; F.S], [V Wv*F.V]
+    r = length(S2)
+    padded = (_zero_pad_columns(ΔU, r), _zero_pad_vector(ΔS, r), _zero_pad_rows(ΔVᴴ, r))
+    return svd_pullback!(ΔA, U2, S2, Matrix(V2'), padded...; kw...)
+end
+
+function _warn_unconverged(op, maxiter, residual)
+    message = "$(op)_topk backward: the Sylvester solve did not converge in $maxiter " *
+              "iterations (relative residual $(_round2(residual))): there is no gap " *
+              "between the kept spectrum and the rest beyond the certified block, and " *
+              "the matrix is too large for the exact dense fallback. The gradient is " *
+              "approximate; use method=:full, a k at a gap, or a larger oversample."
+    # the measurements as keyword arguments too: pyspectral's bridge reads them
+    @warn message maxiter residual
+    return nothing
+end
+
+# ---------------------------------------------------------------------- eigh
+
+"""
+    eigh_trunc_pullback!(ΔA, A, λ, V, Δλ, ΔV; uplo=:L, largest=true, d=length(λ),
+                         rtol=nothing, maxiter=500, degeneracy_atol=nothing,
+                         broadening=nothing, gauge=:warn, gauge_atol=nothing) -> ΔA
+
+Add to `ΔA` (on the `uplo` triangle) the exact gradient of the `k` largest (or
+smallest) eigenpairs of `Hermitian(A, uplo)` from their cotangents `Δλ`, `ΔV` (n×k).
+`λ`, `V`: the block of [`eigh_topk_block`](@ref), kept `k` first, the first `d`
+certified. The block's part is [`eigh_pullback!`](@ref) on it with zero-padded
+cotangents; the coupling to the complement is `(X V_kᴴ + V_k Xᴴ) / 2`, folded, where
+`±(X Λ_k - A⊥ X) = ±(I - V_d V_dᴴ) ΔV` (positive definite column by column), solved by
+preconditioned CG. Fallback and warning as for [`svd_trunc_pullback!`](@ref).
 """
 function eigh_trunc_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix, λ::AbstractVector,
-                              V::AbstractMatrix, Δλ, ΔV; uplo::Symbol=:L, rtol=nothing,
+                              V::AbstractMatrix, Δλ, ΔV; uplo::Symbol=:L,
+                              largest::Bool=true, d::Integer=length(λ), rtol=nothing,
                               maxiter::Integer=500, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
     uplo = _check_uplo("eigh", uplo)
-    eigh_pullback!(ΔA, λ, V, Δλ, ΔV; uplo, degeneracy_atol, broadening, gauge, gauge_atol)
-    iszerotangent(ΔV) && return ΔA
-    H = Hermitian(A, uplo)
-    λr = transpose(λ)
-    op(X) = X .* λr - (H * X - V * (λ .* (V' * X)))
-    tol = rtol === nothing ? eps(real(eltype(V)))^(3 / 4) : rtol
-    X = block_cg(op, ΔV - V * (V' * ΔV); rtol=tol, maxiter)
-    return fold_triangle!(ΔA, (X * V' + V * X') / 2, uplo)
+    Δλ, ΔV = map(x -> iszerotangent(x) ? nothing : x, (Δλ, ΔV))
+    Δλ === nothing && ΔV === nothing && return ΔA
+    k = ΔV === nothing ? length(Δλ) : size(ΔV, 2)
+    n = size(A, 1)
+    kw = (; uplo, degeneracy_atol, broadening, gauge, gauge_atol)
+    λd, Vd = λ[1:d], V[:, 1:d]
+    padded = (_zero_pad_vector(Δλ, d), _zero_pad_columns(ΔV, d))
+    (d >= n || ΔV === nothing) && return eigh_pullback!(ΔA, λd, Vd, padded...; kw...)
+    rtol = rtol === nothing ? _eps34(eltype(λd)) : rtol
+    extras = d < length(λ) ? (V[:, d+1:end], λ[d+1:end]) : nothing
+    H = Hermitian(_dense(A, eltype(Vd)), uplo)
+    X, residual = _eigh_complement(H, λd, Vd, k, ΔV, largest, rtol, maxiter, extras)
+    if residual > RTOL_SLACK * rtol
+        _dense_fallback(n, n) &&
+            return dense_truncated_eigh_pullback!(ΔA, A, λd, Vd, padded...; kw...)
+        _warn_unconverged(:eigh, maxiter, residual)
+    end
+    eigh_pullback!(ΔA, λd, Vd, padded...; kw...)
+    Vk = view(Vd, :, 1:k)
+    return fold_triangle!(ΔA, (X * Vk' + Vk * X') / 2, uplo)
+end
+
+function _eigh_complement(H, λ, V, k, ΔV, largest, rtol, maxiter, extras)
+    sgn = largest ? 1 : -1
+    rhs = ΔV - V * (V' * ΔV)
+    c = maximum(abs, λ)
+    extras === nothing || isempty(extras[2]) || (c = max(c, maximum(abs, extras[2])))
+    c = c > 0 ? c : one(c)
+    λc = λ ./ c
+    θ = sgn .* λ[1:k] ./ c                             # the wanted end largest
+    function op(X, cols)                                # ±(X λᵢ - A⊥ X) / c
+        AX = H * X ./ c .- V * (λc .* (V' * X))
+        TX = sgn .* (X .* transpose(λc[cols]) .- AX)
+        return TX .- V * (V' * TX)
+    end
+    # preconditioner: θᵢ - θ_e on the extras; on the rest θᵢ - θ_last (the lowest Ritz
+    # value seen past the block)
+    known = extras === nothing ? λ : [λ; extras[2]]
+    lowest = minimum(sgn .* known) / c
+    ext = extras === nothing ? nothing : (extras[1], sgn .* extras[2])
+    pre = cg_preconditioner(ext, θ, c, identity, θ .- lowest)
+    X, residual = block_cg(op, sgn .* rhs, rtol, maxiter, pre)
+    return X ./ c, residual
+end
+
+"""
+    dense_truncated_eigh_pullback!(ΔA, A, λ, V, Δλ, ΔV; uplo=:L, kw...) -> ΔA
+
+[`dense_truncated_svd_pullback!`](@ref) for `eigh`: the block completed by an
+eigendecomposition of `Hermitian(A, uplo)` on its complement, then
+[`eigh_pullback!`](@ref) with zero-padded cotangents (folded onto `uplo`).
+"""
+function dense_truncated_eigh_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix,
+                                        λ::AbstractVector, V::AbstractMatrix, Δλ, ΔV;
+                                        uplo::Symbol=:L, kw...)
+    W = _complement(V)
+    B = W' * (Hermitian(A, uplo) * W)
+    E = LinearAlgebra.eigen(Hermitian((B + B') / 2))
+    λ2, V2 = [λ; E.values], [V W*E.vectors]
+    r = length(λ2)
+    padded = (_zero_pad_vector(Δλ, r), _zero_pad_columns(ΔV, r))
+    return eigh_pullback!(ΔA, λ2, V2, padded...; uplo, kw...)
 end
