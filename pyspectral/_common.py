@@ -342,8 +342,10 @@ def check_gauge(
     cluster: torch.Tensor,
     scale_blocks: tuple[torch.Tensor, ...],
     opts: Options,
+    extra: float = 0.0,
 ) -> None:
-    """Apply the gauge policy to ``max |violation|`` over ``cluster`` pairs.
+    """Apply the gauge policy to ``max |violation|`` over ``cluster`` pairs
+    and ``extra`` (a violation the caller measured elsewhere).
 
     A gauge-invariant loss has a cotangent whose anti-Hermitian part vanishes
     inside every degenerate cluster; what is left is the part of the gradient
@@ -354,6 +356,7 @@ def check_gauge(
     # masked_select reads only the (few) cluster entries; one host sync.
     inside = _peek(violation.detach()).masked_select(_peek(cluster))
     measured = float(inside.abs().max()) if inside.numel() else 0.0
+    measured = max(measured, extra)
     if measured == 0:
         # Nothing to report whatever the tolerance (>= 0): skip the passes over
         # the cotangents that gauge_atol needs (real input, distinct spectrum).

@@ -339,7 +339,7 @@ def _uncertified_text(op: str, k: int, kw: dict) -> str:
     keyword arguments of Julia's record."""
     if str(kw["reason"]) == "cluster":
         p = int(kw["p"])
-        kind = "singular" if op == "svd" else "eigen"
+        kind = "singular " if op == "svd" else "eigen"
         why = (
             f"the {kind}values at k = {k} form a cluster (within degeneracy_atol) "
             f"that extends past the block of k + oversample = {p}; raise oversample"

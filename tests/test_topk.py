@@ -228,6 +228,9 @@ CUTS = {
     "zeros (3,0,0,0)": ([3, 0, 0, 0], 6, 4, {}),
     "cluster, CG path": ([3, 2, 2, 1] + [0.5 * 0.7**i for i in range(16)], 30, 20, {}),
     "zeros, CG path": ([3] + [0] * 19, 30, 20, {"oversample": 3}),
+    # no extra column: the zero block lies past the block, in the complement
+    # (an IndexError in the forward's cost model; no warning in the backward)
+    "zeros past the block": ([3] + [0] * 19, 30, 20, {"oversample": 0}),
 }
 
 

@@ -254,7 +254,7 @@ class _Monitor:
             return True
         if int(prefix.min()) >= k and int(needed.max()) > p:
             self.why = (
-                f"the {'singular' if self.op == 'svd' else 'eigen'}values at k = "
+                f"the {'singular ' if self.op == 'svd' else 'eigen'}values at k = "
                 f"{k} form a cluster (within degeneracy_atol) that extends past the "
                 f"block of k + oversample = {p}; raise oversample"
             )
@@ -305,6 +305,8 @@ class _Monitor:
         k = self.k
         if nxt >= self.kmax:
             return 1.0
+        # past the block only when s_k = 0 (svd, oversample 0), where kappa = 1
+        nxt = min(nxt, values.shape[-1] - 1)
         # in units of the scale: squares of values near 1e200 overflow
         safe = torch.where(scale > 0, scale, torch.ones_like(scale))
         vk, vn = values[:, k - 1] / safe, values[:, nxt] / safe

@@ -35,13 +35,15 @@ def svd_pullback(
     gVh: Tensor | None,
     opts: C.Options,
     middle_only: bool = False,
+    gauge_extra: float = 0.0,
 ) -> Tensor | None:
     """Gradient w.r.t. ``A = U diag(S) Vh`` from the cotangents of U, S, Vh.
 
     ``U``/``Vh`` may be thin (``k = len(S)`` columns/rows) or full; ``None``
     cotangents are zero. Nothing is modified in place. ``middle_only=True``
     returns the ``k x k`` middle matrix ``M`` of ``U M Vh`` instead (for the
-    truncated pullback in ``truncated.py``, which adds its own complement terms).
+    truncated pullback in ``truncated.py``, which adds its own complement terms
+    and passes the gauge part it drops there as ``gauge_extra``: one check).
     """
     # Derivation (Townsend 2016; Wan & Zhang 2019; torch's svd_backward;
     # MatrixAlgebraKit.jl's svd_pullback!). With dP = U^H dA V, the skew part of
@@ -75,6 +77,7 @@ def svd_pullback(
         gap.abs() <= tol,
         tuple(g for g in (gU, gVh) if g is not None),
         opts,
+        extra=gauge_extra,
     )
     M = JKa * (0.5 * C.gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
         0.5 * C.gap_inverse(Sj + Si, tol, opts)

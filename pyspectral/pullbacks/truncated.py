@@ -88,6 +88,11 @@ def truncated_svd_pullback(
             return None
         return Uk * gS.unsqueeze(-2).to(U.dtype), Vk.mH, 0.0
     d = S.shape[-1]
+    PU = torch.zeros_like(Uk) if gU is None else gU - U @ (U.mH @ gU)
+    PV = torch.zeros_like(Vk) if gVh is None else gVh.mH - V @ (V.mH @ gVh.mH)
+    tol = C.degeneracy_atol(S, opts.degeneracy_atol)  # (*, 1, 1)
+    keep = (Sk.unsqueeze(-2) > tol).to(U.dtype)  # pseudo-inverse: 0 below tol
+    complete = d >= min(U.shape[-2], V.shape[-2])
     M = svd_pullback(
         U,
         S,
@@ -97,17 +102,14 @@ def truncated_svd_pullback(
         pad_block(gVh, d, -2),
         opts,
         middle_only=True,
+        gauge_extra=0.0 if complete else _zero_block_gauge(PU, PV, keep),
     ).to(U.dtype)
-    PU = torch.zeros_like(Uk) if gU is None else gU - U @ (U.mH @ gU)
-    PV = torch.zeros_like(Vk) if gVh is None else gVh.mH - V @ (V.mH @ gVh.mH)
-    tol = C.degeneracy_atol(S, opts.degeneracy_atol)  # (*, 1, 1)
-    keep = (Sk.unsqueeze(-2) > tol).to(U.dtype)  # pseudo-inverse: 0 below tol
     c = S[..., :1].unsqueeze(-1)
     c = torch.where(c > 0, c, torch.ones_like(c))
     s = (Sk.unsqueeze(-2) / c).to(U.dtype)  # units of s_1
     s_safe = torch.where(keep != 0, s, torch.ones_like(s))
     residual = 0.0
-    if d >= min(U.shape[-2], V.shape[-2]):
+    if complete:
         # complete block: A_p = 0 on the complement, x_i = PU_i / s_i
         X, Y = PU * keep / s_safe, PV * keep / s_safe
     else:
@@ -134,6 +136,26 @@ def truncated_svd_pullback(
     top = M @ V.mH
     top = torch.cat([top[..., :k, :] + Y.mH, top[..., k:, :]], -2)
     return torch.cat([U, X], -1), torch.cat([top, Vk.mH], -2), residual
+
+
+def _zero_block_gauge(PU: Tensor, PV: Tensor, keep: Tensor) -> float:
+    """The gauge part of the cotangents of kept triplets with ``s_i = 0``.
+
+    When ``k`` cuts a block of zero singular values that reaches past the
+    certified block, the rest of that block lies in the complement, and the
+    pseudo-inverse drops the coupling to it (``x_i = y_i = 0``), as the full
+    path's cluster rule drops the pairs inside the zero cluster. What is
+    dropped is ``(PU_i, PV_i)``: its largest column norm is measured so that
+    the gauge policy applies to it, as it would on the full path.
+    """
+    zero = keep == 0  # (*, 1, k)
+    if not bool(C._peek(zero).any()):
+        return 0.0
+    norms = torch.sqrt(
+        torch.linalg.vector_norm(PU, dim=-2, keepdim=True) ** 2
+        + torch.linalg.vector_norm(PV, dim=-2, keepdim=True) ** 2
+    )
+    return float(C._peek(norms.masked_select(zero)).max())
 
 
 def truncated_eigh_pullback(

@@ -251,7 +251,7 @@ _round2(x) = round(x; sigdigits=2)
 
 # Why a call is not certified, in the words of pyspectral/forward/topk.py.
 function _uncertified_reason(mon::TopKMonitor)
-    kind = mon.op === :svd ? "singular" : "eigen"
+    kind = mon.op === :svd ? "singular " : "eigen"
     mon.reason == "cluster" && return string(
         "the ", kind, "values at k = ", mon.k, " form a cluster (within degeneracy_atol) ",
         "that extends past the block of k + oversample = ", mon.cfg.p, "; raise oversample")

@@ -98,23 +98,24 @@ end
 
 """
     svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge=:warn,
-               gauge_atol=nothing) -> (M, J, K)
+               gauge_atol=nothing, gauge_extra=0) -> (M, J, K)
 
 The middle matrix `M` of [`svd_pullback!`](@ref) (`ΔA = U M Vᴴ + complement terms`) for
 thin factors and degeneracy tolerance `tol`, with `J = UᴴΔU` and `K = VᴴΔV` (`nothing`
-for an absent cotangent); applies the gauge policy to the cluster part of `Jₐ + Kₐ`.
+for an absent cotangent); applies the gauge policy to the cluster part of `Jₐ + Kₐ` and
+`gauge_extra` (a violation the truncated pullback measured outside the block).
 At least one of `ΔU`, `ΔVᴴ` is present. The truncated pullback uses it on the certified
 block, which it completes with its own complement terms.
 """
 function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge=:warn,
-                    gauge_atol=nothing)
+                    gauge_atol=nothing, gauge_extra=0)
     J = iszerotangent(ΔU) ? nothing : U' * ΔU
     K = iszerotangent(ΔVᴴ) ? nothing : Vᴴ * ΔVᴴ'
     Jₐ, Kₐ = _skew(J), _skew(K)
     P, Q = _plus(Jₐ, Kₐ), _minus(Jₐ, Kₐ)
     if _checks_gauge(gauge)
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
-        check_gauge(:svd, _cluster_max(P, S, tol), gtol, gauge)
+        check_gauge(:svd, max(_cluster_max(P, S, tol), gauge_extra), gtol, gauge)
     end
     ginv(x) = gap_inverse(x, tol, broadening)
     Sⱼ = transpose(S)

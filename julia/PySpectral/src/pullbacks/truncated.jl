@@ -166,20 +166,25 @@ function svd_trunc_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix, U::Abstract
     tol = degeneracy_atol === nothing ? default_degeneracy_atol(Sd) : degeneracy_atol
     rtol = rtol === nothing ? _eps34(eltype(Sd)) : rtol
     extras = d < length(S) ? (U[:, d+1:end], S[d+1:end]) : nothing
-    X, Y, residual = _svd_complement(_dense(A, eltype(Ud)), Ud, Sd, Matrix(Vᴴd'), k, ΔU,
-                                     ΔVᴴ, tol, rtol, maxiter, extras)
+    X, Y, residual, zero_gauge = _svd_complement(_dense(A, eltype(Ud)), Ud, Sd,
+                                                 Matrix(Vᴴd'), k, ΔU, ΔVᴴ, tol, rtol,
+                                                 maxiter, extras)
     if residual > RTOL_SLACK * rtol
         _dense_fallback(m, n) &&
             return dense_truncated_svd_pullback!(ΔA, A, Ud, Sd, Vᴴd, padded...; kw...)
         _warn_unconverged(:svd, maxiter, residual)
     end
-    M, _, _ = svd_middle(Ud, Sd, Vᴴd, padded..., tol; broadening, gauge, gauge_atol)
+    M, _, _ = svd_middle(Ud, Sd, Vᴴd, padded..., tol; broadening, gauge, gauge_atol,
+                         gauge_extra=zero_gauge)
     ΔA .+= Ud * (M * Vᴴd) .+ X * view(Vᴴd, 1:k, :) .+ view(Ud, :, 1:k) * Y'
     return ΔA
 end
 
-# X, Y of the coupling to the complement (see the top of the file), and the residual
-# the CG reached.
+# X, Y of the coupling to the complement (see the top of the file), the residual the CG
+# reached, and the gauge part it drops: when k cuts a block of zero singular values that
+# reaches past the block, the pseudo-inverse sets xᵢ = yᵢ = 0 for the kept zeros, which
+# drops (PUᵢ, PVᵢ) as the full path's cluster rule drops the pairs inside the zero
+# cluster; its largest column norm goes to the gauge check (one check, in svd_middle).
 function _svd_complement(A, U, S, V, k, ΔU, ΔVᴴ, tol, rtol, maxiter, extras)
     Uk, Vk = view(U, :, 1:k), view(V, :, 1:k)
     PU = ΔU === nothing ? zero(Uk) : ΔU - U * (U' * ΔU)
@@ -200,7 +205,9 @@ function _svd_complement(A, U, S, V, k, ΔU, ΔVᴴ, tol, rtol, maxiter, extras)
     rhs = (PU .* transpose(s) .+ perp(PV)) .* transpose(keep)
     X, residual = block_cg(op, rhs, rtol, maxiter, pre)
     Y = (PV .+ perpᴴ(X)) .* transpose(keep ./ s_safe)
-    return X ./ c, Y ./ c, residual                   # back from units of s₁
+    zero_gauge = maximum((sqrt(sum(abs2, view(PU, :, i)) + sum(abs2, view(PV, :, i)))
+                          for i in 1:k if !keep[i]); init=zero(real(eltype(PU))))
+    return X ./ c, Y ./ c, residual, zero_gauge      # back from units of s₁
 end
 
 """
