@@ -397,29 +397,6 @@ def apply_gauge_records(
             apply_gauge_policy(gauge_message(op, value, tol), opts)
 
 
-def topk_backward_message(maxiter: int, residual: float | None) -> str:
-    """The warning of a top-k backward whose Sylvester (CG) solve has not
-    converged (shared by both backends; ``residual`` None: not reported)."""
-    measured = "" if residual is None else f" (relative residual {residual:.2g})"
-    return (
-        f"top-k backward: the Sylvester solve did not converge in {maxiter} "
-        f"iterations{measured}: the gap between the kept and discarded spectrum "
-        "is too small. The gradient is finite but approximate; use "
-        "method='full' or a k at a gap."
-    )
-
-
-def ritz_message(residual: float) -> str:
-    """The warning of a randomized top-k eigh whose Ritz pairs have not
-    converged (shared by both backends)."""
-    return (
-        "eigh(k=..., method='randomized'): the Ritz pairs have not converged "
-        f"(residual {residual:.2g} relative); the k largest eigenvalues must be the "
-        "largest in magnitude and separated from the rest. Raise n_iter or use "
-        "method='full'."
-    )
-
-
 def policy_applied(opts: Options) -> Options:
     """``opts`` with ``gauge="ignore"``, for re-evaluating in a backward what the
     forward has already checked and reported (one warning per event)."""

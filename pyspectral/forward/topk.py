@@ -98,7 +98,6 @@ class TopKConfig(NamedTuple):
     tol: float  # certificate: ||r_i|| <= tol * scale
     rtol: float  # backward CG relative tolerance
     maxiter: int  # backward CG iteration cap
-    julia: tuple  # (oversample, n_iter, rtol, maxiter) for the Julia backend
 
 
 class TopKResult(NamedTuple):
@@ -139,7 +138,6 @@ def top_k_method(
     extra = max(10, k) if oversample is None else oversample
     p = min(k + extra, kmax)
     rtol = C.eps(A.dtype) ** 0.75 if rtol is None else rtol
-    julia = (10 if oversample is None else oversample, 4 if n_iter is None else n_iter)
     cfg = TopKConfig(
         method=method,
         p=p,
@@ -147,7 +145,6 @@ def top_k_method(
         tol=C.eps(A.dtype) ** 0.75,
         rtol=rtol,
         maxiter=maxiter,
-        julia=(*julia, rtol, maxiter),
     )
     if method == "full" or A.numel() == 0:  # an empty batch: nothing to iterate
         return "full", None
