@@ -12,11 +12,22 @@ from torch import Tensor
 from . import _common as C
 from . import _julia
 from ._backend import resolve_backend
-from ._fns import SpectralFn, named_argument, power, user_pair
+from ._fns import (
+    SpectralFn,
+    named_argument,
+    power,
+    power_second,
+    user_pair,
+    user_second,
+)
 from .exceptions import DomainError, InputError, InputTypeError
 from .forward.topk import top_k_method
 from .pullbacks.eigh import eigh_pullback, eigh_pushforward
-from .pullbacks.matfun import matrix_function_pullback, matrix_function_pushforward
+from .pullbacks.matfun import (
+    matrix_function_pullback,
+    matrix_function_pushforward,
+    matrix_function_second_order,
+)
 from .topk import EighTopK, EighTopKJulia
 
 __all__ = ["EighResult", "eigh", "eigvalsh", "matrix_function", "eigh_pullback"]
@@ -75,6 +86,7 @@ class _EighJulia(torch.autograd.Function):
             return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
         if gw is None and gV is None:
             return None, None, None
+        C.check_second_order_cotangent(gw, (gV,), ctx.opts)  # as eigh_pullback
         gA = _julia.eigh_pullback(
             ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
         )
@@ -107,9 +119,12 @@ class _MatrixFunctionJulia(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, gY: Tensor) -> tuple:
         if torch.is_grad_enabled():
+            # create_graph: the native pullback with its exact second order
             (A,) = ctx.saved_tensors
-            w, V = _Eigh.apply(A, ctx.uplo, ctx.opts)
-            gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
+            with torch.no_grad():
+                w, V = torch.linalg.eigh(A, UPLO=ctx.uplo)
+            args = (A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts)
+            gA = _MatrixFunctionBackward.apply(*args)
         elif ctx.fn.name == "user":
             gA = _julia.matrix_function_values_pullback(
                 ctx.shape_dtype, ctx.handles, gY, ctx.uplo
@@ -148,11 +163,65 @@ class _MatrixFunction(torch.autograd.Function):
     def backward(ctx: Any, gY: Tensor, *_: Tensor) -> tuple:
         A, w, V = ctx.saved_tensors
         if torch.is_grad_enabled():
-            # create_graph: redo eigh through _Eigh so this backward is itself
-            # differentiable.
-            w, V = _Eigh.apply(A, ctx.uplo, ctx.opts)
+            # create_graph (double backward, hessian): the pullback as an
+            # operation whose own derivative is the exact second-order formula.
+            args = (A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts)
+            return _MatrixFunctionBackward.apply(*args), None, None, None
         gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
         return gA, None, None, None
+
+
+class _MatrixFunctionBackward(torch.autograd.Function):
+    """The pullback ``gA = fold(L_f(A)[herm gY])`` of ``matrix_function`` as a
+    function of ``(A, gY)``: its derivatives are the second-order
+    Daleckii-Krein formula w.r.t. ``A`` (second divided differences of ``f``,
+    exact at every spectrum) and the first-order map w.r.t. ``gY``. ``w, V``
+    (the decomposition of ``A``) are constants here: everything ``A`` does
+    enters through the formula. Third derivatives raise ``DerivativeError``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: Tensor,
+        gY: Tensor,
+        w: Tensor,
+        V: Tensor,
+        fn: SpectralFn,
+        uplo: str,
+        opts: C.Options,
+    ) -> Tensor:
+        return matrix_function_pullback(w, V, fn, gY, uplo, opts)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        # A (an input: no reference cycle) only for no_third_derivative; among
+        # the saved tensors it breaks the generated vmap rule of jacrev(jacrev).
+        ctx.A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts = inputs
+        ctx.save_for_backward(gY, w, V)
+        ctx.save_for_forward(gY, w, V)
+
+    @staticmethod
+    def backward(ctx: Any, R: Tensor) -> tuple:
+        gY, w, V = ctx.saved_tensors
+        A, fn, uplo, opts = ctx.A, ctx.fn, ctx.uplo, ctx.opts
+        gA = gG = None
+        if ctx.needs_input_grad[0]:
+            gA = matrix_function_second_order(w, V, fn, gY, R, uplo, opts)
+        if ctx.needs_input_grad[1]:
+            gG = matrix_function_pushforward(w, V, fn, R, uplo, opts)
+        gA, gG = C.no_third_derivative("matrix_function", A, gA, gG)
+        return gA, gG, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor | None, dgY: Tensor | None, *_: Any) -> Tensor:
+        gY, w, V = ctx.saved_tensors
+        fn, uplo, opts = ctx.fn, ctx.uplo, ctx.opts
+        d = torch.zeros_like(gY) if dgY is None else dgY
+        dgA = matrix_function_pullback(w, V, fn, d, uplo, opts)
+        if dA is not None:
+            dgA = dgA + matrix_function_second_order(w, V, fn, gY, dA, uplo, opts)
+        return dgA
 
 
 # ------------------------------------------------------ matrix functions
@@ -187,21 +256,38 @@ def _positive(name: str, strict: bool) -> Any:
 
 def _named(name: str, p: float = 1.0) -> SpectralFn:
     if name == "exp":
-        return SpectralFn("exp", lambda w, o: (torch.exp(w), torch.exp(w)))
+        return SpectralFn(
+            "exp", lambda w, o: (torch.exp(w), torch.exp(w)), lambda w, o: torch.exp(w)
+        )
     if name == "log":
         dom = _positive("'log'", strict=True)
-        return SpectralFn("log", lambda w, o: (torch.log(dom(w, o)), 1 / w))
+        return SpectralFn(
+            "log", lambda w, o: (torch.log(dom(w, o)), 1 / w), lambda w, o: -1 / w**2
+        )
     if name == "sqrt":
         return _named("pow", 0.5)
     if name == "invsqrt":
         return _named("pow", -0.5)
+    second = power_second(p)
     if p == int(p) and p >= 0:
-        return SpectralFn(f"pow {p}", lambda w, o: power(p)(w))
+        return SpectralFn(f"pow {p}", lambda w, o: power(p)(w), lambda w, o: second(w))
     dom = _positive(f"('pow', {p})", strict=p < 0)
-    return SpectralFn(f"pow {p}", lambda w, o: power(p)(dom(w, o)))
+    return SpectralFn(
+        f"pow {p}",
+        lambda w, o: power(p)(dom(w, o)),
+        lambda w, o: second(torch.clamp(w, min=0) if p > 0 else w),
+    )
 
 
-_MATFUN_NAMES = ('"sqrt"', '"invsqrt"', '"log"', '"exp"', '("pow", p)', "(f, f_prime)")
+_MATFUN_NAMES = (
+    '"sqrt"',
+    '"invsqrt"',
+    '"log"',
+    '"exp"',
+    '("pow", p)',
+    "(f, f_prime)",
+    "(f, f_prime, f_second)",
+)
 
 
 def _matfun(f: Any) -> SpectralFn:
@@ -209,7 +295,8 @@ def _matfun(f: Any) -> SpectralFn:
         return _named(f)
     pair = user_pair("matrix_function", f)
     if pair is not None:
-        return SpectralFn("user", lambda w, o: pair(w))
+        second = user_second("matrix_function", f)
+        return SpectralFn("user", lambda w, o: pair(w), lambda w, o: second(w))
     named = named_argument(f, ("pow",))
     if named is None:
         raise InputTypeError(
@@ -396,12 +483,15 @@ def matrix_function(
     ``A`` has shape ``(*, n, n)``; ``Y`` the same. ``f`` is ``"sqrt"``,
     ``"invsqrt"``, ``"log"``, ``"exp"``, ``("pow", p)`` or a pair
     ``(f, f_prime)`` of elementwise torch functions that map the eigenvalues
-    to real tensors of their shape (``f`` finite there). A pair runs on either
-    backend: on Julia's, it is evaluated in Python on the eigenvalues Julia
-    computed, and Julia gets the values.
+    to real tensors of their shape (``f`` finite there), or a triple
+    ``(f, f_prime, f_second)``. A pair runs on either backend: on Julia's, it
+    is evaluated in Python on the eigenvalues Julia computed, and Julia gets
+    the values.
 
     .. warning:: The gradient is exact at every spectrum, degenerate ones
-        included. ``"log"``, ``"invsqrt"`` and negative powers need a positive
+        included, and so are second derivatives (second divided differences;
+        ``f''`` from ``f_second`` or torch's derivative of ``f_prime``).
+        ``"log"``, ``"invsqrt"`` and negative powers need a positive
         definite ``A``; ``"sqrt"`` and fractional powers a semidefinite one
         (eigenvalues down to ``-degeneracy_atol`` are clamped to 0). Outside
         the domain a :class:`DomainError` names the eigenvalue. Where ``f'`` is
