@@ -24,6 +24,7 @@ from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
 
 from .exceptions import (
     BackendError,
+    DerivativeError,
     DtypeError,
     GaugeError,
     GaugeWarning,
@@ -54,6 +55,9 @@ class Options:
     # for a warning raised by a backward that runs where the user's frames are
     # not on the stack (an autograd device thread). No part of equality.
     site: Any = field(default=None, compare=False, repr=False)
+    # Not a setting: state shared by the backward passes of one call, across
+    # orders of differentiation (see :func:`second_order_guard`).
+    state: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 # The user settings among Options' fields (get_defaults, set_defaults, defaults)
@@ -267,6 +271,19 @@ def divided_difference(
     quotient: ``sqrt[0, x] = sqrt(x) / x`` is finite for ``x != 0``; only the
     limit ``a = b`` itself is infinite (see :func:`with_infinite_weights`).
     """
+    return _divided_difference(a, b, fa, fb, da, db)[0]
+
+
+def _divided_difference(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: torch.Tensor,
+    fb: torch.Tensor,
+    da: torch.Tensor,
+    db: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`divided_difference`, with where the quotient was taken and the
+    quotient's rounding error estimate."""
     d = a - b
     average = (da + db) / 2
     safe_d = torch.where(d != 0, d, torch.ones_like(d))
@@ -275,7 +292,75 @@ def divided_difference(
     quotient_ok = (d != 0) & (
         ~torch.isfinite(average) | ((quotient - average).abs() > 2 * rounding)
     )
-    return torch.where(quotient_ok, quotient, average)
+    return torch.where(quotient_ok, quotient, average), quotient_ok, rounding
+
+
+# Values of f and f' computed by a formula come with a few ulps of error, not
+# one (1 - tanh(x)**2 loses bits to cancellation): the rounding estimates of the
+# second divided differences count that many, so that nodes a few ulps apart
+# (an exact tie, rounded) are never divided by.
+ULPS = 8
+
+
+def divided_difference_with_error(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: torch.Tensor,
+    fb: torch.Tensor,
+    da: torch.Tensor,
+    db: torch.Tensor,
+    ha: torch.Tensor,
+    hb: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`divided_difference` ``f[a, b]`` and an estimate of its error, for
+    the second divided differences built from it (``ha``, ``hb``: ``f''``).
+
+    Where the quotient is taken its error is its rounding error (``ULPS``
+    ulps of ``f``); where the derivative average is, its Taylor remainder
+    ``f'''(xi) (a - b)**2 / 12``, estimated (doubled) by
+    ``|f''(a) - f''(b)| |a - b| / 6``, plus the rounding of the average.
+    Non-finite estimates (an infinite ``f''``) count as 0: the infinite
+    weights are handled by :func:`with_infinite_weights`.
+    """
+    value, quotient_ok, rounding = _divided_difference(a, b, fa, fb, da, db)
+    d = (a - b).abs()
+    taylor = torch.where(d != 0, (ha - hb).abs() * d / 6, 0.0)
+    taylor = taylor + ULPS * eps(a.dtype) * (da.abs() + db.abs()) / 2
+    error = torch.where(quotient_ok, ULPS * rounding, taylor)
+    return value, torch.where(torch.isfinite(error), error, 0.0)
+
+
+def confluent_divided_difference(
+    x: torch.Tensor,
+    z: torch.Tensor,
+    dx: torch.Tensor,
+    hx: torch.Tensor,
+    hz: torch.Tensor,
+    fxz: torch.Tensor,
+    fxz_error: torch.Tensor,
+) -> torch.Tensor:
+    """Stable second divided difference ``f[x, x, z] = (f'(x) - f[x, z]) / (x - z)``
+    with two equal nodes, tending to ``f''(x) / 2`` as ``z -> x``.
+
+    ``fxz`` is ``f[x, z]`` with its error estimate ``fxz_error``
+    (:func:`divided_difference_with_error`). The criterion of
+    :func:`divided_difference`: the quotient, whose rounding error is about
+    ``(ulps (|f'(x)| + |f[x, z]|) + fxz_error) / |x - z|``, where it differs
+    from the confluent value by more than twice that; elsewhere the mean of
+    ``f''/2`` over the nodes ``(x, x, z)``, ``(2 f''(x) + f''(z)) / 6``, which
+    is the limit up to ``O(f''''(x - z)**2)``. An infinite ``f''`` (``sqrt`` at
+    0) makes the limit infinite but never a finite quotient.
+    """
+    d = x - z
+    safe_d = torch.where(d != 0, d, torch.ones_like(d))
+    quotient = (dx - fxz) / safe_d
+    ulps = ULPS * eps(x.dtype)
+    rounding = (ulps * (dx.abs() + fxz.abs()) + fxz_error) / safe_d.abs()
+    confluent = (2 * hx + hz) / 6
+    quotient_ok = (d != 0) & (
+        ~torch.isfinite(confluent) | ((quotient - confluent).abs() > 2 * rounding)
+    )
+    return torch.where(quotient_ok, quotient, confluent)
 
 
 def with_infinite_weights(
@@ -708,3 +793,260 @@ def check_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
             f"{tol:.3g}. Symmetrise it, e.g. (A + A.mH) / 2, or pass "
             "check_hermitian=False to read only the UPLO triangle"
         )
+
+
+# ------------------------------------------------------- derivative order
+
+
+class _NoThirdDerivative(torch.autograd.Function):
+    """Identity on a second-order gradient ``g`` (made to depend on ``A``);
+    differentiating it raises."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(g: torch.Tensor, A: torch.Tensor, op: str) -> torch.Tensor:
+        return g.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.op = inputs[2]
+
+    @staticmethod
+    def backward(ctx: Any, *_: torch.Tensor) -> tuple:
+        raise DerivativeError(_third(ctx.op))
+
+    @staticmethod
+    def jvp(ctx: Any, *_: Any) -> torch.Tensor:
+        raise DerivativeError(_third(ctx.op))
+
+
+def _third(op: str) -> str:
+    return (
+        f"{op}: third and higher derivatives are not implemented (first and "
+        "second derivatives are exact); differentiate at most twice"
+    )
+
+
+def no_third_derivative(
+    op: str, A: torch.Tensor, *grads: torch.Tensor | None
+) -> tuple[torch.Tensor | None, ...]:
+    """``grads`` as they are, except that under ``create_graph`` (grad mode on
+    in a backward) differentiating them (w.r.t. ``A``, or anything) raises
+    ``DerivativeError``: they are second derivatives computed by a formula
+    whose own derivative would miss terms."""
+    if not torch.is_grad_enabled():
+        return grads
+    return tuple(
+        None if g is None else _NoThirdDerivative.apply(g, A, op) for g in grads
+    )
+
+
+# ------------------------------------------------ second order of svd / eigh
+#
+# At a degenerate cluster the svd / eigh pullbacks drop the 0/0 terms of the
+# cluster (first order: exact for the losses that the gauge policy accepts).
+# Their derivative, a second derivative of the loss, drops the next 0/0 terms:
+# the rotation inside the cluster, which along A + t D is the finite rotation
+# that diagonalises D in the cluster (degenerate perturbation theory), and the
+# divided difference of the S-cotangent over the cluster. Neither is in the
+# cotangents. The second derivative is still exact where both vanish: where the
+# first-order middle matrix M (gA = U M Vh) commutes with every rotation inside
+# every cluster (M scalar on the cluster and decoupled from the rest), and the
+# change of the S-cotangent is constant on every cluster (sum(S), (sum S)**2).
+# A zero singular value with a complement (rectangular or complex input, or
+# two zeros) is a cluster with -0 and the complement, on which the odd
+# extension makes that constant 0. The guard measures both, when a second
+# derivative is taken: forward over reverse (its jvp sees the tangent of the
+# S-cotangent) and reverse over reverse (its backward runs first, and leaves
+# the S-cotangent check to the pullback's next call, the second-order one).
+
+
+class SecondOrderCheck:
+    """What a second derivative through a pullback at a degenerate spectrum
+    must measure: ``coupling`` (``max |M|`` off the rotation-invariant
+    pattern, with its tolerance ``coupling_tol``) and the clusters (``pairs``,
+    ``zeros``) on which the change of the S-cotangent must be constant (0)."""
+
+    def __init__(self, op: str, pairs, zeros, coupling, coupling_tol, opts):
+        self.op, self.pairs, self.zeros, self.opts = op, pairs, zeros, opts
+        self.coupling, self.coupling_tol = coupling, coupling_tol
+
+    def reverse(self) -> None:
+        """Reverse over reverse: the coupling here; the S-cotangent at the
+        pullback's second-order call (:func:`check_second_order_cotangent`)."""
+        if not self._coupling():
+            self.opts.state["second_order"] = self
+
+    def forward(self, dgS: torch.Tensor | None) -> None:
+        """Forward over reverse: the coupling and the tangent of the
+        S-cotangent."""
+        if not self._coupling() and dgS is not None:
+            self.spectral(dgS, (dgS,))
+
+    def _coupling(self) -> bool:
+        if self.coupling > self.coupling_tol:
+            vectors = "singular vectors" if self.op == "svd" else "eigenvectors"
+            apply_gauge_policy(
+                f"{self.op}: second derivative (double backward, hessian) at a "
+                f"degenerate spectrum: the gradient depends on the {vectors} "
+                f"inside a degenerate cluster (coupling measured "
+                f"{self.coupling:.3g} > {self.coupling_tol:.3g}), and the exact "
+                "second derivative needs their rotation inside it, which is not "
+                f"in the cotangents: it is not exact. {_remedy(self.op)}",
+                self.opts,
+            )
+            return True
+        return False
+
+    def spectral(self, g: torch.Tensor, scale: tuple[torch.Tensor, ...]) -> None:
+        """Apply the gauge policy if ``g`` (the change of the S-cotangent, or
+        the second-order S-cotangent) is not constant on each cluster (0 on
+        the zero clusters)."""
+        with torch.no_grad():
+            g = _peek(g)
+            pairs, zeros = _aligned(self.pairs, self.zeros, g.shape[:-1])
+            spread = (g.unsqueeze(-1) - g.unsqueeze(-2)).abs().masked_select(pairs)
+            at_zeros = g.abs().masked_select(zeros)
+            measured = max(
+                (float(t.max()) for t in (spread, at_zeros) if t.numel()), default=0.0
+            )
+        if measured == 0:
+            return
+        tol = gauge_atol(
+            *(b for b in scale if b is not None), atol=self.opts.gauge_atol
+        )
+        if measured > tol:
+            values = "singular values" if self.op == "svd" else "eigenvalues"
+            apply_gauge_policy(
+                f"{self.op}: second derivative (double backward, hessian) at a "
+                f"degenerate spectrum: the derivative of the gradient w.r.t. the "
+                f"{values} differs inside a degenerate cluster (measured "
+                f"{measured:.3g} > {tol:.3g}); the exact second derivative needs "
+                "its divided difference over the cluster, which is not in the "
+                f"cotangents: it is not exact. {_remedy(self.op)}",
+                self.opts,
+            )
+
+
+def _aligned(
+    pairs: torch.Tensor, zeros: torch.Tensor, batch: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cluster masks broadcastable against a tensor of batch shape
+    ``batch``: as they are where their batch shape ends it (extra leading
+    dimensions: a transform's, such as jacrev's basis), else the pairs of any
+    batch element."""
+    b = pairs.shape[:-2]
+    if len(b) <= len(batch) and batch[len(batch) - len(b) :] == b:
+        return pairs, zeros
+    k = pairs.shape[-1]
+    return pairs.reshape(-1, k, k).any(0), zeros.reshape(-1, k).any(0)
+
+
+def _remedy(op: str) -> str:
+    if op == "svd":
+        return (
+            "svd_function has exact second derivatives at every spectrum: e.g. "
+            "sum(S**3) = <A, svd_function(A, ('pow', 2))>."
+        )
+    return (
+        "matrix_function has exact second derivatives at every spectrum: e.g. "
+        "sum(w**3) = trace(matrix_function(A, ('pow', 3)))."
+    )
+
+
+class _SecondOrderGuard(torch.autograd.Function):
+    """Identity on a first-order gradient built differentiably; its backward
+    and jvp run when a second derivative is taken, and measure it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(gA: torch.Tensor, gS: Any, check: SecondOrderCheck) -> torch.Tensor:
+        return gA.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.check = inputs[2]
+
+    @staticmethod
+    def backward(ctx: Any, R: torch.Tensor) -> tuple:
+        ctx.check.reverse()
+        return R, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dgA: torch.Tensor, dgS: Any, _: Any) -> torch.Tensor:
+        ctx.check.forward(dgS)
+        return dgA
+
+
+def spectral_clusters(
+    spectrum: torch.Tensor, opts: Options, svd_zeros: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The degenerate pairs ``i != j`` of ``spectrum`` (within
+    ``degeneracy_atol``) and, for singular values (``svd_zeros`` not None),
+    the zero clusters: values within ``degeneracy_atol`` of 0 that have a
+    complement or a phase of their own (``svd_zeros``) or another zero (two
+    zero singular values rotate independently). None if there are none, or
+    under Lorentzian broadening (which drops nothing). Plain tensors."""
+    if opts.broadening is not None:
+        return None
+    s = _peek(spectrum.detach())
+    k = s.shape[-1]
+    if k == 0 or s.numel() == 0:
+        return None
+    tol = _peek(degeneracy_atol(s, opts.degeneracy_atol))
+    pairs = (s.unsqueeze(-1) - s.unsqueeze(-2)).abs() <= tol
+    pairs &= ~torch.eye(k, dtype=torch.bool, device=s.device)
+    zeros = torch.zeros_like(s, dtype=torch.bool)
+    if svd_zeros is not None:
+        small = s <= tol[..., 0]
+        zeros = small & (svd_zeros | (small.sum(-1, keepdim=True) > 1))
+    if not (bool(pairs.any()) or bool(zeros.any())):
+        return None
+    # Plain tensors, for a second derivative taken at another level of torch.func
+    return _peek(pairs), _peek(zeros)
+
+
+def second_order_guard(
+    op: str,
+    gA: torch.Tensor,
+    gS: torch.Tensor | None,
+    M: torch.Tensor,
+    clusters: tuple[torch.Tensor, torch.Tensor],
+    opts: Options,
+) -> torch.Tensor:
+    """``gA`` through :class:`_SecondOrderGuard` (see the comment above), where
+    a gradient is built differentiably at a degenerate spectrum; ``M`` is the
+    first-order middle matrix (``gA = U M Vh``)."""
+    P = _peek(M.detach())
+    pairs, zeros = (_peek(t) for t in _aligned(*clusters, P.shape[:-2]))
+    # Off the rotation-invariant pattern: the entries that couple a cluster
+    # (or a zero) to the rest or lie off the diagonal inside it, the spread of
+    # the diagonal on it, and the rows and columns of the zeros.
+    member = pairs.any(-1) | zeros
+    couple = (member.unsqueeze(-1) | member.unsqueeze(-2)) & ~torch.eye(
+        P.shape[-1], dtype=torch.bool, device=P.device
+    )
+    d = P.diagonal(dim1=-2, dim2=-1)
+    parts = [
+        P.abs().masked_select(couple),
+        (d.unsqueeze(-1) - d.unsqueeze(-2)).abs().masked_select(pairs),
+        d.abs().masked_select(zeros),
+    ]
+    coupling = max((float(p.max()) for p in parts if p.numel()), default=0.0)
+    tol = opts.gauge_atol
+    if tol is None:
+        tol = eps(P.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)
+    check = SecondOrderCheck(op, pairs, zeros, coupling, tol, opts)
+    return _SecondOrderGuard.apply(gA, gS, check)
+
+
+def check_second_order_cotangent(
+    gS: torch.Tensor | None, scale: tuple[torch.Tensor | None, ...], opts: Options
+) -> None:
+    """In the pullback's call after :class:`_SecondOrderGuard`'s backward (the
+    second-order one): the S-cotangent must be constant on the clusters."""
+    check = opts.state.pop("second_order", None)
+    if check is not None and gS is not None:
+        check.spectral(gS, (gS, *scale))

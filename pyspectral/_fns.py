@@ -1,6 +1,7 @@
 """Spectral functions ``f`` for ``svd_function`` / ``matrix_function``: named
-and user-given ``f`` evaluated with ``f'`` on a spectrum (the divided
-differences their pullbacks are made of are in ``_common``)."""
+and user-given ``f`` evaluated with ``f'`` on a spectrum, and ``f''`` for
+their second derivatives (the divided differences their pullbacks are made of
+are in ``_common``)."""
 
 from __future__ import annotations
 
@@ -11,21 +12,40 @@ import torch
 from torch import Tensor
 
 from . import _common as C
-from .exceptions import DomainError, InputError, InputTypeError
+from .exceptions import DerivativeError, DomainError, InputError, InputTypeError
 
 
 class SpectralFn:
-    """``f`` applied to a descending spectrum: ``fn(S, opts) -> (f(S), f'(S))``.
+    """``f`` applied to a descending spectrum: ``fn(S, opts) -> (f(S), f'(S))``,
+    and ``fn.second(S, opts) -> f''(S)`` for second derivatives.
 
     ``values(S, opts)`` may depend on the index (truncation) and raise on a
-    spectrum outside the domain. Hashable by name so that torch.func can key it.
+    spectrum outside the domain; ``second`` (``None``: no second derivative
+    known, :class:`DerivativeError` when one is asked for) is evaluated after
+    ``values`` on the same spectrum. Hashable by name so that torch.func can
+    key it.
     """
 
-    def __init__(self, name: str, values: Callable[[Tensor, C.Options], tuple]):
-        self.name, self.values = name, values
+    def __init__(
+        self,
+        name: str,
+        values: Callable[[Tensor, C.Options], tuple],
+        second: Callable[[Tensor, C.Options], Tensor] | None = None,
+    ):
+        self.name, self.values, self._second = name, values, second
 
     def __call__(self, S: Tensor, opts: C.Options) -> tuple[Tensor, Tensor]:
         return self.values(S, opts)
+
+    def second(self, S: Tensor, opts: C.Options) -> Tensor:
+        """``f''`` on the spectrum ``S`` (after ``self(S, opts)`` has checked it)."""
+        if self._second is None:
+            raise DerivativeError(
+                f"the spectral function {self.name} has no second derivative; "
+                "second derivatives (double backward, hessian) are not available "
+                "for it"
+            )
+        return self._second(S, opts)
 
     def __repr__(self) -> str:
         return f"<spectral function {self.name}>"
@@ -42,8 +62,21 @@ def power(p: float) -> Callable[[Tensor], tuple[Tensor, Tensor]]:
     return values
 
 
+def power_second(p: float) -> Callable[[Tensor], Tensor]:
+    """``p (p-1) s**(p-2)``, the second derivative of ``s**p`` (0 for ``p`` in
+    ``{0, 1}``, ``2`` for ``p = 2`` at 0; ``+-inf`` at 0 for ``p < 2``)."""
+
+    def second(s: Tensor) -> Tensor:
+        if p in (0, 1):
+            return torch.zeros_like(s)
+        return p * (p - 1) * s ** (p - 2)
+
+    return second
+
+
 def user_pair(op: str, f: Any) -> Callable[[Tensor], tuple[Tensor, Tensor]] | None:
-    """``(f, f_prime)`` of elementwise torch callables, or None if ``f`` is not one.
+    """``(f, f_prime)`` (or ``(f, f_prime, f_second)``, see :func:`user_second`)
+    of elementwise torch callables, or None if ``f`` is not one.
 
     The result evaluates both on a spectrum ``s`` and checks what either
     backend's pullback needs (the Julia backend receives these values, not the
@@ -51,12 +84,42 @@ def user_pair(op: str, f: Any) -> Callable[[Tensor], tuple[Tensor, Tensor]] | No
     finite (else ``Y`` is not); ``f_prime(s)`` not NaN (``+-inf`` is allowed:
     the documented infinite gradient where ``f`` is not differentiable).
     """
-    if isinstance(f, tuple) and len(f) == 2 and callable(f[0]) and callable(f[1]):
+    if isinstance(f, tuple) and len(f) in (2, 3) and all(map(callable, f)):
         return lambda s: (
             _checked(op, "f", f[0](s), s),
             _checked(op, "f_prime", f[1](s), s),
         )
     return None
+
+
+def user_second(op: str, f: Any) -> Callable[[Tensor], Tensor]:
+    """``f''`` of a user pair ``(f, f_prime)`` or triple ``(f, f_prime,
+    f_second)`` (see :func:`user_pair`), for second derivatives.
+
+    A triple's ``f_second`` is evaluated and checked as ``f_prime`` is. For a
+    pair, ``f''`` is the derivative of ``f_prime`` by torch's AD
+    (``torch.func.vjp``; ``f_prime`` is elementwise, so its pullback of ones);
+    ``f_prime`` must then be written in differentiable torch operations (a
+    detached one would give ``f'' = 0``): where AD fails (numpy inside) a
+    :class:`DerivativeError` asks for the triple.
+    """
+    if len(f) == 3:
+        return lambda s: _checked(op, "f_second", f[2](s), s)
+
+    def second(s: Tensor) -> Tensor:
+        try:
+            _, pullback = torch.func.vjp(f[1], s)
+            (h,) = pullback(torch.ones_like(s))
+        except Exception as err:  # any failure of the user's code under AD
+            raise DerivativeError(
+                f"{op}: a second derivative through the user pair (f, f_prime) "
+                "needs f''; differentiating f_prime with torch's AD "
+                f"failed ({type(err).__name__}: {err}). Pass a triple "
+                "(f, f_prime, f_second) instead"
+            ) from err
+        return _checked(op, "f_second", h, s)
+
+    return second
 
 
 def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:
@@ -74,7 +137,7 @@ def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:
         )
     v = v.to(s.dtype)
     seen = C._peek(v.detach())
-    bad = ~torch.isfinite(seen) if name == "f" else torch.isnan(seen)
+    bad = ~torch.isfinite(seen) if name == "f" else torch.isnan(seen)  # +-inf ok
     if bool(bad.any()):
         idx = tuple(bad.nonzero()[0].tolist())
         point = "singular value" if op.startswith("svd") else "eigenvalue"

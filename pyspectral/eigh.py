@@ -12,11 +12,28 @@ from torch import Tensor
 from . import _common as C
 from . import _julia
 from ._backend import resolve_backend
-from ._fns import SpectralFn, named_argument, power, user_pair
+from ._fns import (
+    SpectralFn,
+    named_argument,
+    power,
+    power_second,
+    user_pair,
+    user_second,
+)
 from .exceptions import DomainError, InputTypeError
 from .forward.topk import top_k_method
-from .pullbacks.eigh import eigh_pullback, eigh_pushforward
-from .pullbacks.matfun import matrix_function_pullback, matrix_function_pushforward
+from .pullbacks.eigh import (
+    eigh_pullback,
+    eigh_pushforward,
+    hermitian_from_triangle,
+    tangent_scale,
+)
+from .pullbacks.matfun import (
+    matrix_function_pullback,
+    matrix_function_pushforward,
+    matrix_function_second,
+    matrix_function_second_order,
+)
 from .topk import EighTopK, EighTopKJulia
 
 __all__ = ["EighResult", "eigh", "eigvalsh", "matrix_function", "eigh_pullback"]
@@ -76,6 +93,7 @@ class _EighJulia(torch.autograd.Function):
             return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
         if gw is None and gV is None:
             return None, None, None
+        C.check_second_order_cotangent(gw, (gV,), ctx.opts)  # as eigh_pullback
         gA = _julia.eigh_pullback(
             ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
         )
@@ -118,10 +136,17 @@ class _MatrixFunctionJulia(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, gY: Tensor) -> tuple:
+        if gY._is_zerotensor():
+            # autograd's zero (Y not in the loss, e.g. differentiating a
+            # forward-mode tangent): nothing to pull back, nothing for Julia
+            return None, None, None, None, None
         if torch.is_grad_enabled():
+            # create_graph: the native pullback with its exact second order
             (A,) = ctx.saved_tensors
-            w, V = _Eigh.apply(A, ctx.uplo, ctx.opts)
-            gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
+            with torch.no_grad():
+                w, V = torch.linalg.eigh(A, UPLO=ctx.uplo)
+            args = (A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts)
+            gA = _MatrixFunctionBackward.apply(*args)
         elif ctx.fn.name == "user":
             gA = _julia.matrix_function_values_pullback(
                 ctx.shape_dtype, ctx.handles, gY, ctx.uplo
@@ -137,10 +162,13 @@ class _MatrixFunctionJulia(torch.autograd.Function):
         (A,) = ctx.saved_tensors
         uplo, opts = ctx.uplo, ctx.opts
         if torch.is_grad_enabled() and (dA.requires_grad or A.requires_grad):
-            # a differentiable tangent: the same formula natively (as backward);
-            # in C order, as Y (the transpose of Julia's column-major Y^T)
-            w, V = _Eigh.apply(A, uplo, opts)
-            return matrix_function_pushforward(w, V, ctx.fn, dA, uplo, opts)
+            # a differentiable tangent: the native operation whose derivatives
+            # are the exact second-order formula (as the native jvp); in C
+            # order, as Y (the transpose of Julia's column-major Y^T)
+            with torch.no_grad():
+                w, V = torch.linalg.eigh(A, UPLO=uplo)
+            args = (A, dA, w, V, ctx.fn, uplo, opts)
+            return _MatrixFunctionPushforward.apply(*args)
         if ctx.fn.name == "user":
             return _julia.matrix_function_values_pushforward(ctx.handles, dA, uplo)
         return _julia.matrix_function_pushforward(ctx.handles, ctx.f, dA, uplo, opts)
@@ -164,20 +192,133 @@ class _MatrixFunction(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        # w, V are non-differentiable outputs: no tangent.
-        _, w, V = ctx.saved_tensors
-        dY = matrix_function_pushforward(w, V, ctx.fn, dA, ctx.uplo, ctx.opts)
-        return dY, None, None
+        # w, V are non-differentiable outputs: no tangent. The tangent is an
+        # operation of (A, dA), so that differentiating it (jacrev(jacfwd),
+        # jacfwd(jacfwd)) takes the exact second-order formula.
+        A, w, V = ctx.saved_tensors
+        args = (A, dA, w, V, ctx.fn, ctx.uplo, ctx.opts)
+        return _MatrixFunctionPushforward.apply(*args), None, None
 
     @staticmethod
     def backward(ctx: Any, gY: Tensor, *_: Tensor) -> tuple:
         A, w, V = ctx.saved_tensors
         if torch.is_grad_enabled():
-            # create_graph: redo eigh through _Eigh so this backward is itself
-            # differentiable.
-            w, V = _Eigh.apply(A, ctx.uplo, ctx.opts)
+            # create_graph (double backward, hessian): the pullback as an
+            # operation whose own derivative is the exact second-order formula.
+            args = (A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts)
+            return _MatrixFunctionBackward.apply(*args), None, None, None
         gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
         return gA, None, None, None
+
+
+class _MatrixFunctionBackward(torch.autograd.Function):
+    """The pullback ``gA = fold(L_f(A)[herm gY])`` of ``matrix_function`` as a
+    function of ``(A, gY)``: its derivatives are the second-order
+    Daleckii-Krein formula w.r.t. ``A`` (second divided differences of ``f``,
+    exact at every spectrum) and the first-order map w.r.t. ``gY``. ``w, V``
+    (the decomposition of ``A``) are constants here: everything ``A`` does
+    enters through the formula. Third derivatives raise ``DerivativeError``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: Tensor,
+        gY: Tensor,
+        w: Tensor,
+        V: Tensor,
+        fn: SpectralFn,
+        uplo: str,
+        opts: C.Options,
+    ) -> Tensor:
+        return matrix_function_pullback(w, V, fn, gY, uplo, opts)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        # A (an input: no reference cycle) only for no_third_derivative; among
+        # the saved tensors it breaks the generated vmap rule of jacrev(jacrev).
+        ctx.A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts = inputs
+        ctx.save_for_backward(gY, w, V)
+        ctx.save_for_forward(gY, w, V)
+
+    @staticmethod
+    def backward(ctx: Any, R: Tensor) -> tuple:
+        gY, w, V = ctx.saved_tensors
+        A, fn, uplo, opts = ctx.A, ctx.fn, ctx.uplo, ctx.opts
+        gA = gG = None
+        if ctx.needs_input_grad[0]:
+            gA = matrix_function_second_order(w, V, fn, gY, R, uplo, opts)
+        if ctx.needs_input_grad[1]:
+            gG = matrix_function_pushforward(w, V, fn, R, uplo, opts)
+        gA, gG = C.no_third_derivative("matrix_function", A, gA, gG)
+        return gA, gG, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor | None, dgY: Tensor | None, *_: Any) -> Tensor:
+        gY, w, V = ctx.saved_tensors
+        fn, uplo, opts = ctx.fn, ctx.uplo, ctx.opts
+        d = torch.zeros_like(gY) if dgY is None else dgY
+        dgA = matrix_function_pullback(w, V, fn, d, uplo, opts)
+        if dA is not None:
+            dgA = dgA + matrix_function_second_order(w, V, fn, gY, dA, uplo, opts)
+        return dgA
+
+
+class _MatrixFunctionPushforward(torch.autograd.Function):
+    """The pushforward ``dY = L_f(A)[herm dA]`` of ``matrix_function`` as a
+    function of ``(A, dA)`` (``w, V``: constants, as in
+    ``_MatrixFunctionBackward``). ``L_f(A)`` is self-adjoint and the
+    second-order form ``<R, L2_f(A; E, D)>`` symmetric in ``R, E, D``, so its
+    derivatives are the pullback w.r.t. ``dA`` and the second-order formula
+    w.r.t. ``A``, both exact at every spectrum."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: Tensor,
+        dA: Tensor,
+        w: Tensor,
+        V: Tensor,
+        fn: SpectralFn,
+        uplo: str,
+        opts: C.Options,
+    ) -> Tensor:
+        return matrix_function_pushforward(w, V, fn, dA, uplo, opts)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        ctx.A, dA, w, V, ctx.fn, ctx.uplo, ctx.opts = inputs
+        ctx.save_for_backward(dA, w, V)
+        ctx.save_for_forward(dA, w, V)
+
+    @staticmethod
+    def backward(ctx: Any, R: Tensor) -> tuple:
+        dA, w, V = ctx.saved_tensors
+        fn, uplo, opts = ctx.fn, ctx.uplo, ctx.opts
+        gA = gD = None
+        if ctx.needs_input_grad[0]:
+            gA = matrix_function_second_order(w, V, fn, R, dA, uplo, opts)
+        if ctx.needs_input_grad[1]:
+            gD = matrix_function_pullback(w, V, fn, R, uplo, opts)
+        gA, gD = C.no_third_derivative("matrix_function", ctx.A, gA, gD)
+        return gA, gD, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tA: Tensor | None, tD: Tensor | None, *_: Any) -> Tensor:
+        dA, w, V = ctx.saved_tensors
+        fn, uplo, opts = ctx.fn, ctx.uplo, ctx.opts
+        d = torch.zeros_like(dA) if tD is None else tD
+        out = matrix_function_pushforward(w, V, fn, d, uplo, opts)
+        if tA is not None:
+            E, D = hermitian_from_triangle(dA, uplo), hermitian_from_triangle(tA, uplo)
+            scale = tangent_scale(dA) * tangent_scale(tA)
+            out = out + matrix_function_second(w, V, fn, E, D, opts, _same, scale)
+        return out
+
+
+def _same(G: Tensor) -> Tensor:
+    return G
 
 
 # ------------------------------------------------------ matrix functions
@@ -212,21 +353,38 @@ def _positive(name: str, strict: bool) -> Any:
 
 def _named(name: str, p: float = 1.0) -> SpectralFn:
     if name == "exp":
-        return SpectralFn("exp", lambda w, o: (torch.exp(w), torch.exp(w)))
+        return SpectralFn(
+            "exp", lambda w, o: (torch.exp(w), torch.exp(w)), lambda w, o: torch.exp(w)
+        )
     if name == "log":
         dom = _positive("'log'", strict=True)
-        return SpectralFn("log", lambda w, o: (torch.log(dom(w, o)), 1 / w))
+        return SpectralFn(
+            "log", lambda w, o: (torch.log(dom(w, o)), 1 / w), lambda w, o: -1 / w**2
+        )
     if name == "sqrt":
         return _named("pow", 0.5)
     if name == "invsqrt":
         return _named("pow", -0.5)
+    second = power_second(p)
     if p == int(p) and p >= 0:
-        return SpectralFn(f"pow {p}", lambda w, o: power(p)(w))
+        return SpectralFn(f"pow {p}", lambda w, o: power(p)(w), lambda w, o: second(w))
     dom = _positive(f"('pow', {p})", strict=p < 0)
-    return SpectralFn(f"pow {p}", lambda w, o: power(p)(dom(w, o)))
+    return SpectralFn(
+        f"pow {p}",
+        lambda w, o: power(p)(dom(w, o)),
+        lambda w, o: second(torch.clamp(w, min=0) if p > 0 else w),
+    )
 
 
-_MATFUN_NAMES = ('"sqrt"', '"invsqrt"', '"log"', '"exp"', '("pow", p)', "(f, f_prime)")
+_MATFUN_NAMES = (
+    '"sqrt"',
+    '"invsqrt"',
+    '"log"',
+    '"exp"',
+    '("pow", p)',
+    "(f, f_prime)",
+    "(f, f_prime, f_second)",
+)
 
 
 def _matfun(f: Any) -> SpectralFn:
@@ -234,7 +392,8 @@ def _matfun(f: Any) -> SpectralFn:
         return _named(f)
     pair = user_pair("matrix_function", f)
     if pair is not None:
-        return SpectralFn("user", lambda w, o: pair(w))
+        second = user_second("matrix_function", f)
+        return SpectralFn("user", lambda w, o: pair(w), lambda w, o: second(w))
     named = named_argument(f, ("pow",))
     if named is None:
         raise InputTypeError(
@@ -410,12 +569,15 @@ def matrix_function(
     ``A`` has shape ``(*, n, n)``; ``Y`` the same. ``f`` is ``"sqrt"``,
     ``"invsqrt"``, ``"log"``, ``"exp"``, ``("pow", p)`` or a pair
     ``(f, f_prime)`` of elementwise torch functions that map the eigenvalues
-    to real tensors of their shape (``f`` finite there). A pair runs on either
-    backend: on Julia's, it is evaluated in Python on the eigenvalues Julia
-    computed, and Julia gets the values.
+    to real tensors of their shape (``f`` finite there), or a triple
+    ``(f, f_prime, f_second)``. A pair runs on either backend: on Julia's, it
+    is evaluated in Python on the eigenvalues Julia computed, and Julia gets
+    the values.
 
     .. warning:: The gradient is exact at every spectrum, degenerate ones
-        included. ``"log"``, ``"invsqrt"`` and negative powers need a positive
+        included, and so are second derivatives (second divided differences;
+        ``f''`` from ``f_second`` or torch's derivative of ``f_prime``).
+        ``"log"``, ``"invsqrt"`` and negative powers need a positive
         definite ``A``; ``"sqrt"`` and fractional powers a semidefinite one
         (eigenvalues down to ``-degeneracy_atol`` are clamped to 0). Outside
         the domain a :class:`DomainError` names the eigenvalue. Where ``f'`` is

@@ -12,12 +12,20 @@ from torch import Tensor
 from . import _common as C
 from . import _julia
 from ._backend import resolve_backend
-from ._fns import SpectralFn, named_argument, power, user_pair
+from ._fns import (
+    SpectralFn,
+    named_argument,
+    power,
+    power_second,
+    user_pair,
+    user_second,
+)
 from .exceptions import DomainError, InputError, InputTypeError
 from .forward.topk import top_k_method
 from .pullbacks.svd import (
     svd_function_pullback,
     svd_function_pushforward,
+    svd_function_second_order,
     svd_pullback,
     svd_pushforward,
 )
@@ -81,6 +89,7 @@ class _SVDJulia(torch.autograd.Function):
             return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
         if gU is None and gS is None and gVh is None:
             return None, None, None
+        C.check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as svd_pullback
         gA = _julia.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
         return gA, None, None
 
@@ -117,10 +126,16 @@ class _SVDFunctionJulia(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, gY: Tensor) -> tuple:
+        if gY._is_zerotensor():
+            # autograd's zero (Y not in the loss, e.g. differentiating a
+            # forward-mode tangent): nothing to pull back, nothing for Julia
+            return None, None, None, None
         if torch.is_grad_enabled():
+            # create_graph: the native pullback with its exact second order
             (A,) = ctx.saved_tensors
-            U, S, Vh = _SVD.apply(A, False, ctx.opts)
-            gA = svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts)
+            with torch.no_grad():
+                U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+            gA = _SVDFunctionBackward.apply(A, gY, U, S, Vh, ctx.fn, ctx.opts)
         elif ctx.fn.name == "user":
             gA = _julia.svd_function_values_pullback(ctx.shape_dtype, ctx.handles, gY)
         else:
@@ -133,10 +148,13 @@ class _SVDFunctionJulia(torch.autograd.Function):
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> Tensor:
         (A,) = ctx.saved_tensors
         if torch.is_grad_enabled() and (dA.requires_grad or A.requires_grad):
-            # a differentiable tangent: the same formula natively (as backward);
-            # in C order, as Y (the transpose of Julia's column-major Y^T)
-            U, S, Vh = _SVD.apply(A, False, ctx.opts)
-            return svd_function_pushforward(U, S, Vh, ctx.fn, dA, ctx.opts)
+            # a differentiable tangent: the native operation whose derivatives
+            # are the exact second-order formula (as the native jvp); in C
+            # order, as Y (the transpose of Julia's column-major Y^T)
+            with torch.no_grad():
+                U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+            args = (A, dA, U, S, Vh, ctx.fn, ctx.opts)
+            return _SVDFunctionPushforward.apply(*args)
         if ctx.fn.name == "user":
             return _julia.svd_function_values_pushforward(ctx.handles, dA)
         return _julia.svd_function_pushforward(ctx.handles, ctx.f, dA, ctx.opts)
@@ -162,17 +180,122 @@ class _SVDFunction(torch.autograd.Function):
     def backward(ctx: Any, gY: Tensor, *_: Tensor) -> tuple:
         A, U, S, Vh = ctx.saved_tensors
         if torch.is_grad_enabled():
-            # create_graph: redo the SVD through _SVD so that this backward is
-            # itself differentiable (double backward, jacrev of grad).
-            U, S, Vh = _SVD.apply(A, False, ctx.opts)
+            # create_graph (double backward, hessian): the pullback as an
+            # operation whose own derivative is the exact second-order formula.
+            gA = _SVDFunctionBackward.apply(A, gY, U, S, Vh, ctx.fn, ctx.opts)
+            return gA, None, None
         return svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts), None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        # U, S, Vh are non-differentiable outputs: no tangent.
-        _, U, S, Vh = ctx.saved_tensors
-        dY = svd_function_pushforward(U, S, Vh, ctx.fn, dA, ctx.opts)
+        # U, S, Vh are non-differentiable outputs: no tangent. The tangent is
+        # an operation of (A, dA), so that differentiating it (jacrev(jacfwd),
+        # jacfwd(jacfwd)) takes the exact second-order formula.
+        A, U, S, Vh = ctx.saved_tensors
+        dY = _SVDFunctionPushforward.apply(A, dA, U, S, Vh, ctx.fn, ctx.opts)
         return dY, None, None, None
+
+
+class _SVDFunctionBackward(torch.autograd.Function):
+    """The pullback of ``svd_function`` as a function of ``(A, gY)``: its
+    derivatives are the second-order formula w.r.t. ``A`` (second divided
+    differences of the odd extension of ``f``, exact at every spectrum) and the
+    first-order map w.r.t. ``gY``. ``U, S, Vh`` (the SVD of ``A``) are
+    constants here: everything ``A`` does enters through the formula. Third
+    derivatives raise ``DerivativeError``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: Tensor,
+        gY: Tensor,
+        U: Tensor,
+        S: Tensor,
+        Vh: Tensor,
+        fn: SpectralFn,
+        opts: C.Options,
+    ) -> Tensor:
+        return svd_function_pullback(U, S, Vh, fn, gY, opts)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        # A (an input: no reference cycle) only for no_third_derivative; among
+        # the saved tensors it breaks the generated vmap rule of jacrev(jacrev).
+        ctx.A, gY, U, S, Vh, ctx.fn, ctx.opts = inputs
+        ctx.save_for_backward(gY, U, S, Vh)
+        ctx.save_for_forward(gY, U, S, Vh)
+
+    @staticmethod
+    def backward(ctx: Any, R: Tensor) -> tuple:
+        gY, U, S, Vh = ctx.saved_tensors
+        A = ctx.A
+        gA = gG = None
+        if ctx.needs_input_grad[0]:
+            gA = svd_function_second_order(U, S, Vh, ctx.fn, gY, R, ctx.opts)
+        if ctx.needs_input_grad[1]:
+            gG = svd_function_pushforward(U, S, Vh, ctx.fn, R, ctx.opts)
+        gA, gG = C.no_third_derivative("svd_function", A, gA, gG)
+        return gA, gG, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor | None, dgY: Tensor | None, *_: Any) -> Tensor:
+        gY, U, S, Vh = ctx.saved_tensors
+        d = torch.zeros_like(gY) if dgY is None else dgY
+        dgA = svd_function_pullback(U, S, Vh, ctx.fn, d, ctx.opts)
+        if dA is not None:
+            dgA = dgA + svd_function_second_order(U, S, Vh, ctx.fn, gY, dA, ctx.opts)
+        return dgA
+
+
+class _SVDFunctionPushforward(torch.autograd.Function):
+    """The pushforward ``dY = L_f(A)[dA]`` of ``svd_function`` as a function
+    of ``(A, dA)`` (``U, S, Vh``: constants). On the Hermitian dilation the
+    second-order form ``<R, L2_f(A; E, D)>`` is symmetric in ``R, E, D``, so
+    the derivatives are the pullback w.r.t. ``dA`` and the second-order
+    formula w.r.t. ``A`` (``svd_function_second_order(R, dA)``), and the
+    tangent along ``(tA, tD)`` is ``L_f[tD] + svd_function_second_order(dA,
+    tA)``: exact at every spectrum."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: Tensor,
+        dA: Tensor,
+        U: Tensor,
+        S: Tensor,
+        Vh: Tensor,
+        fn: SpectralFn,
+        opts: C.Options,
+    ) -> Tensor:
+        return svd_function_pushforward(U, S, Vh, fn, dA, opts)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        ctx.A, dA, U, S, Vh, ctx.fn, ctx.opts = inputs
+        ctx.save_for_backward(dA, U, S, Vh)
+        ctx.save_for_forward(dA, U, S, Vh)
+
+    @staticmethod
+    def backward(ctx: Any, R: Tensor) -> tuple:
+        dA, U, S, Vh = ctx.saved_tensors
+        gA = gD = None
+        if ctx.needs_input_grad[0]:
+            gA = svd_function_second_order(U, S, Vh, ctx.fn, R, dA, ctx.opts)
+        if ctx.needs_input_grad[1]:
+            gD = svd_function_pullback(U, S, Vh, ctx.fn, R, ctx.opts)
+        gA, gD = C.no_third_derivative("svd_function", ctx.A, gA, gD)
+        return gA, gD, None, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, tA: Tensor | None, tD: Tensor | None, *_: Any) -> Tensor:
+        dA, U, S, Vh = ctx.saved_tensors
+        d = torch.zeros_like(dA) if tD is None else tD
+        out = svd_function_pushforward(U, S, Vh, ctx.fn, d, ctx.opts)
+        if tA is not None:
+            out = out + svd_function_second_order(U, S, Vh, ctx.fn, dA, tA, ctx.opts)
+        return out
 
 
 # ------------------------------------------------- singular value functions
@@ -185,17 +308,23 @@ _SVD_NAMES = (
     '("threshold", tau)',
     '("pow", p)',
     "(f, f_prime)",
+    "(f, f_prime, f_second)",
 )
+
+
+def _zero(S: Tensor, o: C.Options) -> Tensor:
+    return torch.zeros_like(S)
 
 
 def _svd_fn(f: Any, k: int) -> SpectralFn:
     if f == "polar":
         return SpectralFn(
-            "polar", lambda S, o: (torch.ones_like(S), torch.zeros_like(S))
+            "polar", lambda S, o: (torch.ones_like(S), torch.zeros_like(S)), _zero
         )
     pair = user_pair("svd_function", f)
     if pair is not None:
-        return SpectralFn("user", lambda S, o: pair(S))
+        second = user_second("svd_function", f)
+        return SpectralFn("user", lambda S, o: pair(S), lambda S, o: second(S))
     named = named_argument(f, ("truncate", "threshold", "pow"))
     if named is None:
         raise InputTypeError(
@@ -208,15 +337,20 @@ def _svd_fn(f: Any, k: int) -> SpectralFn:
                 f"svd_function: ('truncate', k) needs an integer 1 <= k <= "
                 f"min(m, n) = {k}, got {f[1]!r}"
             )
-        return SpectralFn(f"truncate {int(x)}", lambda S, o: _truncate(S, int(x), o))
+        return SpectralFn(
+            f"truncate {int(x)}", lambda S, o: _truncate(S, int(x), o), _zero
+        )
     if name == "threshold":
         if x < 0:
             raise InputError(f"svd_function: threshold tau must be >= 0, got {x}")
         return SpectralFn(
             f"threshold {x}",
             lambda S, o: (torch.clamp(S - x, min=0), (S > x).to(S.dtype)),
+            _zero,
         )
-    return SpectralFn(f"pow {x}", lambda S, o: _pow_svd(S, x, o))
+    return SpectralFn(
+        f"pow {x}", lambda S, o: _pow_svd(S, x, o), lambda S, o: power_second(x)(S)
+    )
 
 
 def _truncate(S: Tensor, r: int, opts: C.Options) -> tuple[Tensor, Tensor]:
@@ -417,11 +551,15 @@ def svd_function(
     ``("pow", p)``, ``"normalize"`` (``s / s_max``, i.e. ``A / ||A||_2``) or a
     pair ``(f, f_prime)`` of elementwise torch functions with ``f(0) = 0``,
     which map the singular values to real tensors of their shape (``f`` finite
-    there). A pair runs on either backend: on Julia's, it is evaluated in
-    Python on the singular values Julia computed, and Julia gets the values.
+    there), or a triple ``(f, f_prime, f_second)``. A pair runs on either
+    backend: on Julia's, it is evaluated in Python on the singular values
+    Julia computed, and Julia gets the values.
 
     .. warning:: The gradient uses divided differences of ``f`` and is exact at
-        degenerate and zero singular values. Where ``f'`` is infinite
+        degenerate and zero singular values; so are second derivatives (second
+        divided differences; ``f''`` from ``f_second`` or torch's derivative
+        of ``f_prime``), at a zero singular value where ``f`` extends to an odd
+        ``C^2`` function. Where ``f'`` is infinite
         (``("pow", p)`` with ``0 < p < 1`` at an exact zero singular value) it is
         ``+-inf`` exactly in the entries that the infinite divided differences
         reach and finite (never NaN) elsewhere: ``f[0, s] = f(s) / s`` is

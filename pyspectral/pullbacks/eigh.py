@@ -52,11 +52,15 @@ def eigh_pullback(
     #   G = V (Ka / (2 (w_j - w_i)) + diag(gw)) V^H,   Ka = K - K^H.
     # Inside a degenerate cluster (diagonal included: complex phases) the
     # quotient is 0/0; a gauge-invariant loss has Ka = 0 there.
+    if not middle_only:
+        # A second derivative through this pullback: its w-cotangent is checked
+        # (see _common.second_order_guard).
+        C.check_second_order_cotangent(gw, (gV,), opts)
     if gV is None:
         if gw is None:
             return None
         G = (V * gw.unsqueeze(-2).to(V.dtype)) @ V.mH
-        return fold_triangle(G, uplo)
+        return _second_order_guard(fold_triangle(G, uplo), w, gw, None, opts)
     tol = C.degeneracy_atol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     K = V.mH @ gV
@@ -67,7 +71,23 @@ def eigh_pullback(
         M = C.add_diagonal(M, gw)
     if middle_only:
         return M
-    return fold_triangle(V @ M @ V.mH, uplo)
+    return _second_order_guard(fold_triangle(V @ M @ V.mH, uplo), w, gw, M, opts)
+
+
+def _second_order_guard(
+    gA: Tensor, w: Tensor, gw: Tensor | None, M: Tensor | None, opts: C.Options
+) -> Tensor:
+    """``gA``, measured by ``C.second_order_guard`` if a second derivative can
+    be taken through it at a degenerate spectrum (``M``: the middle matrix,
+    ``None``: ``diag(gw)``)."""
+    if not torch.is_grad_enabled() or opts.gauge == "ignore":
+        return gA
+    clusters = C.spectral_clusters(w, opts)
+    if clusters is None:
+        return gA
+    if M is None:
+        M = torch.diag_embed(gw)
+    return C.second_order_guard("eigh", gA, gw, M, clusters, opts)
 
 
 def hermitian_from_triangle(dA: Tensor, uplo: str) -> Tensor:

@@ -6,6 +6,9 @@ and its forward-mode transpose ``matrix_function_pushforward``.
 
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
+import torch
 from torch import Tensor
 
 from .. import _common as C
@@ -13,7 +16,12 @@ from .._common import divided_difference
 from .._fns import SpectralFn
 from .eigh import fold_triangle, hermitian_from_triangle, tangent_scale
 
-__all__ = ["matrix_function_pullback", "matrix_function_pushforward"]
+__all__ = [
+    "matrix_function_pullback",
+    "matrix_function_pushforward",
+    "matrix_function_second",
+    "matrix_function_second_order",
+]
 
 
 def matrix_function_pullback(
@@ -73,3 +81,164 @@ def matrix_function_pushforward(
         return V @ (L * dP) @ V.mH
 
     return C.with_infinite_weights(pushforward, (L,), tangent_scale(dA))
+
+
+# ---------------------------------------------------------- second order
+#
+# The derivative of the Frechet derivative L_f(A)[E] = V (F1 o V^H E V) V^H in a
+# direction D (Daleckii-Krein, second order; Bhatia, Matrix Analysis, V.3) is,
+# in the eigenbasis (X = V^H E V, Y = V^H D V),
+#   L2_f(A; E, D)^_ij = sum_k f[w_i, w_k, w_j] (X_ik Y_kj + Y_ik X_kj),
+# symmetric in E and D, and <R, L2(E, D)> is symmetric in (R, E, D): the
+# pullback of the pullback G -> L_f(A)[herm G] w.r.t. A is L2(herm G, R), and
+# w.r.t. G the first-order map itself. The sum is formed with matrix products:
+# for w_i != w_j, f[w_i, w_k, w_j] = (f[w_i, w_k] - f[w_k, w_j]) / (w_i - w_j),
+#   sum_k ... = ((F1 o X) Y - X (F1 o Y))_ij / (w_i - w_j)        (quotient),
+# and as w_j -> w_i, f[w_i, w_k, w_j] -> (f[w_i, w_i, w_k] + f[w_j, w_j, w_k]) / 2
+# up to O((w_i - w_j)^2) (the mean over the two ends is symmetric in them),
+#   sum_k ... = ((N o X) Y + X (N^T o Y))_ij / 2, N_ik = f[w_i, w_i, w_k]
+# (confluent). Entry by entry the quotient is taken where it differs from the
+# confluent form by more than twice its rounding error (the criterion of
+# divided_difference, with the rounding of the first divided differences
+# carried along): exact at every spectrum, degenerate ones included.
+
+
+class Nodes(NamedTuple):
+    """Interpolation nodes ``x`` of ``f`` with ``f``, ``f'``, ``f''`` there
+    (each of shape ``(*, p)``)."""
+
+    x: Tensor
+    f: Tensor
+    d: Tensor
+    h: Tensor
+
+
+def spectral_nodes(w: Tensor, fn: SpectralFn, opts: C.Options) -> Nodes:
+    """The spectrum ``w`` as nodes of ``fn`` (the forward has applied the gauge
+    policy to this spectrum already: evaluating ``fn`` here does not warn)."""
+    opts = C.policy_applied(opts)
+    f, d = fn(w, opts)
+    return Nodes(w, f, d, fn.second(w, opts))
+
+
+class Contraction(NamedTuple):
+    """``T_ij = sum over (X, Y) in pairs of sum_k f[rho_i, lam_k, kap_j] X_ik Y_kj``,
+    prepared: the divided differences (``weights``, linear in them, some
+    possibly infinite) and, per entry, the form taken (``quotient``)."""
+
+    weights: tuple[Tensor, ...]
+    inv: Tensor
+    quotient: Tensor
+
+    def __call__(self, weights: tuple[Tensor, ...], pairs: list) -> Tensor:
+        L1, L2, N1, N2 = weights
+        return torch.where(
+            self.quotient,
+            _quotient_form(L1, L2, self.inv, pairs),
+            _confluent_form(N1, N2, pairs),
+        )
+
+
+def _quotient_form(L1: Tensor, L2: Tensor, inv: Tensor, pairs: list) -> Tensor:
+    return sum((L1 * X) @ Y - X @ (L2 * Y) for X, Y in pairs) * inv
+
+
+def _confluent_form(N1: Tensor, N2: Tensor, pairs: list) -> Tensor:
+    return sum((N1 * X) @ Y + X @ (N2.mT * Y) for X, Y in pairs) * 0.5
+
+
+def _first(a: Nodes, b: Nodes) -> tuple[Tensor, Tensor]:
+    """``f[a_i, b_j]`` and its error estimate."""
+    col, row = (lambda t: t.unsqueeze(-1)), (lambda t: t.unsqueeze(-2))
+    return C.divided_difference_with_error(
+        col(a.x), row(b.x), col(a.f), row(b.f), col(a.d), row(b.d), col(a.h), row(b.h)
+    )
+
+
+def _confluent(a: Nodes, b: Nodes, L: Tensor, E: Tensor) -> Tensor:
+    """``f[a_i, a_i, b_k]`` from ``L = f[a_i, b_k]`` with error ``E``."""
+    col, row = (lambda t: t.unsqueeze(-1)), (lambda t: t.unsqueeze(-2))
+    return C.confluent_divided_difference(
+        col(a.x), row(b.x), col(a.d), col(a.h), row(b.h), L, E
+    )
+
+
+def contraction(rho: Nodes, lam: Nodes, kap: Nodes, pairs: list) -> Contraction:
+    """Prepare :class:`Contraction` for the ``(X, Y)`` in ``pairs`` (``X``:
+    rows at the nodes ``rho``, columns at ``lam``; ``Y``: rows at ``lam``,
+    columns at ``kap``)."""
+    L1, E1 = _first(rho, lam)
+    L2, E2 = _first(lam, kap)
+    N1 = _confluent(rho, lam, L1, E1)
+    N2 = _confluent(kap, lam, L2.mT, E2.mT)
+    delta = rho.x.unsqueeze(-1) - kap.x.unsqueeze(-2)
+    nonzero = delta != 0
+    inv = torch.where(nonzero, 1 / torch.where(nonzero, delta, 1.0), 0.0)
+    # The form is chosen on the finite parts (infinite weights are decided
+    # entry by entry by with_infinite_weights, under the same choice).
+    fin = [torch.where(torch.isfinite(w), w, 0.0) for w in (L1, L2, N1, N2)]
+    quotient = _quotient_form(fin[0], fin[1], inv, pairs)
+    confluent = _confluent_form(fin[2], fin[3], pairs)
+    # Rounding of the quotient form: that of the first divided differences
+    # (E) and of the products (a few ulps of |F1| per term, times a summation
+    # factor).
+    c = C.eps(delta.dtype) * (C.ULPS + lam.x.shape[-1] ** 0.5)
+    a1, a2 = c * fin[0].abs() + E1, c * fin[1].abs() + E2
+    rounding = (
+        sum((a1 * X.abs()) @ Y.abs() + X.abs() @ (a2 * Y.abs()) for X, Y in pairs)
+        * inv.abs()
+    )
+    choose = nonzero & ((quotient - confluent).abs() > 2 * rounding)
+    return Contraction((L1, L2, N1, N2), inv, choose)
+
+
+def matrix_function_second(
+    w: Tensor,
+    V: Tensor,
+    fn: SpectralFn,
+    E: Tensor,
+    D: Tensor,
+    opts: C.Options,
+    finish: Callable[[Tensor], Tensor],
+    scale: Tensor,
+) -> Tensor:
+    """``finish(L2_f(A; E, D))`` for Hermitian ``E``, ``D`` (see the comment
+    above): the derivative of the Daleckii-Krein map along ``D``, exact at
+    every spectrum. ``finish`` is the linear map applied to the result (the
+    triangle fold); ``scale``: the size of ``E`` times that of ``D``, for the
+    infinite weights of ``f`` with an infinite ``f'`` or ``f''`` at a node
+    (``sqrt`` at an exact zero): ``+-inf`` where they reach, never NaN."""
+    nodes = spectral_nodes(w, fn, opts)
+    X, Y = V.mH @ E @ V, V.mH @ D @ V
+    pairs = [(X, Y), (Y, X)]
+    T = contraction(nodes, nodes, nodes, pairs)
+
+    def second(*weights: Tensor) -> Tensor:
+        return finish(V @ T(weights, pairs) @ V.mH)
+
+    return C.with_infinite_weights(second, T.weights, scale)
+
+
+def matrix_function_second_order(
+    w: Tensor,
+    V: Tensor,
+    fn: SpectralFn,
+    gY: Tensor,
+    dA: Tensor,
+    uplo: str,
+    opts: C.Options,
+) -> Tensor:
+    """Derivative of :func:`matrix_function_pullback` (at the cotangent ``gY``)
+    along ``dA`` (read from the ``uplo`` triangle), which is also its pullback
+    w.r.t. ``A`` with cotangent ``dA``: ``fold(L2_f(A; herm gY, dA_h))``, exact
+    at every spectrum (second divided differences of ``f``)."""
+    return matrix_function_second(
+        w,
+        V,
+        fn,
+        (gY + gY.mH) * 0.5,
+        hermitian_from_triangle(dA, uplo),
+        opts,
+        lambda G: fold_triangle(G, uplo),
+        C.max_abs(gY) * tangent_scale(dA),
+    )

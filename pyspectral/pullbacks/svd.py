@@ -13,12 +13,14 @@ from .. import _common as C
 from .._common import divided_difference
 from .._fns import SpectralFn
 from .eigh import tangent_scale
+from .matfun import Nodes, contraction, spectral_nodes
 
 __all__ = [
     "svd_pullback",
     "svd_function_pullback",
     "svd_pushforward",
     "svd_function_pushforward",
+    "svd_function_second_order",
 ]
 
 
@@ -57,12 +59,20 @@ def svd_pullback(
     # Every 1/gap goes through one regularised inverse (cutoff or Lorentzian),
     # which makes the zero-singular-value terms pseudo-inverses.
     k = S.shape[-1]
+    complement = U.shape[-2] > k or Vh.shape[-1] > k
     if U.shape[-1] > k or Vh.shape[-2] > k:
         U, gU = _fold_complement("svd", U, gU, k, opts)
         V, gV = _fold_complement("svd", Vh.mH, None if gVh is None else gVh.mH, k, opts)
         Vh, gVh = V.mH, None if gV is None else gV.mH
+    if not middle_only:
+        # A second derivative through this pullback: its S-cotangent is checked
+        # (see _common.second_order_guard).
+        C.check_second_order_cotangent(gS, (gU, gVh), opts)
     if gU is None and gVh is None:
-        return None if gS is None else (U * gS.unsqueeze(-2)) @ Vh
+        if gS is None:
+            return None
+        gA = (U * gS.unsqueeze(-2)) @ Vh
+        return _second_order_guard(gA, S, gS, None, complement, opts)
 
     tol = C.degeneracy_atol(S, opts.degeneracy_atol)
     Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
@@ -92,7 +102,28 @@ def svd_pullback(
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
     if Vh.shape[-1] > k and K is not None:
         gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
-    return gA
+    return _second_order_guard(gA, S, gS, M, complement, opts)
+
+
+def _second_order_guard(
+    gA: Tensor,
+    S: Tensor,
+    gS: Tensor | None,
+    M: Tensor | None,
+    complement: bool,
+    opts: C.Options,
+) -> Tensor:
+    """``gA``, measured by ``C.second_order_guard`` if a second derivative can
+    be taken through it at a degenerate spectrum (``M``: the middle matrix,
+    ``None``: ``diag(gS)``)."""
+    if not torch.is_grad_enabled() or opts.gauge == "ignore":
+        return gA
+    clusters = C.spectral_clusters(S, opts, complement or gA.is_complex())
+    if clusters is None:
+        return gA
+    if M is None:
+        M = torch.diag_embed(gS)
+    return C.second_order_guard("svd", gA, gS, M, clusters, opts)
 
 
 def _fold_complement(
@@ -239,3 +270,95 @@ def svd_function_pushforward(
         return dY
 
     return C.with_infinite_weights(pushforward, (Lm, Lp, w), tangent_scale(dA))
+
+
+# ---------------------------------------------------------- second order
+#
+# U f(S) V^H is the top-right block of g(H), H = [[0, A], [A^H, 0]] the
+# Hermitian dilation and g the odd extension of f (g(-s) = -f(s), g(0) = 0):
+# H has the eigenvalues +s_i, -s_i with eigenvectors [u_i; +-v_i] / sqrt(2),
+# and 0 on the complement ([U_perp; 0] for tall A, [0; V_perp] for wide A),
+# where g(0) = 0 makes the block vanish. The first-order pullback is
+# block12(L_g(H)[dil G]), dil G = [[0, G], [G^H, 0]] (the divided differences
+# f[s_i, s_j], f[s_i, -s_j], f[s_i, 0] of svd_function_pullback), and its
+# derivative along dA, which is also its pullback w.r.t. A with cotangent dA,
+# is block12(L2_g(H; dil G, dil dA)): the Hermitian second-order formula of
+# pullbacks/matfun.py on the 2k nodes (s, -s) and the complement node 0. In
+# the eigenbasis of the nodes (s, -s), with P = U^H X V,
+#   X^ = [[herm P, -skew P], [skew P, -herm P]],
+# and the complement enters through its coordinates in the ambient space
+# (never forming U_perp): (I - U U^H) X V [1, -1] / sqrt(2) for tall A,
+# (I - V V^H) X^H U [1, 1] / sqrt(2) for wide A. f'(0) at the complement node
+# matters only where it meets a zero singular value; that node's f' is used.
+
+
+def _dilation_coordinates(
+    U: Tensor, V: Tensor, X: Tensor, tall: bool, wide: bool
+) -> tuple[Tensor, Tensor | None]:
+    """``X^`` on the nodes ``(s, -s)`` and the complement coordinates."""
+    P = U.mH @ X @ V
+    H, K = (P + P.mH) * 0.5, (P - P.mH) * 0.5
+    Xh = torch.cat((torch.cat((H, -K), -1), torch.cat((K, -H), -1)), -2)
+    r = 0.5**0.5
+    if tall:
+        Q = (X @ V - U @ P) * r
+        return Xh, torch.cat((Q, -Q), -1)
+    if wide:
+        Q = (X.mH @ U - V @ P.mH) * r
+        return Xh, torch.cat((Q, Q), -1)
+    return Xh, None
+
+
+def svd_function_second_order(
+    U: Tensor,
+    S: Tensor,
+    Vh: Tensor,
+    fn: SpectralFn,
+    gY: Tensor,
+    dA: Tensor,
+    opts: C.Options,
+) -> Tensor:
+    """Derivative of :func:`svd_function_pullback` (at the cotangent ``gY``)
+    along ``dA``, which is also its pullback w.r.t. ``A`` with cotangent
+    ``dA``: the second-order Daleckii-Krein formula on the Hermitian dilation
+    (comment above), exact at every spectrum, zero singular values included
+    where ``f`` extends to an odd ``C^2`` function (``f(0) = f''(0) = 0``)."""
+    k = S.shape[-1]
+    if k == 0:
+        return torch.zeros_like(dA)
+    tall, wide = U.shape[-2] > k, Vh.shape[-1] > k
+    V = Vh.mH
+    s = spectral_nodes(S, fn, opts)
+    # The nodes (s, -s) with the odd extension: g(-s) = -f(s), g'(-s) = f'(s),
+    # g''(-s) = -f''(s), except at an exact zero, where -0 takes f''(0) too (g
+    # is C^2 there only if f''(0) = 0; else the second derivative does not
+    # exist, and an infinite f''(0) then gives +-inf, not inf - inf = NaN).
+    h = torch.where(S == 0, s.h, -s.h)
+    E = Nodes(*(torch.cat(pair, -1) for pair in zip(s, (-S, -s.f, s.d, h))))
+    Xh, Xz = _dilation_coordinates(U, V, gY, tall, wide)
+    Yh, Yz = _dilation_coordinates(U, V, dA, tall, wide)
+    pairs = [[(Xh, Yh), (Yh, Xh)]]
+    parts = [contraction(E, E, E, pairs[0])]
+    if Xz is not None:
+        zero = torch.zeros_like(Xz[..., 0].real)
+        Z = Nodes(zero, zero, zero + s.d[..., -1:], zero)
+        pairs += [[(Xz.mH, Yz), (Yz.mH, Xz)], [(Xz, Yh), (Yz, Xh)]]
+        parts += [contraction(E, Z, E, pairs[1]), contraction(Z, E, E, pairs[2])]
+    r = 0.5**0.5
+    top, bottom = torch.cat((U, U), -1) * r, torch.cat((V, -V), -1) * r
+
+    def second(*weights: Tensor) -> Tensor:
+        T = [
+            part(weights[4 * i : 4 * i + 4], p)
+            for i, (part, p) in enumerate(zip(parts, pairs))
+        ]
+        inner = T[0] if len(T) == 1 else T[0] + T[1]
+        out = top @ inner @ bottom.mH
+        if tall:
+            out = out + T[2] @ bottom.mH
+        elif wide:
+            out = out + top @ T[2].mH
+        return out
+
+    weights = tuple(w for part in parts for w in part.weights)
+    return C.with_infinite_weights(second, weights, C.max_abs(gY) * tangent_scale(dA))
