@@ -98,8 +98,9 @@ class BackendError(PySpectralError, RuntimeError):
 
 class DerivativeError(PySpectralError, RuntimeError):
     """A derivative that the iterative top-k path does not provide: a second
-    derivative (double backward, ``hessian``, ``jacrev`` of ``grad``) or
-    forward mode (``jvp``, ``jacfwd``). ``method="full"`` has second
+    derivative (double backward, ``hessian``, ``jacrev`` of ``grad``,
+    ``jacfwd`` of ``jacfwd``), or forward mode (``jvp``, ``jacfwd``) on the
+    Julia backend or the linear-operator form. ``method="full"`` has second
     derivatives."""
 
 
