@@ -3,13 +3,16 @@ certified forward in ``forward/topk.py``, the pullback in
 ``pullbacks/truncated.py`` (Julia: ``PySpectral.svd_topk`` / ``eigh_topk`` and
 their pullbacks).
 
-The native Functions are in ``setup_context`` style with a ``vmap`` rule, so
-``torch.func.grad``, ``vjp``, ``jacrev`` and ``vmap`` run through them. Their
-forward returns the result and, as non-differentiable outputs, the block the
-backward needs (kept triplets plus certified extras; or, when ``auto`` fell
-back, the full thin decomposition). The backward is first order only: taking
-a derivative of it raises ``DerivativeError`` (``method="full"`` is
-differentiable twice).
+The native Functions are in ``setup_context`` style with a ``vmap`` rule and
+a ``jvp``, so ``torch.func.grad``, ``vjp``, ``jacrev``, ``jvp``, ``jacfwd``,
+``vmap`` and ``torch.autograd.forward_ad`` run through them. Their forward
+returns the result and, as non-differentiable outputs, the block the
+derivatives need (kept triplets plus certified extras; or, when ``auto`` fell
+back, the full thin decomposition). The backward and the jvp (the transpose
+of the backward, ``truncated_*_pushforward``) are first order only: taking a
+derivative of either raises ``DerivativeError`` (``method="full"`` is
+differentiable twice). The Julia top-k Functions and the operator form
+(``operator.py``) have no forward mode: their ``jvp`` raises.
 """
 
 from __future__ import annotations
@@ -18,25 +21,31 @@ import warnings
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
 from . import _common as C
 from . import _julia
 from .exceptions import ConvergenceWarning, DerivativeError
 from .forward.topk import TopKConfig, eigh_topk, svd_topk
-from .pullbacks.eigh import eigh_pullback, fold_triangle
-from .pullbacks.svd import svd_pullback
+from .pullbacks.eigh import eigh_pullback, eigh_pushforward, fold_triangle
+from .pullbacks.eigh import hermitian_from_triangle as hermitian_tangent
+from .pullbacks.svd import svd_pullback, svd_pushforward
 from .pullbacks.truncated import (
     dense_truncated_eigh_pullback,
+    dense_truncated_eigh_pushforward,
     dense_truncated_svd_pullback,
+    dense_truncated_svd_pushforward,
     pad_block,
     truncated_eigh_pullback,
+    truncated_eigh_pushforward,
     truncated_svd_pullback,
+    truncated_svd_pushforward,
 )
 
-# A backward whose CG solve does not converge (no gap past the certified
-# block) redoes the pullback exactly with a dense decomposition of the
-# complement when m n min(m, n) is at most this: about one full SVD, 2-3 s on
+# A backward (or jvp) whose CG solve does not converge (no gap past the
+# certified block) redoes the pullback exactly with a dense decomposition of
+# the complement when m n min(m, n) is at most this: about one full SVD, 2-3 s on
 # the 2-core machine of benchmarks/bench_topk.py. Larger: ConvergenceWarning.
 DENSE_FALLBACK_MAX = 2048**3
 # the CG counts as converged up to this multiple of backward_rtol
@@ -67,21 +76,30 @@ def _warn(message: str, stacklevel: int = 3) -> None:
     warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
 
 
-def _backward_message(op: str, maxiter: int, residual: float) -> str:
+def _backward_message(
+    op: str, maxiter: int, residual: float, mode: str = "backward"
+) -> str:
+    result = "gradient" if mode == "backward" else "tangent"
     return (
-        f"{op}(k=..., method='randomized') backward: the Sylvester solve did not "
+        f"{op}(k=..., method='randomized') {mode}: the Sylvester solve did not "
         f"converge in {maxiter} iterations (relative residual {residual:.2g}): "
         "there is no gap between the kept spectrum and the rest beyond the "
         "certified block, and the matrix is too large for the exact dense "
-        "fallback. The gradient is approximate; use method='full', a k at a "
+        f"fallback. The {result} is approximate; use method='full', a k at a "
         "gap, or a larger oversample."
     )
 
 
 _FORWARD_MODE = (
     "forward-mode AD (jvp, jacfwd, hessian) is not implemented for the "
-    "iterative top-k path; use reverse mode (grad, vjp, jacrev), or "
-    "method='full' with reverse mode for second derivatives"
+    "iterative top-k path on the Julia backend or in its linear-operator form; "
+    "use reverse mode (grad, vjp, jacrev), the native backend on a dense "
+    "matrix, or method='full'"
+)
+_FIRST_ORDER = (
+    "the derivatives of the iterative top-k path (method='randomized' or an "
+    "iterating method='auto') are first order only; for second derivatives "
+    "(double backward, hessian, jacrev of grad, jacfwd of jvp) use method='full'"
 )
 
 
@@ -104,20 +122,32 @@ class _NoDoubleBackward(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *_: Tensor) -> tuple:
-        raise DerivativeError(
-            "the gradient of the iterative top-k path (method='randomized' or "
-            "an iterating method='auto') is first order only; for second "
-            "derivatives (double backward, hessian, jacrev of grad) use "
-            "method='full'"
-        )
+        raise DerivativeError(_FIRST_ORDER)
 
-    jvp = staticmethod(_no_forward_mode)
+    @staticmethod
+    def jvp(ctx: Any, *_: Any) -> Tensor:
+        raise DerivativeError(_FIRST_ORDER)
 
 
-def _first_order(gA: Tensor | None, A: Tensor) -> Tensor | None:
-    if gA is not None and torch.is_grad_enabled():
-        return _NoDoubleBackward.apply(gA, A)
-    return gA
+def _first_order(g: Tensor | None, A: Tensor) -> Tensor | None:
+    """``g`` (a first derivative computed from ``A``), such that
+    differentiating it raises: wrapped when it may be differentiated, in
+    reverse mode (grad mode on) or in forward mode (``A`` carries a tangent,
+    or sits under a torch.func transform, whose levels grad mode ignores)."""
+    if g is not None and (
+        torch.is_grad_enabled()
+        or C.is_functorch_wrapped_tensor(A)
+        or fwAD.unpack_dual(A).tangent is not None
+    ):
+        return _NoDoubleBackward.apply(g, A)
+    return g
+
+
+def _own(t: Tensor) -> Tensor:
+    """A contiguous copy, never a view: the differentiable outputs must not
+    share storage with the block outputs (forward AD rejects an output that
+    is a view of another with a tangent of a different layout)."""
+    return t.clone(memory_format=torch.contiguous_format)
 
 
 def _small(A: Tensor) -> bool:
@@ -154,13 +184,14 @@ class SVDTopK(torch.autograd.Function):
         Uk, Sk, Vhk = U[..., :k], S[..., :k], V[..., :k].mH
         # the certified block, then the extras (which precondition the CG)
         block = (U[..., :d], S[..., :d], V[..., :d], U[..., d:], S[..., d:])
-        return (Uk.contiguous(), Sk.contiguous(), Vhk.contiguous(), *block)
+        return (*map(_own, (Uk, Sk, Vhk)), *block)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         A, ctx.k, ctx.cfg, ctx.opts = inputs
         ctx.mark_non_differentiable(*output[3:])
         ctx.save_for_backward(A, *output[3:])
+        ctx.save_for_forward(A, *output[3:])
         ctx.set_materialize_grads(False)
 
     @staticmethod
@@ -172,7 +203,13 @@ class SVDTopK(torch.autograd.Function):
             )
         return _first_order(gA, A), None, None, None
 
-    jvp = staticmethod(_no_forward_mode)
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        # the block and extras are non-differentiable outputs: no tangent
+        A, U, S, V, Ue, Se = ctx.saved_tensors
+        with torch.no_grad():
+            tangents = _svd_tangents(A, (U, S, V), (Ue, Se), ctx.k, dA, ctx)
+        return (*(_first_order(t, A) for t in tangents), *(None,) * 5)
 
     @staticmethod
     def vmap(info: Any, in_dims: tuple, A: Tensor, k: int, cfg: Any, opts: Any):
@@ -211,6 +248,27 @@ def _svd_gradient(
     return P @ Q
 
 
+def _svd_tangents(
+    A: Tensor, block: tuple, extras: tuple, k: int, dA: Tensor, ctx: Any
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(dU_k, dS_k, dVh_k)`` along ``dA``: the transpose of
+    ``_svd_gradient``, with the same full-path branch, dense fallback and
+    warning."""
+    U, S, V = block
+    opts, cfg = ctx.opts, ctx.cfg
+    if S.shape[-1] == min(A.shape[-2:]):  # the full decomposition
+        dU, dS, dVh = svd_pushforward(U, S, V.mH, dA, opts)
+        return dU[..., :k], dS[..., :k], dVh[..., :k, :]
+    *tangents, residual = truncated_svd_pushforward(
+        *dense_ops(A), *block, k, dA, opts, cfg.rtol, cfg.maxiter, extras
+    )
+    if residual > RTOL_SLACK * cfg.rtol:
+        if _small(A):
+            return dense_truncated_svd_pushforward(A, *block, k, dA, opts)
+        _warn(_backward_message("svd", cfg.maxiter, residual, "jvp"))
+    return tuple(tangents)
+
+
 class EighTopK(torch.autograd.Function):
     """Certified subspace-iteration k extreme eigenpairs; deflated CG backward.
     Reads the ``uplo`` triangle, like ``torch.linalg.eigh``."""
@@ -230,7 +288,7 @@ class EighTopK(torch.autograd.Function):
             sel = slice(-k, None) if largest else slice(0, k)
             empty = V[..., :0]
             block = (w, V, empty, w[..., :0])
-            return (w[..., sel].contiguous(), V[..., sel].contiguous(), *block)
+            return (_own(w[..., sel]), _own(V[..., sel]), *block)
         else:
             if res.message:
                 _warn(
@@ -247,15 +305,16 @@ class EighTopK(torch.autograd.Function):
                 # branch takes it (kept ascending first, extras descending)
                 perm = [*range(n - 1, k - 1, -1), *range(k)]
                 block = (w[..., perm], V[..., perm], V[..., :0], w[..., :0])
-                return (w[..., :k].contiguous(), V[..., :k].contiguous(), *block)
+                return (_own(w[..., :k]), _own(V[..., :k]), *block)
         block = (w[..., :d], V[..., :d], V[..., d:], w[..., d:])
-        return (w[..., :k].contiguous(), V[..., :k].contiguous(), *block)
+        return (_own(w[..., :k]), _own(V[..., :k]), *block)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         A, ctx.k, ctx.largest, ctx.uplo, ctx.cfg, ctx.opts = inputs
         ctx.mark_non_differentiable(*output[2:])
         ctx.save_for_backward(A, *output[2:])
+        ctx.save_for_forward(A, *output[2:])
         ctx.set_materialize_grads(False)
 
     @staticmethod
@@ -265,7 +324,12 @@ class EighTopK(torch.autograd.Function):
             G = _eigh_gradient(A, w, V, (Ve, we), gw, gV, ctx)
         return _first_order(G, A), None, None, None, None, None
 
-    jvp = staticmethod(_no_forward_mode)
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        A, w, V, Ve, we = ctx.saved_tensors
+        with torch.no_grad():
+            tangents = _eigh_tangents(A, w, V, (Ve, we), dA, ctx)
+        return (*(_first_order(t, A) for t in tangents), *(None,) * 4)
 
     @staticmethod
     def vmap(
@@ -321,6 +385,29 @@ def _eigh_gradient(
             return dense_truncated_eigh_pullback(H, w, V, k, gw, gV, uplo, opts)
         _warn(_backward_message("eigh", cfg.maxiter, residual))
     return fold_triangle(P @ Q, uplo)
+
+
+def _eigh_tangents(
+    A: Tensor, w: Tensor, V: Tensor, extras: tuple, dA: Tensor, ctx: Any
+) -> tuple[Tensor, Tensor]:
+    """``(dw_k, dV_k)`` along ``dA`` (read from the ``uplo`` triangle): the
+    transpose of ``_eigh_gradient``."""
+    k, cfg, opts = ctx.k, ctx.cfg, ctx.opts
+    dH = hermitian_tangent(dA, ctx.uplo)
+    n = A.shape[-1]
+    if w.shape[-1] == n:  # the full ascending decomposition
+        at = n - k if ctx.largest else 0
+        dw, dV = eigh_pushforward(w, V, dH, "L", opts)
+        return dw[..., at : at + k], dV[..., at : at + k]
+    H = hermitian_from_triangle(A, ctx.uplo)
+    *tangents, residual = truncated_eigh_pushforward(
+        dense_ops(H)[0], w, V, k, dH, ctx.largest, opts, cfg.rtol, cfg.maxiter, extras
+    )
+    if residual > RTOL_SLACK * cfg.rtol:
+        if _small(H):
+            return dense_truncated_eigh_pushforward(H, w, V, k, dH, opts)
+        _warn(_backward_message("eigh", cfg.maxiter, residual, "jvp"))
+    return tuple(tangents)
 
 
 def _embed(g: Tensor, at: int, n: int) -> Tensor:

@@ -390,7 +390,7 @@ def test_second_derivatives_raise_a_pyspectral_error() -> None:
     (g,) = torch.autograd.grad(topk_loss("randomized")(X), X, create_graph=True)
     with pytest.raises(ps.DerivativeError, match="first order only"):
         g.sum().backward()
-    with pytest.raises(ps.DerivativeError, match="forward-mode"):
+    with pytest.raises(ps.DerivativeError, match="first order only"):
         torch.func.hessian(topk_loss("randomized"))(A_FUNC)
 
 

@@ -2,8 +2,11 @@
 block (``forward/topk.py``), touching ``A`` only through ``matmul(X) = A @ X``
 and ``rmatmul(X) = A^H @ X``, and returning the gradient as low-rank factors
 ``(P, Q)`` with ``dL/dA = P @ Q`` (a dense caller forms the product once; an
-operator caller can pair the factors with its parameters instead).
-Mirrors ``julia/PySpectral/src/pullbacks/truncated.jl``.
+operator caller can pair the factors with its parameters instead); and its
+transpose, the pushforward of the top-``k`` triplets / eigenpairs along a
+dense tangent ``dA`` (``truncated_*_pushforward``: same block, same CG system
+with other right-hand sides). The pullback mirrors
+``julia/PySpectral/src/pullbacks/truncated.jl`` (which has no pushforward).
 
 Derivation (Francuz, Schuch, Vanhecke, PRR 7, 013237 (2025), with deflation).
 The forward hands over a block of ``d >= k`` certified Ritz triplets
@@ -43,14 +46,18 @@ import torch
 from torch import Tensor
 
 from .. import _common as C
-from .eigh import eigh_pullback
-from .svd import svd_pullback
+from .eigh import eigh_pullback, eigh_pushforward
+from .svd import svd_pullback, svd_pushforward
 
 __all__ = [
     "truncated_svd_pullback",
     "truncated_eigh_pullback",
+    "truncated_svd_pushforward",
+    "truncated_eigh_pushforward",
     "dense_truncated_svd_pullback",
     "dense_truncated_eigh_pullback",
+    "dense_truncated_svd_pushforward",
+    "dense_truncated_eigh_pushforward",
     "pad_block",
 ]
 
@@ -104,12 +111,49 @@ def truncated_svd_pullback(
         middle_only=True,
         gauge_extra=0.0 if complete else _zero_block_gauge(PU, PV, keep),
     ).to(U.dtype)
+    X, Y, residual = _svd_complement(
+        matmul, rmatmul, U, S, V, k, PU, PV, keep, rtol, maxiter, extras
+    )
+    # U_d M V_d^H + X V_k^H + U_k Y^H = [U_d, X] @ [M V_d^H + E_k Y^H; V_k^H]
+    top = M @ V.mH
+    top = torch.cat([top[..., :k, :] + Y.mH, top[..., k:, :]], -2)
+    return torch.cat([U, X], -1), torch.cat([top, Vk.mH], -2), residual
+
+
+def _svd_complement(
+    matmul: Op,
+    rmatmul: Op,
+    U: Tensor,
+    S: Tensor,
+    V: Tensor,
+    k: int,
+    PU: Tensor,
+    PV: Tensor,
+    keep: Tensor,
+    rtol: float,
+    maxiter: int,
+    extras: tuple[Tensor, Tensor] | None,
+) -> tuple[Tensor, Tensor, float]:
+    """The coupling of the kept triplets to the complement of the block:
+    ``X _|_ U_d``, ``Y _|_ V_d`` with
+
+        X S_k - A_p Y = PU,   Y S_k - A_p^H X = PV,
+
+    column by column ``(s_i^2 - A_p A_p^H) x_i = s_i PU_i + A_p PV_i`` and
+    ``y_i = (PV_i + A_p^H x_i) / s_i`` (zero where ``keep`` is 0: the
+    pseudo-inverse). Shared by the pullback (``PU, PV`` the projected
+    cotangents) and the pushforward (``PU = (I - U_d U_d^H) dA v_i``,
+    ``PV = (I - V_d V_d^H) dA^H u_i``): the system is the same, Hermitian and
+    positive definite on the complement. Solved in units of ``s_1`` by
+    preconditioned CG; returns ``(X, Y, residual)``."""
+    Sk = S[..., :k]
+    d = S.shape[-1]
     c = S[..., :1].unsqueeze(-1)
     c = torch.where(c > 0, c, torch.ones_like(c))
     s = (Sk.unsqueeze(-2) / c).to(U.dtype)  # units of s_1
     s_safe = torch.where(keep != 0, s, torch.ones_like(s))
     residual = 0.0
-    if complete:
+    if d >= min(U.shape[-2], V.shape[-2]):
         # complete block: A_p = 0 on the complement, x_i = PU_i / s_i
         X, Y = PU * keep / s_safe, PV * keep / s_safe
     else:
@@ -131,11 +175,7 @@ def truncated_svd_pullback(
         rhs = (PU * s + perp(PV)) * keep
         X, residual = _cg(op, rhs, rtol, maxiter, pre)
         Y = (PV + perp_h(X)) * keep / s_safe
-    X, Y = X / c, Y / c  # back from units of s_1
-    # U_d M V_d^H + X V_k^H + U_k Y^H = [U_d, X] @ [M V_d^H + E_k Y^H; V_k^H]
-    top = M @ V.mH
-    top = torch.cat([top[..., :k, :] + Y.mH, top[..., k:, :]], -2)
-    return torch.cat([U, X], -1), torch.cat([top, Vk.mH], -2), residual
+    return X / c, Y / c, residual  # back from units of s_1
 
 
 def _zero_block_gauge(PU: Tensor, PV: Tensor, keep: Tensor) -> float:
@@ -188,41 +228,140 @@ def truncated_eigh_pullback(
         w, V, pad_block(gw, d), pad_block(gV, d), "L", opts, middle_only=True
     ).to(V.dtype)
     rhs = gV - V @ (V.mH @ gV)
-    residual = 0.0
-    if d >= V.shape[-2]:
-        X = torch.zeros_like(rhs)
-    else:
-        sign = 1.0 if largest else -1.0
-        c = w.abs().amax(-1, keepdim=True).unsqueeze(-1)
-        if extras is not None and extras[1].shape[-1]:
-            big = extras[1].abs().amax(-1, keepdim=True).unsqueeze(-1)
-            c = torch.maximum(c, big)
-        c = torch.where(c > 0, c, torch.ones_like(c))
-        wd = (w.unsqueeze(-2) / c).to(V.dtype)
-        theta = (sign * w[..., :k]).unsqueeze(-2) / c  # wanted end largest
-
-        def op(X: Tensor, cols: Tensor) -> Tensor:  # +-(X w_i - A_p X) / c
-            AX = matmul(X) / c - V @ (wd.mT * (V.mH @ X))
-            TX = sign * (X * wd[..., :k][..., cols] - AX)
-            return TX - V @ (V.mH @ TX)
-
-        # preconditioner: theta_i - theta_e on the extras; on the rest
-        # theta_i - theta_last (the lowest Ritz value seen past the block)
-        known = w if extras is None else torch.cat([w, extras[1]], -1)
-        last = (sign * known).amin(-1, keepdim=True).unsqueeze(-1) / c
-        pre = _preconditioner(
-            None if extras is None else (extras[0], sign * extras[1]),
-            theta,
-            c,
-            lambda e: e,
-            theta - last,
-        )
-        X, residual = _cg(op, sign * rhs, rtol, maxiter, pre)
-        X = X / c
+    X, residual = _eigh_complement(matmul, w, V, k, rhs, largest, rtol, maxiter, extras)
     # V_d M V_d^H + (X V_k^H + V_k X^H) / 2 = [V_d, X] @ [M V_d^H + E_k X^H/2; V_k^H/2]
     top = M @ V.mH
     top = torch.cat([top[..., :k, :] + X.mH / 2, top[..., k:, :]], -2)
     return torch.cat([V, X], -1), torch.cat([top, Vk.mH / 2], -2), residual
+
+
+def _eigh_complement(
+    matmul: Op,
+    w: Tensor,
+    V: Tensor,
+    k: int,
+    rhs: Tensor,
+    largest: bool,
+    rtol: float,
+    maxiter: int,
+    extras: tuple[Tensor, Tensor] | None,
+) -> tuple[Tensor, float]:
+    """``X _|_ V_d`` with ``X diag(w_k) - A_p X = rhs`` (``rhs _|_ V_d``),
+    ``A_p = A - V_d diag(w_d) V_d^H``: the coupling of the kept eigenpairs to
+    the complement of the block, shared by the pullback (``rhs`` the projected
+    cotangent) and the pushforward (``rhs = (I - V_d V_d^H) dA V_k``). Negated
+    for the smallest eigenpairs, the system is positive definite on the
+    complement; solved in units of ``max |w|`` by preconditioned CG. Returns
+    ``(X, residual)``."""
+    if w.shape[-1] >= V.shape[-2]:
+        return torch.zeros_like(rhs), 0.0
+    sign = 1.0 if largest else -1.0
+    c = w.abs().amax(-1, keepdim=True).unsqueeze(-1)
+    if extras is not None and extras[1].shape[-1]:
+        big = extras[1].abs().amax(-1, keepdim=True).unsqueeze(-1)
+        c = torch.maximum(c, big)
+    c = torch.where(c > 0, c, torch.ones_like(c))
+    wd = (w.unsqueeze(-2) / c).to(V.dtype)
+    theta = (sign * w[..., :k]).unsqueeze(-2) / c  # wanted end largest
+
+    def op(X: Tensor, cols: Tensor) -> Tensor:  # +-(X w_i - A_p X) / c
+        AX = matmul(X) / c - V @ (wd.mT * (V.mH @ X))
+        TX = sign * (X * wd[..., :k][..., cols] - AX)
+        return TX - V @ (V.mH @ TX)
+
+    # preconditioner: theta_i - theta_e on the extras; on the rest
+    # theta_i - theta_last (the lowest Ritz value seen past the block)
+    known = w if extras is None else torch.cat([w, extras[1]], -1)
+    last = (sign * known).amin(-1, keepdim=True).unsqueeze(-1) / c
+    pre = _preconditioner(
+        None if extras is None else (extras[0], sign * extras[1]),
+        theta,
+        c,
+        lambda e: e,
+        theta - last,
+    )
+    X, residual = _cg(op, sign * rhs, rtol, maxiter, pre)
+    return X / c, residual
+
+
+# ------------------------------------------------------------ pushforwards
+# The transposes of the pullbacks above: the full path's pushforward
+# (svd_pushforward / eigh_pushforward on all triplets) restricted to the kept
+# columns, split the same way. Inside the block: the full path's formula in
+# the block's basis (same cluster rule: no rotation inside a degenerate
+# cluster, pseudo-inverse of zero singular values). Against the complement:
+# differentiating A v_i = s_i u_i and A^H u_i = s_i v_i and projecting onto
+# the complement of (U_d, V_d), where P_U A = A_p = A_p P_V, gives for the
+# complement parts x_i = P_U du_i, y_i = P_V dv_i
+#
+#     s_i x_i - A_p y_i = P_U dA v_i,   s_i y_i - A_p^H x_i = P_V dA^H u_i,
+#
+# the pullback's system with these right-hand sides (``_svd_complement``).
+# eigh: A v_i = w_i v_i gives (w_i - A_p) x_i = P dA v_i (``_eigh_complement``).
+# Only the kept s_i differ from the rest of the spectrum by a gap (the forward
+# certified the cluster of s_k inside the block), so the full path's
+# complement terms sum_j u_j (...)_ji / (s_i -+ s_j) are this unique solution.
+
+
+def _identity(d: int, like: Tensor) -> Tensor:
+    return torch.eye(d, dtype=like.dtype, device=like.device)
+
+
+def truncated_svd_pushforward(
+    matmul: Op,
+    rmatmul: Op,
+    U: Tensor,
+    S: Tensor,
+    V: Tensor,
+    k: int,
+    dA: Tensor,
+    opts: C.Options,
+    rtol: float,
+    maxiter: int,
+    extras: tuple[Tensor, Tensor] | None = None,
+) -> tuple[Tensor, Tensor, Tensor, float]:
+    """Tangents ``(dU_k, dS_k, dVh_k, residual)`` of the top-``k`` triplets
+    along the dense tangent ``dA``: the transpose of
+    :func:`truncated_svd_pullback` (same block, same CG system), ``residual``
+    the relative residual of the CG solve (0.0 when it met ``rtol``)."""
+    dAV, dAhU = dA @ V, dA.mH @ U[..., :k]
+    dP = U.mH @ dAV  # (*, d, d): U_d^H dA V_d
+    # the block: the full path's formula with U_d, V_d as the basis (identity)
+    I_d = _identity(S.shape[-1], U)
+    Wu, dS, Wvh = svd_pushforward(I_d, S, I_d, dP, opts)
+    PU = dAV[..., :k] - U @ dP[..., :k]
+    PV = dAhU - V @ (V.mH @ dAhU)
+    tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+    keep = (S[..., :k].unsqueeze(-2) > tol).to(U.dtype)  # pseudo-inverse
+    X, Y, residual = _svd_complement(
+        matmul, rmatmul, U, S, V, k, PU, PV, keep, rtol, maxiter, extras
+    )
+    dU = U @ Wu[..., :k] + X
+    dV = V @ Wvh[..., :k, :].mH + Y
+    return dU, dS[..., :k], dV.mH, residual
+
+
+def truncated_eigh_pushforward(
+    matmul: Op,
+    w: Tensor,
+    V: Tensor,
+    k: int,
+    dH: Tensor,
+    largest: bool,
+    opts: C.Options,
+    rtol: float,
+    maxiter: int,
+    extras: tuple[Tensor, Tensor] | None = None,
+) -> tuple[Tensor, Tensor, float]:
+    """Tangents ``(dw_k, dV_k, residual)`` of ``k`` extreme eigenpairs along
+    the Hermitian tangent ``dH`` (the caller reads it from the triangle):
+    the transpose of :func:`truncated_eigh_pullback`."""
+    dHV = dH @ V
+    dP = V.mH @ dHV  # (*, d, d): V_d^H dH V_d, Hermitian
+    dw, W = eigh_pushforward(w, _identity(w.shape[-1], V), dP, "L", opts)
+    rhs = dHV[..., :k] - V @ dP[..., :k]
+    X, residual = _eigh_complement(matmul, w, V, k, rhs, largest, rtol, maxiter, extras)
+    return dw[..., :k], V @ W[..., :k] + X, residual
 
 
 def pad_block(g: Tensor | None, d: int, dim: int = -1) -> Tensor | None:
@@ -328,6 +467,26 @@ def _complement(Q: Tensor) -> Tensor:
     return torch.linalg.qr(Q, mode="complete").Q[..., Q.shape[-1] :]
 
 
+def _completed_svd(A: Tensor, U: Tensor, S: Tensor, V: Tensor) -> tuple:
+    """A complete thin SVD ``(U2, S2, V2)`` of the dense ``A`` that starts
+    with the given block: the block, then an SVD of ``A`` on the complement
+    of ``(U_d, V_d)``."""
+    Wu, Wv = _complement(U), _complement(V)
+    Ub, Sb, Vbh = torch.linalg.svd(Wu.mH @ A @ Wv, full_matrices=False)
+    return (
+        torch.cat([U, Wu @ Ub], -1),
+        torch.cat([S, Sb], -1),
+        torch.cat([V, Wv @ Vbh.mH], -1),
+    )
+
+
+def _completed_eigh(A: Tensor, w: Tensor, V: Tensor) -> tuple:
+    """``_completed_svd`` for a Hermitian ``A``: ``(w2, V2)``."""
+    W = _complement(V)
+    wb, Z = torch.linalg.eigh(W.mH @ A @ W)
+    return torch.cat([w, wb], -1), torch.cat([V, W @ Z], -1)
+
+
 def dense_truncated_svd_pullback(
     A: Tensor,
     U: Tensor,
@@ -343,11 +502,7 @@ def dense_truncated_svd_pullback(
     block: the block completed by an SVD of ``A`` on the complement of
     ``(U_d, V_d)``, then ``svd_pullback`` with zero-padded cotangents. The
     fallback when the CG solve cannot converge (no gap past the block)."""
-    Wu, Wv = _complement(U), _complement(V)
-    Ub, Sb, Vbh = torch.linalg.svd(Wu.mH @ A @ Wv, full_matrices=False)
-    U2 = torch.cat([U, Wu @ Ub], -1)
-    S2 = torch.cat([S, Sb], -1)
-    V2 = torch.cat([V, Wv @ Vbh.mH], -1)
+    U2, S2, V2 = _completed_svd(A, U, S, V)
     n = S2.shape[-1]
     return svd_pullback(
         U2, S2, V2.mH, pad_block(gU, n), pad_block(gS, n), pad_block(gVh, n, -2), opts
@@ -365,8 +520,27 @@ def dense_truncated_eigh_pullback(
     opts: C.Options,
 ) -> Tensor | None:
     """``dense_truncated_svd_pullback`` for ``eigh`` (folded onto ``uplo``)."""
-    W = _complement(V)
-    wb, Z = torch.linalg.eigh(W.mH @ A @ W)
-    w2, V2 = torch.cat([w, wb], -1), torch.cat([V, W @ Z], -1)
+    w2, V2 = _completed_eigh(A, w, V)
     n = w2.shape[-1]
     return eigh_pullback(w2, V2, pad_block(gw, n), pad_block(gV, n), uplo, opts)
+
+
+def dense_truncated_svd_pushforward(
+    A: Tensor, U: Tensor, S: Tensor, V: Tensor, k: int, dA: Tensor, opts: C.Options
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The full path's pushforward for a dense ``A`` in the basis of the given
+    block (completed as in :func:`dense_truncated_svd_pullback`), restricted
+    to the kept triplets: the fallback of :func:`truncated_svd_pushforward`."""
+    U2, S2, V2 = _completed_svd(A, U, S, V)
+    dU, dS, dVh = svd_pushforward(U2, S2, V2.mH, dA, opts)
+    return dU[..., :k], dS[..., :k], dVh[..., :k, :]
+
+
+def dense_truncated_eigh_pushforward(
+    A: Tensor, w: Tensor, V: Tensor, k: int, dH: Tensor, opts: C.Options
+) -> tuple[Tensor, Tensor]:
+    """``dense_truncated_svd_pushforward`` for ``eigh``, along the Hermitian
+    tangent ``dH``."""
+    w2, V2 = _completed_eigh(A, w, V)
+    dw, dV = eigh_pushforward(w2, V2, dH, "L", opts)
+    return dw[..., :k], dV[..., :k]
