@@ -828,6 +828,26 @@ def _third(op: str) -> str:
     )
 
 
+def check_not_nested_forward_mode(op: str) -> None:
+    """Raise ``DerivativeError`` inside a forward-mode transform nested in
+    another (``jacfwd(jacfwd(...))``, ``jvp`` of ``jvp``): torch hands a
+    custom Function's forward rule its saved outputs without the outer
+    level's tangent, so the tangent of the tangent would be silently wrong."""
+    try:
+        from torch._C._functorch import TransformType
+        from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters
+    except ImportError:  # a torch without functorch's interpreter stack
+        return
+    stack = retrieve_all_functorch_interpreters()
+    if sum(i.key() == TransformType.Jvp for i in stack) >= 2:
+        raise DerivativeError(
+            f"{op}: forward mode over forward mode (jacfwd of jacfwd, jvp of "
+            "jvp) is not supported through the factors; use torch.func.hessian "
+            "(forward over reverse), jacrev(jacfwd(...)) or double backward, or "
+            "svd_function / matrix_function, which support every composition"
+        )
+
+
 def no_third_derivative(
     op: str, A: torch.Tensor, *grads: torch.Tensor | None
 ) -> tuple[torch.Tensor | None, ...]:

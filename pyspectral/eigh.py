@@ -68,6 +68,7 @@ class _Eigh(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        C.check_not_nested_forward_mode("eigh")
         w, V = ctx.saved_tensors
         return eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
 

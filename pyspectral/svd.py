@@ -64,6 +64,7 @@ class _SVD(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        C.check_not_nested_forward_mode("svd")
         U, S, Vh = ctx.saved_tensors
         return svd_pushforward(U, S, Vh, dA, ctx.opts)
 

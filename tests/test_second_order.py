@@ -544,3 +544,25 @@ def test_svd_eigh_second_order_warns_on_both_backends(backend):
         with pytest.warns(ps.GaugeWarning, match="second derivative") as record:
             reverse_hvp(loss, X, random_like(X, seed=37))
         assert len(record) == 1
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        lambda X: ps.svd(X).S.pow(3).sum(),
+        lambda X: ps.svdvals(X).pow(3).sum(),
+        lambda X: ps.eigh(X @ X.mT).eigenvalues.pow(3).sum(),
+        lambda X: ps.eigvalsh(X @ X.mT).pow(3).sum(),
+    ],
+    ids=["svd", "svdvals", "eigh", "eigvalsh"],
+)
+def test_forward_over_forward_through_the_factors_raises(op):
+    """torch gives a custom Function's forward rule no outer-level tangent of
+    its saved outputs: jacfwd(jacfwd) through svd/eigh would be silently wrong
+    (off by 8 and 578 before), so it raises; the other compositions agree."""
+    A = random_like(torch.zeros(4, 3, dtype=torch.float64), seed=40)
+    with pytest.raises(ps.DerivativeError, match="forward mode over forward mode"):
+        torch.func.jacfwd(torch.func.jacfwd(op))(A)
+    ref = jacrev(jacrev(op))(A)
+    for H in (hessian(op)(A), jacrev(torch.func.jacfwd(op))(A)):
+        assert rel_err(H, ref) < 1e-10
