@@ -498,7 +498,7 @@ def test_bench_command_passes_the_device_on() -> None:
     torch.cuda.is_available(),
     reason="CUDA is available here; the error where it is not is tested elsewhere",
 )
-def test_cuda_where_there_is_none_is_one_clear_error(capsys) -> None:
+def test_cuda_where_there_is_none_is_one_clear_error(capsys, monkeypatch) -> None:
     """``pytest --device cuda`` stops at once with a usage error that says
     why (not one error per test); the benchmarks refuse ``--device cuda`` in
     their argument parsing; ``bench julia --device cuda`` says it is CPU-only."""
@@ -522,5 +522,7 @@ def test_cuda_where_there_is_none_is_one_clear_error(capsys) -> None:
             benchmark(name).main(["--device", "cuda"])
         assert e.value.code == 2
         assert "--device: CUDA is not available" in capsys.readouterr().err
+    # this checkout's benchmarks (an installed wheel has none of its own)
+    monkeypatch.setattr(cli, "_benchmarks_dir", lambda: ROOT / "benchmarks")
     assert cli.main(["bench", "julia", "--device", "cuda"]) == 2
     assert "runs on CPU tensors only" in capsys.readouterr().err

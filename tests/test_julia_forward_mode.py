@@ -461,7 +461,8 @@ def test_pushforwards_mirror_julia():
     """Each exported Julia pushforward has its Python twin, of the same name,
     in the file of the same name (as test_layout checks for the pullbacks),
     and the frules cover the operations that have rrules (top-k aside)."""
-    src = Path(_julia.__file__).parent.parent / "julia" / "PySpectral" / "src"
+    # this checkout's Julia package (beside tests/, also when testing a wheel)
+    src = Path(__file__).resolve().parent.parent / "julia" / "PySpectral" / "src"
     exports = set(
         re.findall(r"\b(\w+_pushforward)\b", (src / "PySpectral.jl").read_text())
     )
