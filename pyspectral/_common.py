@@ -7,6 +7,7 @@ by ``julia/PySpectral/src/common``; change them in both places or in neither.
 
 from __future__ import annotations
 
+import cmath
 import contextlib
 import contextvars
 import math
@@ -162,6 +163,14 @@ def options(
 ) -> Options:
     """Per-call settings, with ``None`` falling back to the package defaults in
     force in this thread (see :func:`defaults`)."""
+    if (
+        degeneracy_atol is None
+        and broadening is None
+        and gauge is None
+        and gauge_atol is None
+        and _scoped.get() is None
+    ):
+        return _default_options(_user_frame_site())
     d = _effective()
     return _check_options(
         Options(
@@ -177,12 +186,89 @@ def options(
     )
 
 
+# Options of the calls that set nothing (the process-wide defaults, validated
+# when set), one per call site: building and validating an Options costs more
+# than a small SVD's Python work. An entry is valid while _defaults is the
+# object it was made from; it holds its site's globals, so their id in the key
+# is not reused while the entry lives.
+_DEFAULT_OPTIONS: dict[Any, tuple[Options, Options]] = {}
+
+
+def _default_options(site: tuple[str, int, dict[str, Any]] | None) -> Options:
+    """The process-wide defaults, with ``site``."""
+    # per thread too: Options.state carries a second derivative's check from
+    # one backward call to the next, which must not meet another thread's
+    thread = threading.get_ident()
+    key = (thread,) if site is None else (site[0], site[1], id(site[2]), thread)
+    d = _defaults
+    hit = _DEFAULT_OPTIONS.get(key)
+    if hit is not None and hit[0] is d:
+        return hit[1]
+    if len(_DEFAULT_OPTIONS) >= 1024:
+        _DEFAULT_OPTIONS.clear()
+    opts = replace(d, site=site, state={})
+    _DEFAULT_OPTIONS[key] = (d, opts)
+    return opts
+
+
+# ------------------------------------------------------------ autograd calls
+
+
+def apply(function: type[torch.autograd.Function], *args: Any) -> Any:
+    """``function.apply(*args)`` without its per-call cost in Python.
+
+    For a Function with ``setup_context``, ``Function.apply`` binds the
+    arguments to ``forward``'s signature with ``inspect`` on every call (about
+    25 us, a tenth of a 64x64 SVD), for the sake of default arguments, which
+    pyspectral's Functions do not have (``args``: all of them, positional).
+    Outside torch.func transforms and torch.compile, and with no tensor left
+    over from a finished transform, ``Function.apply`` then only calls the
+    C++ ``apply``, which this calls directly; elsewhere it is
+    ``function.apply`` itself.
+    """
+    if torch._C._are_functorch_transforms_active() or _is_compiling():
+        return function.apply(*args)
+    for a in args:
+        if isinstance(a, torch.Tensor) and is_functorch_wrapped_tensor(a):
+            return function.apply(*args)
+    return super(torch.autograd.Function, function).apply(*args)  # type: ignore[misc]
+
+
+# torch.compiler.is_compiling is in torch >= 2.3; before it, assume not compiling
+_is_compiling: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None), "is_compiling", lambda: False
+)
+
+
+def plain(*tensors: torch.Tensor | None) -> bool:
+    """Whether a pullback runs plainly: no torch.func transform is active and
+    autograd records nothing of it (grad mode off, as in a first-order
+    backward, or no input requiring grad). Its results may then be computed in
+    place and by the shortcuts that are exact but not differentiable."""
+    if torch._C._are_functorch_transforms_active():
+        return False
+    return not torch.is_grad_enabled() or not any(
+        t is not None and t.requires_grad for t in tensors
+    )
+
+
 # ---------------------------------------------------------------- tolerances
 
 
 def eps(dtype: torch.dtype) -> float:
     """Machine epsilon of the real type underlying ``dtype``."""
     return torch.finfo(dtype).eps
+
+
+_EPS34: dict[torch.dtype, float] = {}
+
+
+def eps34(dtype: torch.dtype) -> float:
+    """``eps(dtype) ** 0.75``, the package's relative resolution (cached)."""
+    value = _EPS34.get(dtype)
+    if value is None:
+        value = _EPS34[dtype] = eps(dtype) ** 0.75
+    return value
 
 
 def degeneracy_atol(spectrum: torch.Tensor, atol: float | None) -> torch.Tensor:
@@ -203,7 +289,18 @@ def degeneracy_atol(spectrum: torch.Tensor, atol: float | None) -> torch.Tensor:
         # no identity element and would raise.
         return spectrum.detach().new_zeros((*spectrum.shape[:-1], 1, 1))
     scale = spectrum.detach().abs().amax(dim=-1, keepdim=True)
-    return (scale * eps(spectrum.dtype) ** 0.75).unsqueeze(-1)
+    return (scale * eps34(spectrum.dtype)).unsqueeze(-1)
+
+
+def separated(gaps: torch.Tensor, tol: torch.Tensor) -> bool:
+    """Whether a sorted spectrum has no degenerate pair, from its adjacent
+    gaps in sort order ``gaps`` (``(*, k - 1)``: ``s_i - s_{i+1}`` descending,
+    ``w_{i+1} - w_i`` ascending; the first superdiagonal of the gap matrix):
+    whether all exceed ``tol`` (``(*, 1)``). Then ``|x_i - x_j| > tol`` for
+    every ``i != j``, so the only degenerate pairs are the diagonal ones. O(k)
+    work and one host sync, where the degeneracy mask of the pairs is
+    O(k**2). False for an unsorted spectrum and for NaN."""
+    return bool((gaps > tol).all())
 
 
 def gauge_atol(*cotangent_blocks: torch.Tensor, atol: float | None) -> float:
@@ -215,7 +312,7 @@ def gauge_atol(*cotangent_blocks: torch.Tensor, atol: float | None) -> float:
         (float(_peek(b.detach()).abs().max()) for b in cotangent_blocks if b.numel()),
         default=0.0,
     )
-    return eps(cotangent_blocks[0].dtype) ** 0.75 * scale
+    return eps34(cotangent_blocks[0].dtype) * scale
 
 
 # ------------------------------------------------------------- gap inverses
@@ -228,7 +325,7 @@ def inv_safe(x: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
         # Differentiable use (double backward): keep the discarded quotient
         # and its derivative finite, or where() would backpropagate 0 * inf.
         x = torch.where(keep, x, 1.0)
-    return torch.where(keep, 1 / x, 0.0)
+    return torch.where(keep, x.reciprocal(), 0.0)
 
 
 def inv_lorentz(x: torch.Tensor, width: float) -> torch.Tensor:
@@ -389,7 +486,7 @@ def with_infinite_weights(
     direction = linear(
         *(torch.where(i, w.detach().sign(), 0.0) for i, w in zip(infinite, weights))
     ).detach()
-    tol = eps(finite.dtype) ** 0.75 * scale
+    tol = eps34(finite.dtype) * scale
     if finite.is_complex():
         return torch.complex(
             _infinite_where(direction.real, finite.real, tol),
@@ -424,13 +521,14 @@ def add_diagonal(M: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
 def check_gauge(
     op: str,
     violation: torch.Tensor,
-    cluster: torch.Tensor,
+    cluster: torch.Tensor | None,
     scale_blocks: tuple[torch.Tensor, ...],
     opts: Options,
     extra: float = 0.0,
 ) -> None:
     """Apply the gauge policy to ``max |violation|`` over ``cluster`` pairs
-    and ``extra`` (a violation the caller measured elsewhere).
+    (``None``: over every entry of ``violation``) and ``extra`` (a violation
+    the caller measured elsewhere).
 
     A gauge-invariant loss has a cotangent whose anti-Hermitian part vanishes
     inside every degenerate cluster; what is left is the part of the gradient
@@ -439,7 +537,9 @@ def check_gauge(
     if opts.gauge == "ignore":
         return
     # masked_select reads only the (few) cluster entries; one host sync.
-    inside = _peek(violation.detach()).masked_select(_peek(cluster))
+    inside = _peek(violation.detach())
+    if cluster is not None:
+        inside = inside.masked_select(_peek(cluster))
     measured = float(inside.abs().max()) if inside.numel() else 0.0
     measured = max(measured, extra)
     if measured == 0:
@@ -597,6 +697,10 @@ _REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
 }
 
 
+# The keywords for which None is valid (None: automatic or from the data)
+_NONE_ALLOWED = frozenset(("k", *_OPTIONAL_INTEGERS, *_REAL_KEYWORDS))
+
+
 def check_keywords(
     op: str, A: torch.Tensor | None = None, **keywords: Any
 ) -> dict[str, Any]:
@@ -614,7 +718,9 @@ def check_keywords(
     """
     checked: dict[str, Any] = {}
     for name, value in keywords.items():
-        if name == "k":
+        if value is None and name in _NONE_ALLOWED:
+            checked[name] = None
+        elif name == "k":
             checked[name] = _check_k(op, A, value)
         elif name in _OPTIONAL_INTEGERS and value is None:
             checked[name] = None
@@ -653,6 +759,8 @@ def _check_k(op: str, A: torch.Tensor | None, k: Any) -> int | None:
 def _as_integer(x: Any) -> int | None:
     """``x`` as an int if it is an integer (Python, numpy or a 0-d integer
     tensor), else None: bools and floats (even ``2.0``) are not integers."""
+    if type(x) is int:  # the common case, before the slower abstract checks
+        return x
     if isinstance(x, torch.Tensor):
         integer = x.dim() == 0 and not (
             x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool
@@ -666,6 +774,8 @@ def _as_integer(x: Any) -> int | None:
 def _as_real(x: Any) -> float | None:
     """``x`` as a float if it is a real number (Python, numpy or a 0-d real
     tensor), else None (bools, complex numbers, strings)."""
+    if type(x) is float or type(x) is int:  # the common cases (not bool)
+        return float(x)
     if isinstance(x, torch.Tensor):
         real = x.dim() == 0 and not (x.dtype.is_complex or x.dtype == torch.bool)
         return float(x) if real else None
@@ -710,7 +820,7 @@ def check_matrix(
     # reduction) proves every entry finite; only otherwise look entry by entry
     # at what is read (a sum can also overflow).
     P = _peek(A)
-    if P.numel() and not (bool(torch.isfinite(P.sum())) or _read_finite(P, uplo)):
+    if P.numel() and not (cmath.isfinite(P.sum().item()) or _read_finite(P, uplo)):
         where = "" if uplo is None else f" in the UPLO='{uplo}' triangle it reads"
         raise NonFiniteError(
             f"{op}: A contains NaN or Inf entries{where} (shape {tuple(A.shape)}); "

@@ -517,12 +517,13 @@ def eigh(
         )
     impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
     if k is None:
-        return EighResult(*impl.apply(A, UPLO, opts))
+        return EighResult(*C.apply(impl, A, UPLO, opts))
     if method == "iterative":
         if impl is _Eigh:
-            return EighResult(*EighTopK.apply(A, k, largest, UPLO, cfg, opts)[:2])
-        return EighResult(*EighTopKJulia.apply(A, k, largest, UPLO, cfg, opts))
-    w, V = impl.apply(A, UPLO, opts)
+            return EighResult(*C.apply(EighTopK, A, k, largest, UPLO, cfg, opts)[:2])
+        args = (A, k, largest, UPLO, cfg, opts)
+        return EighResult(*C.apply(EighTopKJulia, *args))
+    w, V = C.apply(impl, A, UPLO, opts)
     sel = slice(-k, None) if largest else slice(0, k)
     return EighResult(w[..., sel], V[..., sel])
 
@@ -543,10 +544,15 @@ def eigvalsh(
     julia = resolve_backend("eigvalsh", backend, A) == "julia"
     # torch's own eigvalsh only without autograd: its derivatives read both
     # triangles (a forward-AD dual tensor does not require grad)
-    dual = torch.autograd.forward_ad.unpack_dual(A).tangent is not None
-    if not (A.requires_grad or dual or C.is_functorch_wrapped_tensor(A)) and not julia:
+    plain = not (
+        A.requires_grad
+        or C.is_functorch_wrapped_tensor(A)
+        or torch.autograd.forward_ad.unpack_dual(A).tangent is not None
+    )
+    if plain and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
-    return (_EighJulia if julia else _Eigh).apply(A, UPLO, C.options(op="eigvalsh"))[0]
+    impl = _EighJulia if julia else _Eigh
+    return C.apply(impl, A, UPLO, C.options(op="eigvalsh"))[0]
 
 
 def matrix_function(
@@ -609,5 +615,5 @@ def matrix_function(
     opts = C.options(kw["degeneracy_atol"], None, None, None, op="matrix_function")
     backend = resolve_backend("matrix_function", backend, A)
     if backend == "julia":
-        return _MatrixFunctionJulia.apply(A, f, fn, UPLO, opts)
-    return _MatrixFunction.apply(A, fn, UPLO, opts)[0]
+        return C.apply(_MatrixFunctionJulia, A, f, fn, UPLO, opts)
+    return C.apply(_MatrixFunction, A, fn, UPLO, opts)[0]

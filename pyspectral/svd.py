@@ -502,12 +502,12 @@ def svd(
         )
     impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
     if k is None:
-        return SVDResult(*impl.apply(A, full_matrices, opts))
+        return SVDResult(*C.apply(impl, A, full_matrices, opts))
     if method == "iterative":
         if impl is _SVD:
-            return SVDResult(*SVDTopK.apply(A, k, cfg, opts)[:3])
-        return SVDResult(*SVDTopKJulia.apply(A, k, cfg, opts))
-    U, S, Vh = impl.apply(A, False, opts)
+            return SVDResult(*C.apply(SVDTopK, A, k, cfg, opts)[:3])
+        return SVDResult(*C.apply(SVDTopKJulia, A, k, cfg, opts))
+    U, S, Vh = C.apply(impl, A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 
 
@@ -527,7 +527,8 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
     dual = torch.autograd.forward_ad.unpack_dual(A).tangent is not None
     if not (A.requires_grad or dual or C.is_functorch_wrapped_tensor(A)):
         return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
-    return (_SVDJulia if julia else _SVD).apply(A, False, C.options(op="svdvals"))[1]
+    impl = _SVDJulia if julia else _SVD
+    return C.apply(impl, A, False, C.options(op="svdvals"))[1]
 
 
 def svd_function(
@@ -588,7 +589,7 @@ def svd_function(
             # no singular value to divide by; an empty result, as A / s_max
             # broadcast over the batch would give (it cannot: (3, 0) / (0, 1))
             return A.clone()
-        smax = (_SVDJulia if julia else _SVD).apply(A, False, opts)[1][..., :1, None]
+        smax = C.apply(_SVDJulia if julia else _SVD, A, False, opts)[1][..., :1, None]
         if bool((C._peek(smax) == 0).any()):
             raise DomainError(
                 "svd_function: 'normalize' divides by the largest singular value, "
@@ -596,5 +597,5 @@ def svd_function(
             )
         return A / smax
     if julia:
-        return _SVDFunctionJulia.apply(A, f, fn, opts)
-    return _SVDFunction.apply(A, fn, opts)[0]
+        return C.apply(_SVDFunctionJulia, A, f, fn, opts)
+    return C.apply(_SVDFunction, A, fn, opts)[0]

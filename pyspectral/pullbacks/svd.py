@@ -74,33 +74,35 @@ def svd_pullback(
         gA = (U * gS.unsqueeze(-2)) @ Vh
         return _second_order_guard(gA, S, gS, None, complement, opts)
 
-    tol = C.degeneracy_atol(S, opts.degeneracy_atol)
-    Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
     J = None if gU is None else U.mH @ gU
     K = None if gVh is None else Vh @ gVh.mH
     Ja = 0 if J is None else _skew(J)
     Ka = 0 if K is None else _skew(K)
-    JKa, gap = Ja + Ka, Sj - Si
-    C.check_gauge(
-        "svd",
-        JKa,
-        gap.abs() <= tol,
-        tuple(g for g in (gU, gVh) if g is not None),
-        opts,
-        extra=gauge_extra,
-    )
-    M = JKa * (0.5 * C.gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
-        0.5 * C.gap_inverse(Sj + Si, tol, opts)
-    )
-    if gS is not None:
-        M = C.add_diagonal(M, gS)
+    JKa = Ja + Ka
+    M = None
+    if opts.broadening is None and gauge_extra == 0 and C.plain(U, S, Vh, gU, gS, gVh):
+        M = _middle_separated(S, JKa, Ja - Ka, gS, gU, gVh, opts)
+    if M is None:  # the general formula
+        tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+        Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
+        gap = Sj - Si
+        blocks = _blocks(gU, gVh)
+        C.check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
+        M = JKa * (0.5 * C.gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
+            0.5 * C.gap_inverse(Sj + Si, tol, opts)
+        )
+        if gS is not None:
+            M = C.add_diagonal(M, gS)
     if middle_only:
         return M
     gA = U @ M @ Vh
-    Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
-    if U.shape[-2] > k and J is not None:
+    tall, wide = U.shape[-2] > k and J is not None, Vh.shape[-1] > k and K is not None
+    if tall or wide:
+        tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+        Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
+    if tall:
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
-    if Vh.shape[-1] > k and K is not None:
+    if wide:
         gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
     return _second_order_guard(gA, S, gS, M, complement, opts)
 
@@ -124,6 +126,59 @@ def _second_order_guard(
     if M is None:
         M = torch.diag_embed(gS)
     return C.second_order_guard("svd", gA, gS, M, clusters, opts)
+
+
+def _blocks(*cotangents: Tensor | None) -> tuple[Tensor, ...]:
+    """The given cotangents (the scale of the gauge tolerance)."""
+    return tuple(g for g in cotangents if g is not None)
+
+
+def _middle_separated(
+    S: Tensor,
+    JKa: Tensor,
+    JKd: Tensor,
+    gS: Tensor | None,
+    gU: Tensor | None,
+    gVh: Tensor | None,
+    opts: C.Options,
+) -> Tensor | None:
+    """The middle matrix ``M`` of a plain (``C.plain``) pullback if no two
+    singular values are degenerate (``C.separated``; ``S >= 0`` descending, as
+    svd returns it), else None: the general formula's values, to rounding (it
+    divides where that multiplies by inverses), in fewer passes.
+
+    Off the diagonal no cutoff applies (``|s_j - s_i| > tol`` and
+    ``s_j + s_i >= |s_j - s_i|``), so ``JKa / (2(s_j - s_i)) + JKd / (2(s_j +
+    s_i))`` is computed as it stands, in units of ``2 s`` (exact), which folds
+    the halves in; the diagonal, where the quotients are 0/0 (or ``x / 0``),
+    is then overwritten with its value: ``gS`` plus, for complex input, the
+    phase term ``JKd_ii / (4 s_i)`` cut where ``2 s_i <= tol`` (real input:
+    ``JKd_ii = 0``). The gauge check is the diagonal's (real input: nothing).
+    """
+    S2 = S + S
+    atol = opts.degeneracy_atol
+    if atol is None:  # 2 tol = max(2 S) eps**(3/4); max(S) = S[0] if separated
+        tol2 = S2[..., :1].abs() * C.eps34(S.dtype)
+    else:
+        tol2 = S2.new_full((*S.shape[:-1], 1), 2 * atol)
+    Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
+    gap = Sj - Si  # 2 (s_j - s_i), negative above the diagonal
+    if not C.separated(gap.diagonal(1, -2, -1).neg(), tol2):
+        return None
+    M = torch.addcdiv(JKa / gap, JKd, Si + Sj)
+    diagonal = M.diagonal(dim1=-2, dim2=-1)
+    if JKa.is_complex():
+        violation = JKa.diagonal(dim1=-2, dim2=-1)
+        C.check_gauge("svd", violation, None, _blocks(gU, gVh), opts)
+        # JKd_ii / (4 s_i), cut where 2 s_i <= tol, i.e. 4 s_i <= 2 tol
+        S4 = S2 + S2
+        phase = torch.where(S4 > tol2, JKd.diagonal(dim1=-2, dim2=-1) / S4, 0.0)
+        diagonal.copy_(phase if gS is None else phase + gS)
+    elif gS is None:
+        diagonal.zero_()
+    else:
+        diagonal.copy_(gS)
+    return M
 
 
 def _fold_complement(

@@ -1,0 +1,196 @@
+"""The per-call shortcuts of the native path give what the general code gives:
+the separated-spectrum pullbacks (in place, no k x k degeneracy mask) against
+the general formulas, ``C.apply`` against ``Function.apply``, the cached
+default options against freshly built ones."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _spectra import hermitian_with_spectrum, matrix_with_spectrum, random_like
+
+import pyspectral as ps
+from pyspectral import _common as C
+from pyspectral.pullbacks.eigh import eigh_pullback, fold_triangle
+from pyspectral.pullbacks.svd import svd_pullback
+
+DTYPES = [torch.float64, torch.complex128]
+
+
+def general(pullback, *args):
+    """``pullback(*args)`` through the general formula: with an input that
+    requires grad under grad mode, the pullback is not ``C.plain``."""
+    args = [
+        a.detach().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args
+    ]
+    with torch.enable_grad():
+        return pullback(*args).detach()
+
+
+def svd_case(m, n, s, dtype, seed=0):
+    A = matrix_with_spectrum(s, m, n, dtype, seed=seed)
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    return U, S, Vh, *(random_like(t, seed=seed + i) for i, t in enumerate((U, S, Vh)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    "m, n, s",
+    [
+        (5, 5, (4, 3, 2, 1, 0.5)),
+        (7, 4, (4, 3, 2, 1)),  # tall: the complement term
+        (4, 7, (4, 3, 2, 1)),  # wide
+        (5, 5, (4, 3, 2, 1, 0)),  # a zero singular value: the cut 1/(2 s_i)
+        (5, 4, (4, 3, 2, 1e-20)),  # numerically zero
+    ],
+)
+def test_svd_pullback_separated_equals_general(dtype, m, n, s) -> None:
+    U, S, Vh, gU, gS, gVh = svd_case(m, n, s, dtype)
+    opts = C.Options(gauge="ignore")  # the random cotangents have a phase part
+    assert C.separated(S[:-1] - S[1:], C.degeneracy_atol(S, None)[..., 0])
+    for cot in ((gU, gS, gVh), (gU, None, None), (None, gS, gVh), (None, None, gVh)):
+        fast = svd_pullback(U, S, Vh, *cot, opts)
+        assert torch.allclose(fast, general(svd_pullback, U, S, Vh, *cot, opts))
+        M = svd_pullback(U, S, Vh, *cot, opts, middle_only=True)
+        M_general = general(svd_pullback, U, S, Vh, *cot, opts, True)
+        # (quotients there, products by inverses here: rounding apart)
+        assert torch.allclose(M, M_general, rtol=1e-13, atol=1e-15 * M.abs().max())
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_eigh_pullback_separated_equals_general(dtype, uplo) -> None:
+    A = hermitian_with_spectrum((-2, -1e-20, 0.5, 1, 3), dtype, seed=1)
+    w, V = torch.linalg.eigh(A, UPLO=uplo)
+    gw, gV = random_like(w, seed=2), random_like(V, seed=3)
+    opts = C.Options(gauge="ignore")
+    assert C.separated(w[1:] - w[:-1], C.degeneracy_atol(w, None)[..., 0])
+    for cot in ((gw, gV), (None, gV)):
+        fast = eigh_pullback(w, V, *cot, uplo, opts)
+        slow = general(eigh_pullback, w, V, *cot, uplo, opts)
+        # (a quotient there, a product by an inverse here: rounding apart)
+        assert torch.allclose(fast, slow, rtol=1e-13, atol=1e-15 * slow.abs().max())
+    values_only = fold_triangle((V * gw.unsqueeze(-2).to(V.dtype)) @ V.mH, uplo)
+    assert torch.equal(eigh_pullback(w, V, gw, None, uplo, opts), values_only)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_separated_pullback_leaves_its_inputs_alone(dtype) -> None:
+    U, S, Vh, gU, gS, gVh = svd_case(6, 4, (4, 3, 2, 0), dtype)
+    inputs = [t.clone() for t in (U, S, Vh, gU, gS, gVh)]
+    svd_pullback(U, S, Vh, gU, gS, gVh, C.Options(gauge="ignore"))
+    assert all(torch.equal(a, b) for a, b in zip(inputs, (U, S, Vh, gU, gS, gVh)))
+    w, V = torch.linalg.eigh(hermitian_with_spectrum((1, 2, 3), dtype))
+    gw, gV = random_like(w, seed=1), random_like(V, seed=2)
+    inputs = [t.clone() for t in (w, V, gw, gV)]
+    eigh_pullback(w, V, gw, gV, "L", C.Options(gauge="ignore"))
+    assert all(torch.equal(a, b) for a, b in zip(inputs, (w, V, gw, gV)))
+
+
+def separated(x, tol, descending):
+    x = torch.tensor(x, dtype=torch.float64)
+    gaps = x[..., :-1] - x[..., 1:]
+    tol = torch.as_tensor(tol, dtype=torch.float64).reshape(*x.shape[:-1], 1)
+    return C.separated(gaps if descending else -gaps, tol)
+
+
+def test_separated() -> None:
+    assert separated([3, 2, 1, 0], 0.1, descending=True)
+    assert not separated([3, 2, 1.95, 0], 0.1, descending=True)  # a cluster
+    assert not separated([3, 2, 1, 0], 0.1, descending=False)  # wrong order
+    assert not separated([0, 3, 2.96, 3.1], 0.1, descending=False)  # unsorted
+    assert not separated([3, float("nan"), 1], 0.1, descending=True)
+    assert separated([-1, 0, 1], 0.1, descending=False)
+    assert separated([5], 0.1, descending=True)  # one value: no pair
+    assert separated([[], []], [0.1, 0.1], descending=True)  # empty
+    batch = [[3.0, 2.0], [3.0, 2.99]]
+    assert not separated(batch, [0.1, 0.1], descending=True)
+    assert not separated(batch, [0.001, 0.1], descending=True)  # per element
+    assert separated(batch, [0.1, 0.001], descending=True)
+
+
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_phase_dependent_loss_warns_at_a_separated_spectrum(op) -> None:
+    """Complex input, distinct spectrum: the one gauge freedom left is the
+    phase of each vector (the diagonal, which the separated path checks)."""
+    if op == "svd":
+        A = matrix_with_spectrum((4, 3, 2, 1), 5, 4, torch.complex128)
+    else:
+        A = hermitian_with_spectrum((-1, 1, 2, 3), torch.complex128)
+    X = A.clone().requires_grad_()
+    vectors = ps.svd(X)[0] if op == "svd" else ps.eigh(X)[1]
+    assert vectors[1, 1].imag.abs() > 0.01  # (LAPACK makes eigh's first row real)
+    with pytest.warns(ps.GaugeWarning, match=rf"^{op}: "):
+        vectors[1, 1].real.backward()  # Re u depends on u's phase
+    vectors = ps.svd(X)[0] if op == "svd" else ps.eigh(X)[1]
+    vectors[1, 1].abs().backward()  # phase invariant: silent (warnings are errors)
+
+
+class _Twice(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A, scale):
+        return A * scale, A.sum()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.scale = inputs[1]
+
+    @staticmethod
+    def backward(ctx, gY, gs):
+        return gY * ctx.scale + gs, None
+
+
+def test_apply_is_function_apply() -> None:
+    A = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
+    Y, s = C.apply(_Twice, A, 2.0)
+    assert Y.grad_fn is not None and torch.equal(Y, A * 2)
+    (Y.sum() + s).backward()
+    assert torch.equal(A.grad, torch.full((3, 3), 3.0, dtype=torch.float64))
+    # under torch.func it is Function.apply itself (vmap rule, functorch levels)
+    g = torch.func.grad(lambda X: C.apply(_Twice, X, 2.0)[0].sum())(A.detach())
+    assert torch.equal(g, torch.full((3, 3), 2.0, dtype=torch.float64))
+    batched = torch.func.vmap(lambda X: C.apply(_Twice, X, 2.0)[1])(A.detach())
+    assert torch.allclose(batched, A.detach().sum(-1))
+
+
+def test_default_options_are_cached_and_follow_the_defaults() -> None:
+    first = C.options()
+    second = C.options()
+    assert first == C.Options() and first.site is not None
+    assert first.site[:2] != second.site[:2]  # two lines: two sites
+    same = [C.options() for _ in range(2)]
+    assert same[0] is same[1]  # one site: one cached object
+    old = ps.set_defaults(gauge="raise", degeneracy_atol=1e-3)
+    try:
+        for _ in range(2):  # the second time from the cache
+            assert C.options() == C.Options(degeneracy_atol=1e-3, gauge="raise")
+        with ps.defaults(gauge="ignore"):
+            assert C.options().gauge == "ignore"
+        assert C.options().gauge == "raise"
+    finally:
+        ps.set_defaults(**old)
+    assert C.options() == C.Options()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_batched_eigh_pullback_is_the_per_matrix_one(dtype, uplo) -> None:
+    """A batch folds its triangles by a mask product, a matrix by tril/triu."""
+    A = torch.stack(
+        [hermitian_with_spectrum((-2, 0.5, 1, 3), dtype, seed=i) for i in range(3)]
+    )
+    w, V = torch.linalg.eigh(A, UPLO=uplo)
+    gw, gV = random_like(w, seed=4), random_like(V, seed=5)
+    opts = C.Options(gauge="ignore")
+    for cot in ((gw, gV), (gw, None)):
+        batched = eigh_pullback(w, V, *cot, uplo, opts)
+        for i in range(3):
+            one = [None if c is None else c[i] for c in cot]
+            single = eigh_pullback(w[i], V[i], *one, uplo, opts)
+            # (bmm and mm may round differently)
+            assert torch.allclose(batched[i], single, rtol=1e-13, atol=1e-14)
+    G = random_like(A, seed=6)
+    folded = fold_triangle(G, uplo)
+    assert all(torch.equal(folded[i], fold_triangle(G[i], uplo)) for i in range(3))
