@@ -7,7 +7,6 @@ by ``julia/PySpectral/src/common``; change them in both places or in neither.
 
 from __future__ import annotations
 
-import cmath
 import contextlib
 import contextvars
 import math
@@ -214,13 +213,20 @@ def _default_options(site: tuple[str, int, dict[str, Any]] | None) -> Options:
 # ------------------------------------------------------------ autograd calls
 
 
+# torch.compiler.is_compiling is in torch >= 2.3; before it, assume not compiling
+_is_compiling: Callable[[], bool] = getattr(
+    getattr(torch, "compiler", None), "is_compiling", lambda: False
+)
+
+
 def apply(function: type[torch.autograd.Function], *args: Any) -> Any:
     """``function.apply(*args)`` without its per-call cost in Python.
 
     For a Function with ``setup_context``, ``Function.apply`` binds the
     arguments to ``forward``'s signature with ``inspect`` on every call (about
-    25 us, a tenth of a 64x64 SVD), for the sake of default arguments, which
-    pyspectral's Functions do not have (``args``: all of them, positional).
+    25 us, a few percent of a 64x64 SVD's forward and backward), for the sake
+    of default arguments, which pyspectral's Functions do not have (``args``:
+    all of them, positional).
     Outside torch.func transforms and torch.compile, and with no tensor left
     over from a finished transform, ``Function.apply`` then only calls the
     C++ ``apply``, which this calls directly; elsewhere it is
@@ -232,12 +238,6 @@ def apply(function: type[torch.autograd.Function], *args: Any) -> Any:
         if isinstance(a, torch.Tensor) and is_functorch_wrapped_tensor(a):
             return function.apply(*args)
     return super(torch.autograd.Function, function).apply(*args)  # type: ignore[misc]
-
-
-# torch.compiler.is_compiling is in torch >= 2.3; before it, assume not compiling
-_is_compiling: Callable[[], bool] = getattr(
-    getattr(torch, "compiler", None), "is_compiling", lambda: False
-)
 
 
 def plain(*tensors: torch.Tensor | None) -> bool:
@@ -819,8 +819,8 @@ def check_matrix(
     # Any NaN or Inf entry makes the sum non-finite, so a finite sum (one cheap
     # reduction) proves every entry finite; only otherwise look entry by entry
     # at what is read (a sum can also overflow).
-    P = _peek(A)
-    if P.numel() and not (cmath.isfinite(P.sum().item()) or _read_finite(P, uplo)):
+    P = _peek(A).detach()  # (a sum recorded by autograd costs a node)
+    if P.numel() and not (P.sum().isfinite().item() or _read_finite(P, uplo)):
         where = "" if uplo is None else f" in the UPLO='{uplo}' triangle it reads"
         raise NonFiniteError(
             f"{op}: A contains NaN or Inf entries{where} (shape {tuple(A.shape)}); "

@@ -162,10 +162,10 @@ def _middle_separated(
     else:
         tol2 = S2.new_full((*S.shape[:-1], 1), 2 * atol)
     Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
-    gap = Sj - Si  # 2 (s_j - s_i), negative above the diagonal
-    if not C.separated(gap.diagonal(1, -2, -1).neg(), tol2):
+    gap = Si - Sj  # 2 (s_i - s_j), positive above the diagonal
+    if not C.separated(gap.diagonal(1, -2, -1), tol2):
         return None
-    M = torch.addcdiv(JKa / gap, JKd, Si + Sj)
+    M = torch.addcdiv(JKd / (Si + Sj), JKa, gap, value=-1)
     diagonal = M.diagonal(dim1=-2, dim2=-1)
     if JKa.is_complex():
         violation = JKa.diagonal(dim1=-2, dim2=-1)
