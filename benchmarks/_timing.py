@@ -3,8 +3,10 @@ the command line.
 
 All implementations of one measurement run in the same process, alternately
 (the order flips every round), so that drifts in clock speed or cache state
-hit them alike; the reported time of each is its median over the rounds, and a
-ratio is the median over rounds of the per-round ratio. Each table row is
+hit them alike; a round of fast calls repeats each (the same number of times)
+to last about ``ROUND`` seconds. The reported time of each is its median over
+the rounds of the time per call, and a ratio is the median over rounds of the
+per-round ratio. Each table row is
 printed (and flushed) as soon as it is measured; a measurement expected to
 take more than a few seconds says so on stderr first.
 """
@@ -26,6 +28,7 @@ QUICK_SIZES = "64,256,4096x8"
 CUDA_SIZES = "64,256,512,1024,2048,4096,4096x8,4096x32"
 CUDA_QUICK_SIZES = "64,512,4096x8,4096x32"
 SLOW = 3.0  # seconds: a measurement expected to take longer announces itself
+ROUND = 0.05  # seconds: a round of faster calls repeats them (interleaved)
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -74,13 +77,17 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def _run(fn: Callable[[], object]) -> float:
-    """Seconds one call of ``fn`` took: what it returns if that is a number
-    (its own measurement, e.g. taken inside Julia), else the wall time."""
-    start = time.perf_counter()
-    own = fn()
+def _run(fn: Callable[[], object], calls: int = 1) -> float:
+    """Seconds one call of ``fn`` took, the mean over ``calls`` calls in a
+    row: what it returns if that is a number (its own measurement, e.g. taken
+    inside Julia), else the wall time."""
+    own, start = 0.0, time.perf_counter()
+    for _ in range(calls):
+        t = fn()
+        mine = isinstance(t, (int, float)) and own is not None
+        own = own + float(t) if mine else None
     wall = time.perf_counter() - start
-    return float(own) if isinstance(own, (int, float)) else wall
+    return (wall if own is None else own) / calls
 
 
 def interleaved(
@@ -88,26 +95,32 @@ def interleaved(
     repeat: int,
     warmup: int = 2,
     what: str | None = None,
+    round_s: float = ROUND,
 ) -> dict[str, list[float]]:
-    """Times (seconds) of each function over ``repeat`` rounds; in every round
-    each function runs once, in an order that flips every round. A function
-    may return its own measurement of the call (seconds), used instead of the
-    wall time. If the rounds are expected (from the last warm-up round) to take
-    more than ``SLOW`` seconds, ``"measuring <what> ..."`` goes to stderr."""
+    """Times (seconds per call) of each function over ``repeat`` rounds; in
+    every round each function runs, in an order that flips every round. A
+    round of calls shorter than ``round_s`` repeats each function as often
+    (the same number of times for all, from the slowest warm-up call) as
+    makes it last about ``round_s``, and counts the mean: one call of a
+    64x64 SVD is too short to time alone on a busy machine. A function may
+    return its own measurement of the call (seconds), used instead of the
+    wall time. If the rounds are expected (from the last warm-up round) to
+    take more than ``SLOW`` seconds, ``"measuring <what> ..."`` goes to stderr."""
     names = list(fns)
-    last = 0.0
+    last, slowest = 0.0, 0.0
     for _ in range(warmup):
         start = time.perf_counter()
         for name in names:
-            fns[name]()
+            slowest = max(slowest, _run(fns[name]))
         last = time.perf_counter() - start
-    expected = last * repeat
+    calls = max(1, int(round_s / slowest)) if slowest > 0 else 1
+    expected = last * repeat * calls
     if what is not None and expected > SLOW:
         progress(f"measuring {what} ({repeat} rounds, about {expected:.0f} s)...")
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(repeat):
         for name in names if r % 2 == 0 else names[::-1]:
-            times[name].append(_run(fns[name]))
+            times[name].append(_run(fns[name], calls))
     return times
 
 

@@ -15,11 +15,14 @@ between the first two rows is the per-call overhead itself. Rows:
   difference;
 - the forward alone (input requiring grad) and the backward alone
   (``torch.autograd.grad`` on a kept graph);
-- ``Function floor``: an ``autograd.Function`` around torch's forward whose
-  backward returns a cotangent (called as pyspectral calls its Functions),
-  fwd+bwd, minus ``torch.linalg``'s: what a Python autograd.Function costs
-  over torch's C++ node, net of torch's own backward (negative where that
-  backward costs more);
+- ``Function round trip``: fwd+bwd of ``A.clone()`` in a Python
+  ``autograd.Function`` (called as pyspectral calls its Functions; backward:
+  the cotangent) minus torch's own ``A.clone()`` (a C++ node): what the
+  Python layer of a Function costs per call, the floor under pyspectral's
+  overhead;
+- ``torch ops in the backward``: the aten operations one backward dispatches
+  (counted by a ``TorchDispatchMode``), torch's C++ formula and pyspectral's
+  (each costs about 1-2 us of Python and dispatch at small sizes);
 - the pieces, each alone (warm caches: inside a backward the same code runs
   slower): the input check, the keyword check, the options, the
   ``inspect`` binding that ``Function.apply`` does per call and
@@ -35,6 +38,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _timing  # noqa: E402
@@ -89,6 +93,52 @@ class _Floor(torch.autograd.Function):
         return grads[-1], None, None  # the cotangent of Vh or V: A's shape
 
 
+class _Clone(torch.autograd.Function):
+    """``A.clone()`` as a Python autograd.Function."""
+
+    @staticmethod
+    def forward(A: torch.Tensor) -> torch.Tensor:
+        return A.clone()
+
+    @staticmethod
+    def setup_context(ctx, inputs, output) -> None:  # noqa: ANN001
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx, g):  # noqa: ANN001
+        return g
+
+
+class _Count(TorchDispatchMode):
+    """Counts the aten operations dispatched while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def ops_in(fn: Callable[[], object]) -> int:
+    """How many aten operations one call of ``fn`` dispatches."""
+    with _Count() as count:
+        fn()
+    return count.ops
+
+
+def round_trip(A: torch.Tensor, repeat: int) -> float:
+    """us per fwd+bwd of a Python Function's clone over torch's clone."""
+    Ar = A.clone().requires_grad_()
+
+    def through(clone: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
+        return lambda: torch.autograd.grad(clone(Ar).sum(), Ar)
+
+    python = through(lambda X: C.apply(_Clone, X))
+    return cpu_us(python, repeat) - cpu_us(through(torch.clone), repeat)
+
+
 def rows(op: str, batch: int, n: int, repeat: int) -> list[tuple[str, float]]:
     """``(what, us per call)`` for one size."""
     g = torch.Generator().manual_seed(0)
@@ -113,7 +163,6 @@ def rows(op: str, batch: int, n: int, repeat: int) -> list[tuple[str, float]]:
     def backward(name: str) -> Callable[[], object]:
         return lambda: torch.autograd.grad(graphs[name], Ar, cot, retain_graph=True)
 
-    floor = lambda X: C.apply(_Floor, X, op, opts)  # noqa: E731
     tiny = torch.eye(2, dtype=A.dtype, requires_grad=True)
     keywords = dict(degeneracy_atol=None, broadening=None, gauge_atol=None)
     uplo = None if op == "svd" else "L"
@@ -129,7 +178,9 @@ def rows(op: str, batch: int, n: int, repeat: int) -> list[tuple[str, float]]:
         ("forward: pyspectral", cpu_us(lambda: pyspectral(Ar), repeat)),
         ("backward: torch.linalg", cpu_us(backward("torch"), repeat)),
         ("backward: pyspectral", cpu_us(backward("ps"), repeat)),
-        ("Function floor", cpu_us(bench.step(floor, A, W), repeat) - t_torch),
+        ("Function round trip", round_trip(A, repeat)),
+        ("torch ops in the backward: torch.linalg", ops_in(backward("torch"))),
+        ("torch ops in the backward: pyspectral", ops_in(backward("ps"))),
         ("input check", cpu_us(lambda: C.check_matrix(op, Ar, uplo=uplo), repeat)),
         ("keyword check", cpu_us(lambda: C.check_keywords(op, A, **keywords), repeat)),
         ("options", cpu_us(C.options, repeat)),
@@ -140,6 +191,10 @@ def rows(op: str, batch: int, n: int, repeat: int) -> list[tuple[str, float]]:
         ),
         ("pullback (warm)", t_pullback),
     ]
+
+
+def _cell(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.1f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -160,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             _timing.progress(f"measuring {op} {_timing.label(b, n)}...")
             columns.append(rows(op, b, n, args.repeat))
         for i, (what, _) in enumerate(columns[0]):
-            table.row([what, *(f"{c[i][1]:.1f}" for c in columns)])
+            table.row([what, *(_cell(c[i][1]) for c in columns)])
     return 0
 
 

@@ -7,6 +7,7 @@ by ``julia/PySpectral/src/common``; change them in both places or in neither.
 
 from __future__ import annotations
 
+import cmath
 import contextlib
 import contextvars
 import math
@@ -292,15 +293,43 @@ def degeneracy_atol(spectrum: torch.Tensor, atol: float | None) -> torch.Tensor:
     return (scale * eps34(spectrum.dtype)).unsqueeze(-1)
 
 
-def separated(gaps: torch.Tensor, tol: torch.Tensor) -> bool:
-    """Whether a sorted spectrum has no degenerate pair, from its adjacent
-    gaps in sort order ``gaps`` (``(*, k - 1)``: ``s_i - s_{i+1}`` descending,
-    ``w_{i+1} - w_i`` ascending; the first superdiagonal of the gap matrix):
-    whether all exceed ``tol`` (``(*, 1)``). Then ``|x_i - x_j| > tol`` for
-    every ``i != j``, so the only degenerate pairs are the diagonal ones. O(k)
-    work and one host sync, where the degeneracy mask of the pairs is
-    O(k**2). False for an unsorted spectrum and for NaN."""
-    return bool((gaps > tol).all())
+# A spectrum of at most this many values is tested on the host: one copy
+# there, instead of five device operations (about 1-2 us each in Python).
+_HOST_SPECTRUM = 256
+
+
+def separated(x: torch.Tensor, atol: float | None, descending: bool) -> bool:
+    """Whether the sorted spectrum ``x`` (``(*, k)``: singular values
+    descending, eigenvalues ascending) has no degenerate pair: whether each
+    adjacent gap in sort order (``x_i - x_{i+1}`` descending, ``x_{i+1} -
+    x_i`` ascending) exceeds the tolerance, ``atol`` or, if None,
+    :func:`degeneracy_atol`'s ``max|x| * eps**(3/4)`` per matrix. Then
+    ``|x_i - x_j| > tol`` for every ``i != j``, so the only degenerate pairs
+    are the diagonal ones. O(k) work and one host sync, where the degeneracy
+    mask of the pairs is O(k**2). False for an unsorted spectrum and for NaN.
+
+    A small spectrum is tested on the host in double precision, a larger one
+    on its device in its dtype: they can differ only for a gap within rounding
+    of the tolerance, which either answer treats correctly."""
+    k = x.shape[-1]
+    if k < 2:
+        return True
+    eps = eps34(x.dtype)
+    if x.numel() <= _HOST_SPECTRUM:
+        for r in x.detach().reshape(-1, k).tolist():
+            if descending:
+                r.reverse()  # ascending
+            tol = eps * max(abs(r[0]), abs(r[-1])) if atol is None else atol
+            # (a NaN gap fails the test, as it should)
+            if not all(b - a > tol for a, b in zip(r, r[1:])):
+                return False
+        return True
+    if atol is None:  # max|x| = max(|x_1|, |x_k|) if sorted (else a gap fails)
+        tol = torch.linalg.vector_norm(x.detach(), math.inf, -1, True) * eps
+    else:
+        tol = atol
+    gaps = x[..., :-1] - x[..., 1:]
+    return bool(((gaps if descending else -gaps) > tol).all())
 
 
 def gauge_atol(*cotangent_blocks: torch.Tensor, atol: float | None) -> float:
@@ -818,14 +847,20 @@ def check_matrix(
         )
     # Any NaN or Inf entry makes the sum non-finite, so a finite sum (one cheap
     # reduction) proves every entry finite; only otherwise look entry by entry
-    # at what is read (a sum can also overflow).
+    # at what is read (a sum can also overflow). The test is on the host, as a
+    # Python number: each torch call here costs a few us next to a small SVD.
     P = _peek(A).detach()  # (a sum recorded by autograd costs a node)
-    if P.numel() and not (P.sum().isfinite().item() or _read_finite(P, uplo)):
+    if P.numel() and not (_finite_number(P.sum().item()) or _read_finite(P, uplo)):
         where = "" if uplo is None else f" in the UPLO='{uplo}' triangle it reads"
         raise NonFiniteError(
             f"{op}: A contains NaN or Inf entries{where} (shape {tuple(A.shape)}); "
             "the decomposition of such a matrix is undefined"
         )
+
+
+def _finite_number(x: complex) -> bool:
+    """Whether a Python float or complex is finite."""
+    return cmath.isfinite(x) if isinstance(x, complex) else math.isfinite(x)
 
 
 def _read_finite(P: torch.Tensor, uplo: str | None) -> bool:

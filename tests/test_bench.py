@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -219,11 +220,32 @@ def test_interleaved_takes_a_functions_own_measurement_and_announces_slow_ones(
         order.append("wall")
 
     monkeypatch.setattr(_timing, "SLOW", -1.0)  # everything counts as slow
-    times = _timing.interleaved({"own": own, "wall": wall}, 3, warmup=1, what="x")
+    times = _timing.interleaved(
+        {"own": own, "wall": wall}, 3, warmup=1, what="x", round_s=0.0
+    )
     assert times["own"] == [0.25, 0.25, 0.25]
     assert all(t >= 0 for t in times["wall"]) and len(times["wall"]) == 3
     assert order == ["own", "wall", "own", "wall", "wall", "own", "own", "wall"]
     assert "measuring x (3 rounds" in capsys.readouterr().err
+
+
+def test_interleaved_repeats_short_calls_within_a_round():
+    calls = {"a": 0, "b": 0}
+
+    def tick(name: str) -> Callable[[], None]:
+        def fn() -> None:
+            calls[name] += 1
+            time.sleep(0.001)
+
+        return fn
+
+    times = _timing.interleaved(
+        {"a": tick("a"), "b": tick("b")}, 2, warmup=1, round_s=0.01
+    )
+    # the warm-up call, then both the same number of times, about 10 per round
+    assert calls["a"] == calls["b"] and 1 + 2 * 3 <= calls["a"] <= 1 + 2 * 10
+    # the time of a round is per call
+    assert all(0.001 <= t < 0.01 for t in times["a"] + times["b"])
 
 
 # ------------------------------------------------------------ the Julia one

@@ -47,7 +47,7 @@ def svd_case(m, n, s, dtype, seed=0):
 def test_svd_pullback_separated_equals_general(dtype, m, n, s) -> None:
     U, S, Vh, gU, gS, gVh = svd_case(m, n, s, dtype)
     opts = C.Options(gauge="ignore")  # the random cotangents have a phase part
-    assert C.separated(S[:-1] - S[1:], C.degeneracy_atol(S, None)[..., 0])
+    assert C.separated(S, None, descending=True)
     for cot in ((gU, gS, gVh), (gU, None, None), (None, gS, gVh), (None, None, gVh)):
         fast = svd_pullback(U, S, Vh, *cot, opts)
         assert torch.allclose(fast, general(svd_pullback, U, S, Vh, *cot, opts))
@@ -64,7 +64,7 @@ def test_eigh_pullback_separated_equals_general(dtype, uplo) -> None:
     w, V = torch.linalg.eigh(A, UPLO=uplo)
     gw, gV = random_like(w, seed=2), random_like(V, seed=3)
     opts = C.Options(gauge="ignore")
-    assert C.separated(w[1:] - w[:-1], C.degeneracy_atol(w, None)[..., 0])
+    assert C.separated(w, None, descending=False)
     for cot in ((gw, gV), (None, gV)):
         fast = eigh_pullback(w, V, *cot, uplo, opts)
         slow = general(eigh_pullback, w, V, *cot, uplo, opts)
@@ -87,11 +87,15 @@ def test_separated_pullback_leaves_its_inputs_alone(dtype) -> None:
     assert all(torch.equal(a, b) for a, b in zip(inputs, (w, V, gw, gV)))
 
 
-def separated(x, tol, descending):
+def separated(x, atol, descending):
+    """``C.separated`` on ``x`` with its tolerance ``atol`` (None: the
+    default, relative), on the host and (tiled past the host's size) on the
+    device path; both must agree."""
     x = torch.tensor(x, dtype=torch.float64)
-    gaps = x[..., :-1] - x[..., 1:]
-    tol = torch.as_tensor(tol, dtype=torch.float64).reshape(*x.shape[:-1], 1)
-    return C.separated(gaps if descending else -gaps, tol)
+    host = C.separated(x, atol, descending)
+    big = x.expand(C._HOST_SPECTRUM + 1, *x.shape) if x.shape[-1] else x
+    assert C.separated(big, atol, descending) == host
+    return host
 
 
 def test_separated() -> None:
@@ -102,11 +106,15 @@ def test_separated() -> None:
     assert not separated([3, float("nan"), 1], 0.1, descending=True)
     assert separated([-1, 0, 1], 0.1, descending=False)
     assert separated([5], 0.1, descending=True)  # one value: no pair
-    assert separated([[], []], [0.1, 0.1], descending=True)  # empty
-    batch = [[3.0, 2.0], [3.0, 2.99]]
-    assert not separated(batch, [0.1, 0.1], descending=True)
-    assert not separated(batch, [0.001, 0.1], descending=True)  # per element
-    assert separated(batch, [0.1, 0.001], descending=True)
+    assert separated([[], []], 0.1, descending=True)  # empty
+    assert not separated([[3.0, 2.0], [3.0, 2.99]], 0.1, descending=True)  # any
+    # the default tolerance, max|x| eps**(3/4) per matrix
+    tol = 1e4 * C.eps34(torch.float64)
+    assert separated([-1e4, 0, 2 * tol], None, descending=False)
+    assert not separated([-1e4, 0, tol / 2], None, descending=False)
+    t = C.eps34(torch.float64)  # row 2's own tolerance, not row 1's 1e4 t:
+    assert separated([[1e4, 1e4 - 2e4 * t], [1.0, 1 - 2 * t]], None, descending=True)
+    assert not separated([[1e4, 1e4 - 2e4 * t], [1.0, 1 - t / 2]], None, True)
 
 
 @pytest.mark.parametrize("op", ["svd", "eigh"])

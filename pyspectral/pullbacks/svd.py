@@ -155,22 +155,22 @@ def _middle_separated(
     phase term ``JKd_ii / (4 s_i)`` cut where ``2 s_i <= tol`` (real input:
     ``JKd_ii = 0``). The gauge check is the diagonal's (real input: nothing).
     """
-    S2 = S + S
     atol = opts.degeneracy_atol
-    if atol is None:  # 2 tol = max(2 S) eps**(3/4); max(S) = S[0] if separated
-        tol2 = S2[..., :1].abs() * C.eps34(S.dtype)
-    else:
-        tol2 = S2.new_full((*S.shape[:-1], 1), 2 * atol)
+    if not C.separated(S, atol, descending=True):
+        return None
+    S2 = S + S
     Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
     gap = Si - Sj  # 2 (s_i - s_j), positive above the diagonal
-    if not C.separated(gap.diagonal(1, -2, -1), tol2):
-        return None
     M = torch.addcdiv(JKd / (Si + Sj), JKa, gap, value=-1)
     diagonal = M.diagonal(dim1=-2, dim2=-1)
     if JKa.is_complex():
         violation = JKa.diagonal(dim1=-2, dim2=-1)
         C.check_gauge("svd", violation, None, _blocks(gU, gVh), opts)
         # JKd_ii / (4 s_i), cut where 2 s_i <= tol, i.e. 4 s_i <= 2 tol
+        if atol is None:  # 2 tol = max(2 S) eps**(3/4); max(S) = S[0] >= 0
+            tol2 = S2[..., :1] * C.eps34(S.dtype)
+        else:
+            tol2 = S2.new_full((*S.shape[:-1], 1), 2 * atol)
         S4 = S2 + S2
         phase = torch.where(S4 > tol2, JKd.diagonal(dim1=-2, dim2=-1) / S4, 0.0)
         diagonal.copy_(phase if gS is None else phase + gS)
