@@ -37,6 +37,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import _timing  # noqa: E402
 import bench_eigh  # noqa: E402
 import bench_julia  # noqa: E402
+import bench_overhead  # noqa: E402
 
 JULIA_USABLE, JULIA_WHY = _julia.status()
 needs_no_julia = pytest.mark.skipif(
@@ -246,6 +247,34 @@ def test_interleaved_repeats_short_calls_within_a_round():
     assert calls["a"] == calls["b"] and 1 + 2 * 3 <= calls["a"] <= 1 + 2 * 10
     # the time of a round is per call
     assert all(0.001 <= t < 0.01 for t in times["a"] + times["b"])
+
+
+def test_bench_overhead_rows(capsys):
+    """bench_overhead's table: every row for each size, the times as numbers
+    and the op counts as counts (a backward dispatches at least its two
+    matrix products)."""
+    threads = torch.get_num_threads()  # (main sets one thread)
+    try:
+        argv = ["--sizes", "4,2x3", "--op", "svd,eigh", "--repeat", "1"]
+        assert bench_overhead.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    for op in ("svd", "eigh"):
+        table = out.split(f"{op}: thread CPU time")[1].split("\n\n")[1]
+        rows = {
+            r.split(" | ")[0][2:]: r.split(" | ")[1:] for r in table.splitlines()[2:]
+        }
+        assert "Function round trip" in rows and "pullback (warm)" in rows
+        for what in ("torch.linalg", "pyspectral"):
+            counts = rows[f"torch ops in the backward: {what}"]
+            assert all(int(c.strip(" |")) >= 2 for c in counts)
+        float(rows["overhead"][1].strip(" |"))
+
+
+def test_ops_in_counts_dispatched_operations():
+    x = torch.ones(3)
+    assert bench_overhead.ops_in(lambda: (x + 1) * 2) == 2
 
 
 # ------------------------------------------------------------ the Julia one
