@@ -230,23 +230,25 @@ def test_interleaved_takes_a_functions_own_measurement_and_announces_slow_ones(
     assert "measuring x (3 rounds" in capsys.readouterr().err
 
 
-def test_interleaved_repeats_short_calls_within_a_round():
-    calls = {"a": 0, "b": 0}
+def test_interleaved_repeats_short_calls_within_a_round(monkeypatch):
+    """On a clock that each call moves by 1 ms, a 10 ms round runs each
+    function 10 times, and the time reported is per call."""
+    clock, calls = [0.0], {"a": 0, "b": 0}
+    monkeypatch.setattr(_timing.time, "perf_counter", lambda: clock[0])
 
     def tick(name: str) -> Callable[[], None]:
         def fn() -> None:
             calls[name] += 1
-            time.sleep(0.001)
+            clock[0] += 0.001
 
         return fn
 
     times = _timing.interleaved(
         {"a": tick("a"), "b": tick("b")}, 2, warmup=1, round_s=0.01
     )
-    # the warm-up call, then both the same number of times, about 10 per round
-    assert calls["a"] == calls["b"] and 1 + 2 * 3 <= calls["a"] <= 1 + 2 * 10
-    # the time of a round is per call
-    assert all(0.001 <= t < 0.01 for t in times["a"] + times["b"])
+    assert calls == {"a": 1 + 2 * 10, "b": 1 + 2 * 10}  # warm-up, 2 rounds
+    assert times["a"] == pytest.approx([0.001] * 2)
+    assert times["b"] == pytest.approx([0.001] * 2)
 
 
 def test_bench_overhead_rows(capsys):
