@@ -1012,6 +1012,82 @@ def no_third_derivative(
     )
 
 
+@dataclass(frozen=True)
+class SpectralMaps:
+    """The first-order maps of a spectral function ``Y(A)`` at ``A``, given
+    the tensors ``T`` of its decomposition: ``pullback(T, gY)`` (``gA``) and
+    ``pushforward(T, dA)`` (``dY``), the transpose of each other, and their
+    derivatives w.r.t. ``A`` along ``D`` (second-order formulas, exact at
+    every spectrum): ``second(T, gY, D)`` of the pullback, and
+    ``pushforward_second(T, dA, D)`` of the pushforward. ``name``: the
+    operation, for the third-derivative error."""
+
+    name: str
+    pullback: Callable[..., torch.Tensor]
+    pushforward: Callable[..., torch.Tensor]
+    second: Callable[..., torch.Tensor]
+    pushforward_second: Callable[..., torch.Tensor]
+
+
+class LinearInA(torch.autograd.Function):
+    """``maps.pullback(T, X)`` (``is_pullback``) or ``maps.pushforward(T, X)``
+    as an operation of ``(A, X)``, ``T`` the decomposition of ``A`` (constants:
+    everything ``A`` does enters through the second-order maps). Linear in
+    ``X``, so its derivative w.r.t. ``X`` is the other first-order map. W.r.t.
+    ``A``, along ``D``, it is ``maps.second(T, X, D)`` or
+    ``maps.pushforward_second(T, X, D)``; the gradient is ``second(T, X, R)``
+    for the pullback and, for the pushforward, whose ``<R, dY>`` is
+    ``<pullback(T, R), X>``, ``second(T, R, X)``. The pullback of a spectral
+    function under ``create_graph``, and its pushforward under forward mode,
+    are these operations, so that every composition of derivatives is exact
+    to second order; third derivatives raise ``DerivativeError``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: torch.Tensor,
+        X: torch.Tensor,
+        maps: SpectralMaps,
+        is_pullback: bool,
+        *T: torch.Tensor,
+    ) -> torch.Tensor:
+        return (maps.pullback if is_pullback else maps.pushforward)(T, X)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        # A (an input: no reference cycle) only for no_third_derivative; among
+        # the saved tensors it breaks the generated vmap rule of jacrev(jacrev).
+        ctx.A, X, ctx.maps, ctx.is_pullback, *T = inputs
+        ctx.save_for_backward(X, *T)
+        ctx.save_for_forward(X, *T)
+
+    @staticmethod
+    def backward(ctx: Any, R: torch.Tensor) -> tuple:
+        X, *T = ctx.saved_tensors
+        maps, is_pullback = ctx.maps, ctx.is_pullback
+        gA = gX = None
+        if ctx.needs_input_grad[0]:
+            gA = maps.second(T, X, R) if is_pullback else maps.second(T, R, X)
+        if ctx.needs_input_grad[1]:
+            gX = (maps.pushforward if is_pullback else maps.pullback)(T, R)
+        gA, gX = no_third_derivative(maps.name, ctx.A, gA, gX)
+        return (gA, gX, None, None, *(None for _ in T))
+
+    @staticmethod
+    def jvp(
+        ctx: Any, tA: torch.Tensor | None, tX: torch.Tensor | None, *_: Any
+    ) -> torch.Tensor:
+        X, *T = ctx.saved_tensors
+        maps, is_pullback = ctx.maps, ctx.is_pullback
+        linear = maps.pullback if is_pullback else maps.pushforward
+        out = linear(T, torch.zeros_like(X) if tX is None else tX)
+        if tA is not None:
+            second = maps.second if is_pullback else maps.pushforward_second
+            out = out + second(T, X, tA)
+        return out
+
+
 # ------------------------------------------------ second order of svd / eigh
 #
 # At a degenerate cluster the svd / eigh pullbacks drop the 0/0 terms of the

@@ -146,8 +146,8 @@ class _MatrixFunctionJulia(torch.autograd.Function):
             (A,) = ctx.saved_tensors
             with torch.no_grad():
                 w, V = torch.linalg.eigh(A, UPLO=ctx.uplo)
-            args = (A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts)
-            gA = _MatrixFunctionBackward.apply(*args)
+            maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
+            gA = C.LinearInA.apply(A, gY, maps, True, w, V)
         elif ctx.fn.name == "user":
             gA = _julia.matrix_function_values_pullback(
                 ctx.shape_dtype, ctx.handles, gY, ctx.uplo
@@ -168,8 +168,8 @@ class _MatrixFunctionJulia(torch.autograd.Function):
             # order, as Y (the transpose of Julia's column-major Y^T)
             with torch.no_grad():
                 w, V = torch.linalg.eigh(A, UPLO=uplo)
-            args = (A, dA, w, V, ctx.fn, uplo, opts)
-            return _MatrixFunctionPushforward.apply(*args)
+            maps = _matrix_function_maps(ctx.fn, uplo, opts)
+            return C.LinearInA.apply(A, dA, maps, False, w, V)
         if ctx.fn.name == "user":
             return _julia.matrix_function_values_pushforward(ctx.handles, dA, uplo)
         return _julia.matrix_function_pushforward(ctx.handles, ctx.f, dA, uplo, opts)
@@ -197,8 +197,8 @@ class _MatrixFunction(torch.autograd.Function):
         # operation of (A, dA), so that differentiating it (jacrev(jacfwd),
         # jacfwd(jacfwd)) takes the exact second-order formula.
         A, w, V = ctx.saved_tensors
-        args = (A, dA, w, V, ctx.fn, ctx.uplo, ctx.opts)
-        return _MatrixFunctionPushforward.apply(*args), None, None
+        maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
+        return C.LinearInA.apply(A, dA, maps, False, w, V), None, None
 
     @staticmethod
     def backward(ctx: Any, gY: Tensor, *_: Tensor) -> tuple:
@@ -206,116 +206,31 @@ class _MatrixFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             # create_graph (double backward, hessian): the pullback as an
             # operation whose own derivative is the exact second-order formula.
-            args = (A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts)
-            return _MatrixFunctionBackward.apply(*args), None, None, None
+            maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
+            return C.LinearInA.apply(A, gY, maps, True, w, V), None, None, None
         gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
         return gA, None, None, None
 
 
-class _MatrixFunctionBackward(torch.autograd.Function):
-    """The pullback ``gA = fold(L_f(A)[herm gY])`` of ``matrix_function`` as a
-    function of ``(A, gY)``: its derivatives are the second-order
-    Daleckii-Krein formula w.r.t. ``A`` (second divided differences of ``f``,
-    exact at every spectrum) and the first-order map w.r.t. ``gY``. ``w, V``
-    (the decomposition of ``A``) are constants here: everything ``A`` does
-    enters through the formula. Third derivatives raise ``DerivativeError``."""
+def _matrix_function_maps(fn: SpectralFn, uplo: str, opts: C.Options) -> C.SpectralMaps:
+    """``matrix_function``'s first- and second-order maps, ``T = (w, V)``
+    (see ``C.LinearInA``: ``L_f(A)`` is self-adjoint and the second-order form
+    ``<R, L2_f(A; E, D)>`` symmetric in ``R, E, D``). The pushforward's
+    derivative is ``L2_f(A; herm dA, herm D)`` itself: a tangent of ``Y``, not
+    folded onto a triangle as the gradients are."""
 
-    generate_vmap_rule = True
+    def pushforward_second(T: Any, dA: Tensor, D: Tensor) -> Tensor:
+        E, F = hermitian_from_triangle(dA, uplo), hermitian_from_triangle(D, uplo)
+        scale = tangent_scale(dA) * tangent_scale(D)
+        return matrix_function_second(*T, fn, E, F, opts, _same, scale)
 
-    @staticmethod
-    def forward(
-        A: Tensor,
-        gY: Tensor,
-        w: Tensor,
-        V: Tensor,
-        fn: SpectralFn,
-        uplo: str,
-        opts: C.Options,
-    ) -> Tensor:
-        return matrix_function_pullback(w, V, fn, gY, uplo, opts)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
-        # A (an input: no reference cycle) only for no_third_derivative; among
-        # the saved tensors it breaks the generated vmap rule of jacrev(jacrev).
-        ctx.A, gY, w, V, ctx.fn, ctx.uplo, ctx.opts = inputs
-        ctx.save_for_backward(gY, w, V)
-        ctx.save_for_forward(gY, w, V)
-
-    @staticmethod
-    def backward(ctx: Any, R: Tensor) -> tuple:
-        gY, w, V = ctx.saved_tensors
-        A, fn, uplo, opts = ctx.A, ctx.fn, ctx.uplo, ctx.opts
-        gA = gG = None
-        if ctx.needs_input_grad[0]:
-            gA = matrix_function_second_order(w, V, fn, gY, R, uplo, opts)
-        if ctx.needs_input_grad[1]:
-            gG = matrix_function_pushforward(w, V, fn, R, uplo, opts)
-        gA, gG = C.no_third_derivative("matrix_function", A, gA, gG)
-        return gA, gG, None, None, None, None, None
-
-    @staticmethod
-    def jvp(ctx: Any, dA: Tensor | None, dgY: Tensor | None, *_: Any) -> Tensor:
-        gY, w, V = ctx.saved_tensors
-        fn, uplo, opts = ctx.fn, ctx.uplo, ctx.opts
-        d = torch.zeros_like(gY) if dgY is None else dgY
-        dgA = matrix_function_pullback(w, V, fn, d, uplo, opts)
-        if dA is not None:
-            dgA = dgA + matrix_function_second_order(w, V, fn, gY, dA, uplo, opts)
-        return dgA
-
-
-class _MatrixFunctionPushforward(torch.autograd.Function):
-    """The pushforward ``dY = L_f(A)[herm dA]`` of ``matrix_function`` as a
-    function of ``(A, dA)`` (``w, V``: constants, as in
-    ``_MatrixFunctionBackward``). ``L_f(A)`` is self-adjoint and the
-    second-order form ``<R, L2_f(A; E, D)>`` symmetric in ``R, E, D``, so its
-    derivatives are the pullback w.r.t. ``dA`` and the second-order formula
-    w.r.t. ``A``, both exact at every spectrum."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(
-        A: Tensor,
-        dA: Tensor,
-        w: Tensor,
-        V: Tensor,
-        fn: SpectralFn,
-        uplo: str,
-        opts: C.Options,
-    ) -> Tensor:
-        return matrix_function_pushforward(w, V, fn, dA, uplo, opts)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
-        ctx.A, dA, w, V, ctx.fn, ctx.uplo, ctx.opts = inputs
-        ctx.save_for_backward(dA, w, V)
-        ctx.save_for_forward(dA, w, V)
-
-    @staticmethod
-    def backward(ctx: Any, R: Tensor) -> tuple:
-        dA, w, V = ctx.saved_tensors
-        fn, uplo, opts = ctx.fn, ctx.uplo, ctx.opts
-        gA = gD = None
-        if ctx.needs_input_grad[0]:
-            gA = matrix_function_second_order(w, V, fn, R, dA, uplo, opts)
-        if ctx.needs_input_grad[1]:
-            gD = matrix_function_pullback(w, V, fn, R, uplo, opts)
-        gA, gD = C.no_third_derivative("matrix_function", ctx.A, gA, gD)
-        return gA, gD, None, None, None, None, None
-
-    @staticmethod
-    def jvp(ctx: Any, tA: Tensor | None, tD: Tensor | None, *_: Any) -> Tensor:
-        dA, w, V = ctx.saved_tensors
-        fn, uplo, opts = ctx.fn, ctx.uplo, ctx.opts
-        d = torch.zeros_like(dA) if tD is None else tD
-        out = matrix_function_pushforward(w, V, fn, d, uplo, opts)
-        if tA is not None:
-            E, D = hermitian_from_triangle(dA, uplo), hermitian_from_triangle(tA, uplo)
-            scale = tangent_scale(dA) * tangent_scale(tA)
-            out = out + matrix_function_second(w, V, fn, E, D, opts, _same, scale)
-        return out
+    return C.SpectralMaps(
+        "matrix_function",
+        lambda T, gY: matrix_function_pullback(*T, fn, gY, uplo, opts),
+        lambda T, dA: matrix_function_pushforward(*T, fn, dA, uplo, opts),
+        lambda T, gY, D: matrix_function_second_order(*T, fn, gY, D, uplo, opts),
+        pushforward_second,
+    )
 
 
 def _same(G: Tensor) -> Tensor:

@@ -136,7 +136,9 @@ class _SVDFunctionJulia(torch.autograd.Function):
             (A,) = ctx.saved_tensors
             with torch.no_grad():
                 U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-            gA = _SVDFunctionBackward.apply(A, gY, U, S, Vh, ctx.fn, ctx.opts)
+            gA = C.LinearInA.apply(
+                A, gY, _svd_function_maps(ctx.fn, ctx.opts), True, U, S, Vh
+            )
         elif ctx.fn.name == "user":
             gA = _julia.svd_function_values_pullback(ctx.shape_dtype, ctx.handles, gY)
         else:
@@ -154,8 +156,8 @@ class _SVDFunctionJulia(torch.autograd.Function):
             # order, as Y (the transpose of Julia's column-major Y^T)
             with torch.no_grad():
                 U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-            args = (A, dA, U, S, Vh, ctx.fn, ctx.opts)
-            return _SVDFunctionPushforward.apply(*args)
+            maps = _svd_function_maps(ctx.fn, ctx.opts)
+            return C.LinearInA.apply(A, dA, maps, False, U, S, Vh)
         if ctx.fn.name == "user":
             return _julia.svd_function_values_pushforward(ctx.handles, dA)
         return _julia.svd_function_pushforward(ctx.handles, ctx.f, dA, ctx.opts)
@@ -183,7 +185,9 @@ class _SVDFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             # create_graph (double backward, hessian): the pullback as an
             # operation whose own derivative is the exact second-order formula.
-            gA = _SVDFunctionBackward.apply(A, gY, U, S, Vh, ctx.fn, ctx.opts)
+            gA = C.LinearInA.apply(
+                A, gY, _svd_function_maps(ctx.fn, ctx.opts), True, U, S, Vh
+            )
             return gA, None, None
         return svd_function_pullback(U, S, Vh, ctx.fn, gY, ctx.opts), None, None
 
@@ -193,110 +197,24 @@ class _SVDFunction(torch.autograd.Function):
         # an operation of (A, dA), so that differentiating it (jacrev(jacfwd),
         # jacfwd(jacfwd)) takes the exact second-order formula.
         A, U, S, Vh = ctx.saved_tensors
-        dY = _SVDFunctionPushforward.apply(A, dA, U, S, Vh, ctx.fn, ctx.opts)
+        maps = _svd_function_maps(ctx.fn, ctx.opts)
+        dY = C.LinearInA.apply(A, dA, maps, False, U, S, Vh)
         return dY, None, None, None
 
 
-class _SVDFunctionBackward(torch.autograd.Function):
-    """The pullback of ``svd_function`` as a function of ``(A, gY)``: its
-    derivatives are the second-order formula w.r.t. ``A`` (second divided
-    differences of the odd extension of ``f``, exact at every spectrum) and the
-    first-order map w.r.t. ``gY``. ``U, S, Vh`` (the SVD of ``A``) are
-    constants here: everything ``A`` does enters through the formula. Third
-    derivatives raise ``DerivativeError``."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(
-        A: Tensor,
-        gY: Tensor,
-        U: Tensor,
-        S: Tensor,
-        Vh: Tensor,
-        fn: SpectralFn,
-        opts: C.Options,
-    ) -> Tensor:
-        return svd_function_pullback(U, S, Vh, fn, gY, opts)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
-        # A (an input: no reference cycle) only for no_third_derivative; among
-        # the saved tensors it breaks the generated vmap rule of jacrev(jacrev).
-        ctx.A, gY, U, S, Vh, ctx.fn, ctx.opts = inputs
-        ctx.save_for_backward(gY, U, S, Vh)
-        ctx.save_for_forward(gY, U, S, Vh)
-
-    @staticmethod
-    def backward(ctx: Any, R: Tensor) -> tuple:
-        gY, U, S, Vh = ctx.saved_tensors
-        A = ctx.A
-        gA = gG = None
-        if ctx.needs_input_grad[0]:
-            gA = svd_function_second_order(U, S, Vh, ctx.fn, gY, R, ctx.opts)
-        if ctx.needs_input_grad[1]:
-            gG = svd_function_pushforward(U, S, Vh, ctx.fn, R, ctx.opts)
-        gA, gG = C.no_third_derivative("svd_function", A, gA, gG)
-        return gA, gG, None, None, None, None, None
-
-    @staticmethod
-    def jvp(ctx: Any, dA: Tensor | None, dgY: Tensor | None, *_: Any) -> Tensor:
-        gY, U, S, Vh = ctx.saved_tensors
-        d = torch.zeros_like(gY) if dgY is None else dgY
-        dgA = svd_function_pullback(U, S, Vh, ctx.fn, d, ctx.opts)
-        if dA is not None:
-            dgA = dgA + svd_function_second_order(U, S, Vh, ctx.fn, gY, dA, ctx.opts)
-        return dgA
-
-
-class _SVDFunctionPushforward(torch.autograd.Function):
-    """The pushforward ``dY = L_f(A)[dA]`` of ``svd_function`` as a function
-    of ``(A, dA)`` (``U, S, Vh``: constants). On the Hermitian dilation the
-    second-order form ``<R, L2_f(A; E, D)>`` is symmetric in ``R, E, D``, so
-    the derivatives are the pullback w.r.t. ``dA`` and the second-order
-    formula w.r.t. ``A`` (``svd_function_second_order(R, dA)``), and the
-    tangent along ``(tA, tD)`` is ``L_f[tD] + svd_function_second_order(dA,
-    tA)``: exact at every spectrum."""
-
-    generate_vmap_rule = True
-
-    @staticmethod
-    def forward(
-        A: Tensor,
-        dA: Tensor,
-        U: Tensor,
-        S: Tensor,
-        Vh: Tensor,
-        fn: SpectralFn,
-        opts: C.Options,
-    ) -> Tensor:
-        return svd_function_pushforward(U, S, Vh, fn, dA, opts)
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
-        ctx.A, dA, U, S, Vh, ctx.fn, ctx.opts = inputs
-        ctx.save_for_backward(dA, U, S, Vh)
-        ctx.save_for_forward(dA, U, S, Vh)
-
-    @staticmethod
-    def backward(ctx: Any, R: Tensor) -> tuple:
-        dA, U, S, Vh = ctx.saved_tensors
-        gA = gD = None
-        if ctx.needs_input_grad[0]:
-            gA = svd_function_second_order(U, S, Vh, ctx.fn, R, dA, ctx.opts)
-        if ctx.needs_input_grad[1]:
-            gD = svd_function_pullback(U, S, Vh, ctx.fn, R, ctx.opts)
-        gA, gD = C.no_third_derivative("svd_function", ctx.A, gA, gD)
-        return gA, gD, None, None, None, None, None
-
-    @staticmethod
-    def jvp(ctx: Any, tA: Tensor | None, tD: Tensor | None, *_: Any) -> Tensor:
-        dA, U, S, Vh = ctx.saved_tensors
-        d = torch.zeros_like(dA) if tD is None else tD
-        out = svd_function_pushforward(U, S, Vh, ctx.fn, d, ctx.opts)
-        if tA is not None:
-            out = out + svd_function_second_order(U, S, Vh, ctx.fn, dA, tA, ctx.opts)
-        return out
+def _svd_function_maps(fn: SpectralFn, opts: C.Options) -> C.SpectralMaps:
+    """``svd_function``'s first- and second-order maps, ``T = (U, S, Vh)``
+    (second divided differences of the odd extension of ``f``; see
+    ``C.LinearInA``: on the Hermitian dilation the second-order form
+    ``<R, L2_f(A; E, D)>`` is symmetric in ``R, E, D``)."""
+    second = lambda T, X, D: svd_function_second_order(*T, fn, X, D, opts)  # noqa: E731
+    return C.SpectralMaps(
+        "svd_function",
+        lambda T, gY: svd_function_pullback(*T, fn, gY, opts),
+        lambda T, dA: svd_function_pushforward(*T, fn, dA, opts),
+        second,
+        second,  # (the pushforward's derivative is the same form)
+    )
 
 
 # ------------------------------------------------- singular value functions
