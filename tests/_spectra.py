@@ -8,6 +8,7 @@ A module, not conftest.py, so that test files import the helpers by name
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -108,10 +109,7 @@ def fd_grad(loss: Callable[[Tensor], Tensor], A: Tensor, h: float = 1e-5) -> Ten
             E[idx] = d
             E = E.view_as(A)
 
-            def f(t: float, E: Tensor = E) -> float:
-                return float(loss(A + t * E))
-
-            g = (8 * (f(h) - f(-h)) - (f(2 * h) - f(-2 * h))) / (12 * h)
+            g = central4(lambda t, E=E: float(loss(A + t * E)), h)
             flat[idx] = flat[idx] + (g if d == 1.0 else 1j * g)
     return G
 
@@ -123,14 +121,26 @@ def fd_jacobian(f: Callable[[Tensor], Tensor], A: Tensor, h: float = 1e-5) -> Te
     cols = []
     for i in range(A.numel()):
         E = torch.zeros(A.numel(), dtype=A.dtype, device=A.device)
-        E[i] = h
+        E[i] = 1.0
         E = E.view_as(A)
-        cols.append(
-            ((8 * (f(A + E) - f(A - E)) - (f(A + 2 * E) - f(A - 2 * E))) / (12 * h))
-            .detach()
-            .flatten()
-        )
+        cols.append(central4(lambda t, E=E: f(A + t * E), h).detach().flatten())
     return torch.stack(cols, dim=-1).view(*f(A).shape, *A.shape)
+
+
+def fd_directional(
+    f: Callable[[Tensor], Tensor], A: Tensor, dA: Tensor, h: float = 1e-4
+):
+    """``d/dt f(A + t dA)`` at 0 by the same stencil, ``f`` evaluated
+    without autograd."""
+    A, dA = A.detach(), dA.detach()
+    with torch.no_grad():
+        return central4(lambda t: f(A + t * dA), h)
+
+
+def central4(g: Callable[[float], Any], h: float) -> Any:
+    """``g'(0)`` by the fourth-order central stencil
+    ``(8 (g(h) - g(-h)) - (g(2h) - g(-2h))) / 12h``."""
+    return (8 * (g(h) - g(-h)) - (g(2 * h) - g(-2 * h))) / (12 * h)
 
 
 def grad(loss: Callable[[Tensor], Tensor], A: Tensor) -> Tensor:

@@ -99,6 +99,14 @@ def _package_defaults_unchanged() -> Iterator[None]:
     assert after == before, f"the test left the package defaults at {after}"
 
 
+@pytest.fixture
+def fake() -> Iterator[object]:
+    """The Julia runtime replaced by its stand-in (``_fake_julia.installed``),
+    which the test can inspect and steer."""
+    with installed() as f:
+        yield f
+
+
 @pytest.fixture(params=["torch", "julia"])
 def backend(request) -> Iterator[str]:
     """The backend a test runs on: native, or Julia through the stand-in

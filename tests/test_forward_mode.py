@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 from _spectra import (
+    fd_directional,
     hermitian_with_spectrum,
     inner,
     matrix_with_spectrum,
@@ -24,16 +25,6 @@ import pyspectral as ps
 
 DTYPES = [torch.float64, torch.complex128]
 TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4
-
-
-def fd_directional(f, A, dA, h: float = 1e-4):
-    """``d/dt f(A + t dA)`` at 0 by the fourth-order central stencil."""
-    A, dA = A.detach(), dA.detach()
-    with torch.no_grad():
-        return (
-            8 * (f(A + h * dA) - f(A - h * dA))
-            - (f(A + 2 * h * dA) - f(A - 2 * h * dA))
-        ) / (12 * h)
 
 
 def check_jvp(f, A, seed: int = 3):

@@ -47,12 +47,6 @@ SHAPES = [(5, 3), (3, 5), (4, 4)]
 BATCHES = [(), (3,), (2, 3)]
 
 
-@pytest.fixture
-def fake():
-    with installed() as f:
-        yield f
-
-
 def tol(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-11
 

@@ -30,8 +30,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
-from _fake_julia import GLUE_FUNCTIONS, installed
+from _fake_julia import GLUE_FUNCTIONS
 from _spectra import (
+    fd_directional,
     hermitian_with_spectrum,
     matrix_with_spectrum,
     randn,
@@ -56,12 +57,6 @@ _OK, _WHY = _julia.status()  # the real runtime, probed once (never starts Julia
 needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 
-@pytest.fixture
-def fake():
-    with installed() as f:
-        yield f
-
-
 def tol(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.complex64) else 1e-11
 
@@ -77,15 +72,6 @@ def dual(f, A, dA):
     primal = tuple(p.primal for p in parts)
     tangent = tuple(p.tangent for p in parts)
     return (primal, tangent) if isinstance(out, tuple) else (primal[0], tangent[0])
-
-
-def fd_directional(f, A, dA, h: float = 1e-4):
-    """``d/dt f(A + t dA)`` at 0 by the fourth-order central stencil."""
-    with torch.no_grad():
-        return (
-            8 * (f(A + h * dA) - f(A - h * dA))
-            - (f(A + 2 * h * dA) - f(A - 2 * h * dA))
-        ) / (12 * h)
 
 
 def check_against_fd(f, A, seed: int = 3):

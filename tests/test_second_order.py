@@ -17,6 +17,7 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 from _spectra import (
+    central4,
     fd_jacobian,
     grad,
     hermitian_with_spectrum,
@@ -39,10 +40,7 @@ TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4
 def fd_hvp(loss, A: torch.Tensor, D: torch.Tensor, h: float = 1e-4):
     """``d/dt grad(loss)(A + t D)`` at 0 by the fourth-order central stencil."""
 
-    def g(t: float) -> torch.Tensor:
-        return grad(loss, A + t * D)
-
-    return (8 * (g(h) - g(-h)) - (g(2 * h) - g(-2 * h))) / (12 * h)
+    return central4(lambda t: grad(loss, A + t * D), h)
 
 
 def reverse_hvp(loss, A: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
