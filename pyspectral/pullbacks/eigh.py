@@ -84,12 +84,11 @@ def eigh_pullback(
     K = V.mH @ gV
     Ka = K - K.mH
     plain = opts.broadening is None and not middle_only and C.plain(w, V, gw, gV)
-    if plain and w.shape[-1]:
-        if C.separated(w, opts.degeneracy_atol, descending=False):
-            if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)
-                violation = Ka.diagonal(dim1=-2, dim2=-1)
-                C.check_gauge("eigh", violation, None, (gV,), opts)
-            return _pullback_separated(V, gw, gap, Ka, uplo)
+    if plain and C.separated(w, opts.degeneracy_atol, descending=False):
+        if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)
+            violation = Ka.diagonal(dim1=-2, dim2=-1)
+            C.check_gauge("eigh", violation, None, (gV,), opts)
+        return _pullback_separated(V, gw, gap, Ka, uplo)
     tol = C.degeneracy_atol(w, opts.degeneracy_atol)
     C.check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
     M = Ka * (0.5 * C.gap_inverse(gap, tol, opts))
