@@ -26,7 +26,7 @@ between the first two rows is the per-call overhead itself. Rows:
 - the pieces, each alone (warm caches: inside a backward the same code runs
   slower): the input check, the keyword check, the options, the
   ``inspect`` binding that ``Function.apply`` does per call and
-  ``pyspectral._common.apply`` skips (on a 2x2 input), and the pullback.
+  ``pyspectral._autograd.apply`` skips (on a 2x2 input), and the pullback.
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ import bench_eigh  # noqa: E402
 import bench_svd  # noqa: E402
 
 import pyspectral as ps  # noqa: E402
-from pyspectral import _common as C  # noqa: E402
+from pyspectral._autograd import apply  # noqa: E402
+from pyspectral._settings import Options, options  # noqa: E402
+from pyspectral._validation import check_keywords, check_matrix  # noqa: E402
 from pyspectral.pullbacks.eigh import eigh_pullback  # noqa: E402
 from pyspectral.pullbacks.svd import svd_pullback  # noqa: E402
 
@@ -75,7 +77,7 @@ class _Floor(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: torch.Tensor, op: str, opts: C.Options) -> tuple:
+    def forward(A: torch.Tensor, op: str, opts: Options) -> tuple:
         if op == "svd":
             return tuple(torch.linalg.svd(A, full_matrices=False))
         return tuple(torch.linalg.eigh(A))
@@ -135,7 +137,7 @@ def round_trip(A: torch.Tensor, repeat: int) -> float:
     def through(clone: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], object]:
         return lambda: torch.autograd.grad(clone(Ar).sum(), Ar)
 
-    python = through(lambda X: C.apply(_Clone, X))
+    python = through(lambda X: apply(_Clone, X))
     return cpu_us(python, repeat) - cpu_us(through(torch.clone), repeat)
 
 
@@ -150,7 +152,7 @@ def rows(op: str, batch: int, n: int, repeat: int) -> list[tuple[str, float]]:
         else torch.linalg.eigh
     )
     pyspectral = ps.svd if op == "svd" else ps.eigh
-    opts = C.options()
+    opts = options()
     Ar = A.clone().requires_grad_()
     graphs = {name: f(Ar) for name, f in (("torch", linalg), ("ps", pyspectral))}
     cot = [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in graphs["torch"]]
@@ -181,13 +183,13 @@ def rows(op: str, batch: int, n: int, repeat: int) -> list[tuple[str, float]]:
         ("Function round trip", round_trip(A, repeat)),
         ("torch ops in the backward: torch.linalg", ops_in(backward("torch"))),
         ("torch ops in the backward: pyspectral", ops_in(backward("ps"))),
-        ("input check", cpu_us(lambda: C.check_matrix(op, Ar, uplo=uplo), repeat)),
-        ("keyword check", cpu_us(lambda: C.check_keywords(op, A, **keywords), repeat)),
-        ("options", cpu_us(C.options, repeat)),
+        ("input check", cpu_us(lambda: check_matrix(op, Ar, uplo=uplo), repeat)),
+        ("keyword check", cpu_us(lambda: check_keywords(op, A, **keywords), repeat)),
+        ("options", cpu_us(options, repeat)),
         (
             "Function.apply binding",
             cpu_us(lambda: _Floor.apply(tiny, op, opts), repeat)
-            - cpu_us(lambda: C.apply(_Floor, tiny, op, opts), repeat),
+            - cpu_us(lambda: apply(_Floor, tiny, op, opts), repeat),
         ),
         ("pullback (warm)", t_pullback),
     ]

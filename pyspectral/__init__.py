@@ -9,7 +9,7 @@ if _os.environ.get("PYSPECTRAL_START_JULIA", "").lower() in ("1", "yes", "true")
     import juliacall  # noqa: F401
 
 from . import julia
-from ._common import defaults, get_defaults, set_defaults
+from ._settings import defaults, get_defaults, set_defaults
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,

@@ -1,7 +1,7 @@
 """Which backend runs a call: ``resolve_backend`` and ``backend_status``.
 
-Kept out of ``_common`` because it needs ``_julia``, which itself uses
-``_common``: the layer that the pullbacks build on must not reach Julia.
+Kept out of ``_settings`` and ``_validation`` because it needs ``_julia``, which uses
+them: the layers that the pullbacks build on must not reach Julia.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Spectral functions ``f`` for ``svd_function`` / ``matrix_function``: named
 and user-given ``f`` evaluated with ``f'`` on a spectrum, and ``f''`` for
 their second derivatives (the divided differences their pullbacks are made of
-are in ``_common``)."""
+are in ``common.safemethods``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import _common as C
+from ._settings import Options
+from .common.defaults import peek
 from .exceptions import DerivativeError, DomainError, InputError, InputTypeError
 
 
@@ -29,15 +30,15 @@ class SpectralFn:
     def __init__(
         self,
         name: str,
-        values: Callable[[Tensor, C.Options], tuple],
-        second: Callable[[Tensor, C.Options], Tensor] | None = None,
+        values: Callable[[Tensor, Options], tuple],
+        second: Callable[[Tensor, Options], Tensor] | None = None,
     ):
         self.name, self.values, self._second = name, values, second
 
-    def __call__(self, S: Tensor, opts: C.Options) -> tuple[Tensor, Tensor]:
+    def __call__(self, S: Tensor, opts: Options) -> tuple[Tensor, Tensor]:
         return self.values(S, opts)
 
-    def second(self, S: Tensor, opts: C.Options) -> Tensor:
+    def second(self, S: Tensor, opts: Options) -> Tensor:
         """``f''`` on the spectrum ``S`` (after ``self(S, opts)`` has checked it)."""
         if self._second is None:
             raise DerivativeError(
@@ -136,7 +137,7 @@ def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:
             f"shape of s, {tuple(s.shape)}, got {tuple(v.shape)}"
         )
     v = v.to(s.dtype)
-    seen = C._peek(v.detach())
+    seen = peek(v.detach())
     bad = ~torch.isfinite(seen) if name == "f" else torch.isnan(seen)  # +-inf ok
     if bool(bad.any()):
         idx = tuple(bad.nonzero()[0].tolist())
@@ -146,7 +147,7 @@ def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:
         )
         raise DomainError(
             f"{op}: the user {name} is {float(seen[idx])} at {where}, "
-            f"{float(C._peek(s.detach())[idx]):.6g}; it must be "
+            f"{float(peek(s.detach())[idx]):.6g}; it must be "
             f"{'finite' if name == 'f' else 'a number (not NaN)'} on the spectrum. "
             "Use a function defined there, or shift or regularise A."
         )

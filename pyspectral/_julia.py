@@ -53,7 +53,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _common as C
+from ._warnings import warn
+from .common.gauge import apply_gauge_records
 from .exceptions import (
     BackendError,
     ConvergenceWarning,
@@ -390,7 +391,7 @@ def warn_julia_logs(op: str, records: Any) -> None:
         event = _native_event(record)
         if event is None:
             level, message = str(record[0]), str(record[1])
-            C.warn(f"{op} (Julia {level}): {message}", RuntimeWarning)
+            warn(f"{op} (Julia {level}): {message}", RuntimeWarning)
             continue
         key, residual = event
         if key not in worst or residual > worst[key][0]:
@@ -400,7 +401,7 @@ def warn_julia_logs(op: str, records: Any) -> None:
             message = _uncertified_text(*key[1:], kw)
         else:
             message = _unconverged_text(key[1], key[2], residual)
-        C.warn(message, ConvergenceWarning)  # at the user's line
+        warn(message, ConvergenceWarning)  # at the user's line
 
 
 # ------------------------------------------------------------ conversions
@@ -492,7 +493,7 @@ def _pullback(op: str, name: str, scale: tuple, opts: Any, *args: Any, **kw: Any
     (``scale``: the cotangents that set the gauge tolerance, as natively)."""
     _, records = invoke(op, name, *args, **kw)
     if records:
-        C.apply_gauge_records(records, scale, opts)
+        apply_gauge_records(records, scale, opts)
 
 
 def _with_native_domain_error(batch: tuple, native_check: Any, run: Any) -> Any:

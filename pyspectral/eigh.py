@@ -8,9 +8,10 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
+from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _common as C
 from . import _julia
+from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
 from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
@@ -20,6 +21,16 @@ from ._fns import (
     user_pair,
     user_second,
 )
+from ._second_order import check_second_order_cotangent
+from ._settings import Options, options
+from ._validation import (
+    check_keywords,
+    check_matrix,
+    check_out,
+    check_uplo,
+    require_hermitian,
+)
+from .common.defaults import degeneracy_tol, peek
 from .exceptions import DomainError, InputTypeError
 from .forward.topk import top_k_method
 from .pullbacks.eigh import (
@@ -51,7 +62,7 @@ class _Eigh(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: Tensor, uplo: str, opts: C.Options) -> tuple:
+    def forward(A: Tensor, uplo: str, opts: Options) -> tuple:
         return tuple(torch.linalg.eigh(A, UPLO=uplo))
 
     @staticmethod
@@ -68,7 +79,7 @@ class _Eigh(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        C.check_not_nested_forward_mode("eigh")
+        check_not_nested_forward_mode("eigh")
         w, V = ctx.saved_tensors
         return eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
 
@@ -77,7 +88,7 @@ class _EighJulia(torch.autograd.Function):
     """``_Eigh`` on the Julia backend (same formulas, see julia/PySpectral)."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, uplo: str, opts: C.Options) -> tuple:
+    def forward(ctx: Any, A: Tensor, uplo: str, opts: Options) -> tuple:
         (w, V), ctx.handles = _julia.eigh(A, uplo)
         ctx.uplo, ctx.opts, ctx.shape_dtype = uplo, opts, (A.shape, A.dtype)
         ctx.save_for_backward(w, V)
@@ -94,7 +105,7 @@ class _EighJulia(torch.autograd.Function):
             return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
         if gw is None and gV is None:
             return None, None, None
-        C.check_second_order_cotangent(gw, (gV,), ctx.opts)  # as eigh_pullback
+        check_second_order_cotangent(gw, (gV,), ctx.opts)  # as eigh_pullback
         gA = _julia.eigh_pullback(
             ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
         )
@@ -117,7 +128,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: C.Options
+        ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: Options
     ) -> Tensor:
         if fn.name == "user":
             Y, ctx.handles = _julia.matrix_function_values(
@@ -147,7 +158,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
             with torch.no_grad():
                 w, V = torch.linalg.eigh(A, UPLO=ctx.uplo)
             maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
-            gA = C.LinearInA.apply(A, gY, maps, True, w, V)
+            gA = LinearInA.apply(A, gY, maps, True, w, V)
         elif ctx.fn.name == "user":
             gA = _julia.matrix_function_values_pullback(
                 ctx.shape_dtype, ctx.handles, gY, ctx.uplo
@@ -169,7 +180,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
             with torch.no_grad():
                 w, V = torch.linalg.eigh(A, UPLO=uplo)
             maps = _matrix_function_maps(ctx.fn, uplo, opts)
-            return C.LinearInA.apply(A, dA, maps, False, w, V)
+            return LinearInA.apply(A, dA, maps, False, w, V)
         if ctx.fn.name == "user":
             return _julia.matrix_function_values_pushforward(ctx.handles, dA, uplo)
         return _julia.matrix_function_pushforward(ctx.handles, ctx.f, dA, uplo, opts)
@@ -179,7 +190,7 @@ class _MatrixFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: Tensor, fn: SpectralFn, uplo: str, opts: C.Options) -> tuple:
+    def forward(A: Tensor, fn: SpectralFn, uplo: str, opts: Options) -> tuple:
         w, V = torch.linalg.eigh(A, UPLO=uplo)
         f, _ = fn(w, opts)
         return (V * f.unsqueeze(-2).to(V.dtype)) @ V.mH, w, V
@@ -198,7 +209,7 @@ class _MatrixFunction(torch.autograd.Function):
         # jacfwd(jacfwd)) takes the exact second-order formula.
         A, w, V = ctx.saved_tensors
         maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
-        return C.LinearInA.apply(A, dA, maps, False, w, V), None, None
+        return LinearInA.apply(A, dA, maps, False, w, V), None, None
 
     @staticmethod
     def backward(ctx: Any, gY: Tensor, *_: Tensor) -> tuple:
@@ -207,14 +218,14 @@ class _MatrixFunction(torch.autograd.Function):
             # create_graph (double backward, hessian): the pullback as an
             # operation whose own derivative is the exact second-order formula.
             maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
-            return C.LinearInA.apply(A, gY, maps, True, w, V), None, None, None
+            return LinearInA.apply(A, gY, maps, True, w, V), None, None, None
         gA = matrix_function_pullback(w, V, ctx.fn, gY, ctx.uplo, ctx.opts)
         return gA, None, None, None
 
 
-def _matrix_function_maps(fn: SpectralFn, uplo: str, opts: C.Options) -> C.SpectralMaps:
+def _matrix_function_maps(fn: SpectralFn, uplo: str, opts: Options) -> SpectralMaps:
     """``matrix_function``'s first- and second-order maps, ``T = (w, V)``
-    (see ``C.LinearInA``: ``L_f(A)`` is self-adjoint and the second-order form
+    (see ``LinearInA``: ``L_f(A)`` is self-adjoint and the second-order form
     ``<R, L2_f(A; E, D)>`` symmetric in ``R, E, D``). The pushforward's
     derivative is ``L2_f(A; herm dA, herm D)`` itself: a tangent of ``Y``, not
     folded onto a triangle as the gradients are."""
@@ -224,7 +235,7 @@ def _matrix_function_maps(fn: SpectralFn, uplo: str, opts: C.Options) -> C.Spect
         scale = tangent_scale(dA) * tangent_scale(D)
         return matrix_function_second(*T, fn, E, F, opts, _same, scale)
 
-    return C.SpectralMaps(
+    return SpectralMaps(
         "matrix_function",
         lambda T, gY: matrix_function_pullback(*T, fn, gY, uplo, opts),
         lambda T, dA: matrix_function_pushforward(*T, fn, dA, uplo, opts),
@@ -247,12 +258,12 @@ def _positive(name: str, strict: bool) -> Any:
     semidefinite matrix and are clamped to 0 where ``f(0)`` exists.
     """
 
-    def check(w: Tensor, opts: C.Options) -> Tensor:
-        tol = C.degeneracy_atol(w, opts.degeneracy_atol)[..., 0]
-        bad = C._peek(w <= 0 if strict else w < -tol)
+    def check(w: Tensor, opts: Options) -> Tensor:
+        tol = degeneracy_tol(w, opts.degeneracy_atol)[..., 0]
+        bad = peek(w <= 0 if strict else w < -tol)
         if bool(bad.any()):
             idx = bad.nonzero()[0].tolist()
-            value = float(C._peek(w)[tuple(idx)])
+            value = float(peek(w)[tuple(idx)])
             where = f"eigenvalue {idx[-1]}" + (
                 f" of batch element {tuple(idx[:-1])}" if len(idx) > 1 else ""
             )
@@ -324,8 +335,8 @@ def _matfun(f: Any) -> SpectralFn:
 def _check(op: str, A: Any, UPLO: Any) -> str:
     """Validate ``A`` and ``UPLO`` as ``torch.linalg.eigh`` does (either case of
     ``UPLO``; only that triangle must be finite); returns ``"L"`` or ``"U"``."""
-    uplo = C.check_uplo(op, UPLO)
-    C.check_matrix(op, A, square=True, uplo=uplo)
+    uplo = check_uplo(op, UPLO)
+    check_matrix(op, A, square=True, uplo=uplo)
     return uplo
 
 
@@ -398,7 +409,7 @@ def eigh(
     """
     # Every argument is validated before a backend is chosen (and Julia started).
     UPLO = _check("eigh", A, UPLO)
-    kw = C.check_keywords(
+    kw = check_keywords(
         "eigh",
         A,
         k=k,
@@ -413,11 +424,11 @@ def eigh(
     )
     hermitian_tol, k = kw["hermitian_tol"], kw["k"]
     if check_hermitian:
-        C.check_hermitian("eigh", A, hermitian_tol)
-    opts = C.options(
+        require_hermitian("eigh", A, hermitian_tol)
+    opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh"
     )
-    if C.check_out("eigh", out, backend, A, k):
+    if check_out("eigh", out, backend, A, k):
         return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
     if k is not None:
         method, cfg = top_k_method(
@@ -432,13 +443,13 @@ def eigh(
         )
     impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
     if k is None:
-        return EighResult(*C.apply(impl, A, UPLO, opts))
+        return EighResult(*apply(impl, A, UPLO, opts))
     if method == "iterative":
         if impl is _Eigh:
-            return EighResult(*C.apply(EighTopK, A, k, largest, UPLO, cfg, opts)[:2])
+            return EighResult(*apply(EighTopK, A, k, largest, UPLO, cfg, opts)[:2])
         args = (A, k, largest, UPLO, cfg, opts)
-        return EighResult(*C.apply(EighTopKJulia, *args))
-    w, V = C.apply(impl, A, UPLO, opts)
+        return EighResult(*apply(EighTopKJulia, *args))
+    w, V = apply(impl, A, UPLO, opts)
     sel = slice(-k, None) if largest else slice(0, k)
     return EighResult(w[..., sel], V[..., sel])
 
@@ -454,20 +465,20 @@ def eigvalsh(
     ``UPLO``, ``backend`` and ``out`` as in :func:`eigh` (``"auto"``: native).
     """
     UPLO = _check("eigvalsh", A, UPLO)
-    if C.check_out("eigvalsh", out, backend, A):
+    if check_out("eigvalsh", out, backend, A):
         return torch.linalg.eigvalsh(A, UPLO=UPLO, out=out)
     julia = resolve_backend("eigvalsh", backend, A) == "julia"
     # torch's own eigvalsh only without autograd: its derivatives read both
     # triangles (a forward-AD dual tensor does not require grad)
     plain = not (
         A.requires_grad
-        or C.is_functorch_wrapped_tensor(A)
+        or is_functorch_wrapped_tensor(A)
         or torch.autograd.forward_ad.unpack_dual(A).tangent is not None
     )
     if plain and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
     impl = _EighJulia if julia else _Eigh
-    return C.apply(impl, A, UPLO, C.options(op="eigvalsh"))[0]
+    return apply(impl, A, UPLO, options(op="eigvalsh"))[0]
 
 
 def matrix_function(
@@ -521,14 +532,14 @@ def matrix_function(
         tensor(True)
     """
     UPLO = _check("matrix_function", A, UPLO)
-    kw = C.check_keywords(
+    kw = check_keywords(
         "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol
     )
     if check_hermitian:
-        C.check_hermitian("matrix_function", A, kw["hermitian_tol"])
+        require_hermitian("matrix_function", A, kw["hermitian_tol"])
     fn = _matfun(f)
-    opts = C.options(kw["degeneracy_atol"], None, None, None, op="matrix_function")
+    opts = options(kw["degeneracy_atol"], None, None, None, op="matrix_function")
     backend = resolve_backend("matrix_function", backend, A)
     if backend == "julia":
-        return C.apply(_MatrixFunctionJulia, A, f, fn, UPLO, opts)
-    return C.apply(_MatrixFunction, A, fn, UPLO, opts)[0]
+        return apply(_MatrixFunctionJulia, A, f, fn, UPLO, opts)
+    return apply(_MatrixFunction, A, fn, UPLO, opts)[0]

@@ -84,14 +84,16 @@ class JuliaFunction:
         self.source = source
         self.handle = _julia.call(source, "user_eval", source)
         self.last_rule: str | None = None
-        self._tuple = False
 
     def __call__(self, *args: Any) -> Any:
         for a in args:
             if isinstance(a, torch.Tensor):
                 _julia.check_tensor(self.source, a)
-        out = _JuliaFunction.apply(self, *args)
-        return out[0] if len(out) == 1 and not self._tuple else out
+        # Whether Julia returned a tuple is this call's (two calls of one
+        # function may differ, or run in two threads): the forward says it here.
+        returned: list[bool] = []
+        out = _JuliaFunction.apply(self, returned, *args)
+        return out[0] if len(out) == 1 and not returned[0] else out
 
     def __repr__(self) -> str:
         return f"pyspectral.julia.function({self.source!r})"
@@ -117,19 +119,20 @@ def _to_torch(y: Any, like: torch.dtype) -> torch.Tensor:
 
 class _JuliaFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, jf: JuliaFunction, *args: Any) -> tuple:
+    def forward(ctx: Any, jf: JuliaFunction, returned: list, *args: Any) -> tuple:
         y, ctx.pullback, which = _julia.call(
             jf.source, "function_forward", jf.handle, *map(_to_julia, args)
         )
         jf.last_rule = str(which)
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         like = tensors[0].dtype if tensors else torch.get_default_dtype()
-        jf._tuple = isinstance(y, tuple)
-        ys = y if jf._tuple else (y,)
+        is_tuple = isinstance(y, tuple)
+        returned.append(is_tuple)
+        ys = y if is_tuple else (y,)
         ctx.inputs = [
             (a.shape, a.dtype) if isinstance(a, torch.Tensor) else None for a in args
         ]
-        ctx.source, ctx.single = jf.source, not jf._tuple
+        ctx.source, ctx.single = jf.source, not is_tuple
         return tuple(_to_torch(v, like) for v in ys)
 
     @staticmethod
@@ -153,7 +156,7 @@ class _JuliaFunction(torch.autograd.Function):
             shape, dtype = meta
             t = _to_torch(g, dtype).to(dtype)
             grads.append(t.reshape(shape) if t.shape != shape else t)
-        return (None, *grads)
+        return (None, None, *grads)
 
 
 # ------------------------------------------------------------- Julia tests

@@ -26,10 +26,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _common as C
 from . import topk as TK
 from ._backend import BACKENDS
+from ._settings import options
+from ._validation import _as_integer, check_keywords
+from ._warnings import warn
 from .eigh import EighResult, eigh
 from .exceptions import (
     BackendError,
@@ -127,7 +130,7 @@ def _check_operator(name: str, op: Any, need_rmatmul: bool) -> None:
             )
     shape = op.shape
     ok = isinstance(shape, (tuple, torch.Size)) and len(shape) >= 2
-    if not ok or not all(C._as_integer(s) is not None and int(s) >= 0 for s in shape):
+    if not ok or not all(_as_integer(s) is not None and int(s) >= 0 for s in shape):
         raise ShapeError(
             f"{name}: op.shape must be a tuple (*, m, n) of at least 2 "
             f"non-negative integers, got {shape!r}"
@@ -238,7 +241,7 @@ def _not_certified(name: str, k: int, method: str, A: _Op, why: str) -> None:
             f"({A.size()}); raise oversample (so that the block reaches past a "
             "gap of the spectrum) or n_iter, or choose k at a gap"
         )
-    C.warn(
+    warn(
         f"{name}(k={k}, method='{method}'): not certified: {why}. The result is "
         f"approximate; {remedy}.",
         ConvergenceWarning,
@@ -246,7 +249,7 @@ def _not_certified(name: str, k: int, method: str, A: _Op, why: str) -> None:
 
 
 def _backward_warning(name: str, A: _Op, maxiter: int, residual: float, opts):
-    C.warn(
+    warn(
         f"{name} backward: the Sylvester solve did not converge in {maxiter} "
         f"iterations (relative residual {residual:.2g}): there is no gap "
         "between the kept spectrum and the rest beyond the certified block, "
@@ -269,7 +272,7 @@ def _check_k(name: str, A: _Op, k: Any) -> None:
 
 def _tracked(t: Tensor) -> bool:
     """Whether autograd (or torch.func) follows ``t``."""
-    return t.requires_grad or C.is_functorch_wrapped_tensor(t)
+    return t.requires_grad or is_functorch_wrapped_tensor(t)
 
 
 # ------------------------------------------------------------------- svd
@@ -419,9 +422,9 @@ def svd_topk(
     _check_operator("svd_topk", op, need_rmatmul=True)
     A = _Op(op, need_rmatmul=True)
     _check_k("svd_topk", A, k)
-    kw = C.check_keywords("svd_topk", A.meta, k=k, **numeric)
+    kw = check_keywords("svd_topk", A.meta, k=k, **numeric)
     k = kw["k"]
-    opts = C.options(
+    opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd_topk"
     )
     plan, cfg = _plan("svd", A, kw, method)
@@ -588,9 +591,9 @@ def eigh_topk(
             f"eigh_topk: op must be square, shape (*, n, n), got shape {A.shape}"
         )
     _check_k("eigh_topk", A, k)
-    kw = C.check_keywords("eigh_topk", A.meta, k=k, **numeric)
+    kw = check_keywords("eigh_topk", A.meta, k=k, **numeric)
     k = kw["k"]
-    opts = C.options(
+    opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh_topk"
     )
     plan, cfg = _plan("eigh", A, kw, method)

@@ -8,9 +8,10 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
+from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _common as C
 from . import _julia
+from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
 from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
@@ -20,6 +21,11 @@ from ._fns import (
     user_pair,
     user_second,
 )
+from ._second_order import check_second_order_cotangent
+from ._settings import Options, options
+from ._validation import check_keywords, check_matrix, check_out
+from .common.defaults import degeneracy_tol, peek
+from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
 from .forward.topk import top_k_method
 from .pullbacks.svd import (
@@ -47,7 +53,7 @@ class _SVD(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: Tensor, full_matrices: bool, opts: C.Options) -> tuple:
+    def forward(A: Tensor, full_matrices: bool, opts: Options) -> tuple:
         return tuple(torch.linalg.svd(A, full_matrices=full_matrices))
 
     @staticmethod
@@ -64,7 +70,7 @@ class _SVD(torch.autograd.Function):
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        C.check_not_nested_forward_mode("svd")
+        check_not_nested_forward_mode("svd")
         U, S, Vh = ctx.saved_tensors
         return svd_pushforward(U, S, Vh, dA, ctx.opts)
 
@@ -73,7 +79,7 @@ class _SVDJulia(torch.autograd.Function):
     """``_SVD`` on the Julia backend (same formulas, see julia/PySpectral)."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, full_matrices: bool, opts: C.Options) -> tuple:
+    def forward(ctx: Any, A: Tensor, full_matrices: bool, opts: Options) -> tuple:
         (U, S, Vh), ctx.handles = _julia.svd(A, full_matrices)
         ctx.opts, ctx.shape_dtype = opts, (A.shape, A.dtype)
         ctx.save_for_backward(U, S, Vh)
@@ -90,7 +96,7 @@ class _SVDJulia(torch.autograd.Function):
             return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
         if gU is None and gS is None and gVh is None:
             return None, None, None
-        C.check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as svd_pullback
+        check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as svd_pullback
         gA = _julia.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
         return gA, None, None
 
@@ -110,7 +116,7 @@ class _SVDFunctionJulia(torch.autograd.Function):
     evaluated here, on the spectrum Julia computed; Julia gets the values."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, f: Any, fn: SpectralFn, opts: C.Options) -> Tensor:
+    def forward(ctx: Any, A: Tensor, f: Any, fn: SpectralFn, opts: Options) -> Tensor:
         ctx.f, ctx.fn, ctx.opts, ctx.shape_dtype = f, fn, opts, (A.shape, A.dtype)
         if fn.name == "user":
             Y, ctx.handles = _julia.svd_function_values(A, lambda S: fn(S, opts))
@@ -136,7 +142,7 @@ class _SVDFunctionJulia(torch.autograd.Function):
             (A,) = ctx.saved_tensors
             with torch.no_grad():
                 U, S, Vh = torch.linalg.svd(A, full_matrices=False)
-            gA = C.LinearInA.apply(
+            gA = LinearInA.apply(
                 A, gY, _svd_function_maps(ctx.fn, ctx.opts), True, U, S, Vh
             )
         elif ctx.fn.name == "user":
@@ -157,7 +163,7 @@ class _SVDFunctionJulia(torch.autograd.Function):
             with torch.no_grad():
                 U, S, Vh = torch.linalg.svd(A, full_matrices=False)
             maps = _svd_function_maps(ctx.fn, ctx.opts)
-            return C.LinearInA.apply(A, dA, maps, False, U, S, Vh)
+            return LinearInA.apply(A, dA, maps, False, U, S, Vh)
         if ctx.fn.name == "user":
             return _julia.svd_function_values_pushforward(ctx.handles, dA)
         return _julia.svd_function_pushforward(ctx.handles, ctx.f, dA, ctx.opts)
@@ -167,7 +173,7 @@ class _SVDFunction(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: Tensor, fn: SpectralFn, opts: C.Options) -> tuple:
+    def forward(A: Tensor, fn: SpectralFn, opts: Options) -> tuple:
         U, S, Vh = torch.linalg.svd(A, full_matrices=False)
         f, _ = fn(S, opts)
         return (U * f.unsqueeze(-2).to(U.dtype)) @ Vh, U, S, Vh
@@ -185,7 +191,7 @@ class _SVDFunction(torch.autograd.Function):
         if torch.is_grad_enabled():
             # create_graph (double backward, hessian): the pullback as an
             # operation whose own derivative is the exact second-order formula.
-            gA = C.LinearInA.apply(
+            gA = LinearInA.apply(
                 A, gY, _svd_function_maps(ctx.fn, ctx.opts), True, U, S, Vh
             )
             return gA, None, None
@@ -198,17 +204,17 @@ class _SVDFunction(torch.autograd.Function):
         # jacfwd(jacfwd)) takes the exact second-order formula.
         A, U, S, Vh = ctx.saved_tensors
         maps = _svd_function_maps(ctx.fn, ctx.opts)
-        dY = C.LinearInA.apply(A, dA, maps, False, U, S, Vh)
+        dY = LinearInA.apply(A, dA, maps, False, U, S, Vh)
         return dY, None, None, None
 
 
-def _svd_function_maps(fn: SpectralFn, opts: C.Options) -> C.SpectralMaps:
+def _svd_function_maps(fn: SpectralFn, opts: Options) -> SpectralMaps:
     """``svd_function``'s first- and second-order maps, ``T = (U, S, Vh)``
     (second divided differences of the odd extension of ``f``; see
-    ``C.LinearInA``: on the Hermitian dilation the second-order form
+    ``LinearInA``: on the Hermitian dilation the second-order form
     ``<R, L2_f(A; E, D)>`` is symmetric in ``R, E, D``)."""
     second = lambda T, X, D: svd_function_second_order(*T, fn, X, D, opts)  # noqa: E731
-    return C.SpectralMaps(
+    return SpectralMaps(
         "svd_function",
         lambda T, gY: svd_function_pullback(*T, fn, gY, opts),
         lambda T, dA: svd_function_pushforward(*T, fn, dA, opts),
@@ -231,7 +237,7 @@ _SVD_NAMES = (
 )
 
 
-def _zero(S: Tensor, o: C.Options) -> Tensor:
+def _zero(S: Tensor, o: Options) -> Tensor:
     return torch.zeros_like(S)
 
 
@@ -272,30 +278,30 @@ def _svd_fn(f: Any, k: int) -> SpectralFn:
     )
 
 
-def _truncate(S: Tensor, r: int, opts: C.Options) -> tuple[Tensor, Tensor]:
+def _truncate(S: Tensor, r: int, opts: Options) -> tuple[Tensor, Tensor]:
     keep = (torch.arange(S.shape[-1], device=S.device) < r).to(S.dtype)
     if r < S.shape[-1] and opts.gauge != "ignore":
-        tol = C.degeneracy_atol(S, opts.degeneracy_atol)[..., 0, 0]
-        gap = C._peek(S[..., r - 1] - S[..., r])
-        if bool((gap <= C._peek(tol)).any()):
+        tol = degeneracy_tol(S, opts.degeneracy_atol)[..., 0, 0]
+        gap = peek(S[..., r - 1] - S[..., r])
+        if bool((gap <= peek(tol)).any()):
             msg = (
                 f"svd_function: ('truncate', {r}) cuts a degenerate cluster "
                 f"(s[{r - 1}] - s[{r}] = {float(gap.min()):.3g}); the result "
                 "depends on the basis chosen inside it. Truncate at a gap."
             )
-            C.apply_gauge_policy(msg, opts)
+            apply_gauge_policy(msg, opts)
     return S * keep, keep
 
 
-def _pow_svd(S: Tensor, p: float, opts: C.Options) -> tuple[Tensor, Tensor]:
+def _pow_svd(S: Tensor, p: float, opts: Options) -> tuple[Tensor, Tensor]:
     if p < 0:
-        tol = C.degeneracy_atol(S, opts.degeneracy_atol)[..., 0]
-        small = C._peek(S <= tol)
+        tol = degeneracy_tol(S, opts.degeneracy_atol)[..., 0]
+        small = peek(S <= tol)
         if bool(small.any()):
             i = int(small.nonzero()[0, -1])
             raise DomainError(
                 f"svd_function: ('pow', {p}) needs nonzero singular values, but "
-                f"singular value {i} is {float(C._peek(S)[..., i].min()):.3g} "
+                f"singular value {i} is {float(peek(S)[..., i].min()):.3g} "
                 "(numerically zero). Use p >= 0 or regularise A."
             )
     return power(p)(S)
@@ -383,8 +389,8 @@ def svd(
         tensor(True)
     """
     # Every argument is validated before a backend is chosen (and Julia started).
-    C.check_matrix("svd", A)
-    kw = C.check_keywords(
+    check_matrix("svd", A)
+    kw = check_keywords(
         "svd",
         A,
         k=k,
@@ -396,11 +402,11 @@ def svd(
         backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
     )
-    opts = C.options(
+    opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
     )
     k = kw["k"]
-    if C.check_out("svd", out, backend, A, k):
+    if check_out("svd", out, backend, A, k):
         return SVDResult(*torch.linalg.svd(A, full_matrices=full_matrices, out=out))
     if k is not None:
         if full_matrices:
@@ -420,12 +426,12 @@ def svd(
         )
     impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
     if k is None:
-        return SVDResult(*C.apply(impl, A, full_matrices, opts))
+        return SVDResult(*apply(impl, A, full_matrices, opts))
     if method == "iterative":
         if impl is _SVD:
-            return SVDResult(*C.apply(SVDTopK, A, k, cfg, opts)[:3])
-        return SVDResult(*C.apply(SVDTopKJulia, A, k, cfg, opts))
-    U, S, Vh = C.apply(impl, A, False, opts)
+            return SVDResult(*apply(SVDTopK, A, k, cfg, opts)[:3])
+        return SVDResult(*apply(SVDTopKJulia, A, k, cfg, opts))
+    U, S, Vh = apply(impl, A, False, opts)
     return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
 
 
@@ -437,16 +443,16 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
     functions of the singular values at any spectrum (nuclear norm, ...).
     ``backend`` and ``out`` as in :func:`svd` (``"auto"``: native).
     """
-    C.check_matrix("svdvals", A)
-    if C.check_out("svdvals", out, backend, A):
+    check_matrix("svdvals", A)
+    if check_out("svdvals", out, backend, A):
         return torch.linalg.svdvals(A, out=out)
     julia = resolve_backend("svdvals", backend, A) == "julia"
     # a forward-AD dual tensor does not require grad, but needs the tangent
     dual = torch.autograd.forward_ad.unpack_dual(A).tangent is not None
-    if not (A.requires_grad or dual or C.is_functorch_wrapped_tensor(A)):
+    if not (A.requires_grad or dual or is_functorch_wrapped_tensor(A)):
         return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
     impl = _SVDJulia if julia else _SVD
-    return C.apply(impl, A, False, C.options(op="svdvals"))[1]
+    return apply(impl, A, False, options(op="svdvals"))[1]
 
 
 def svd_function(
@@ -497,23 +503,23 @@ def svd_function(
         >>> torch.dist(Q.mT @ Q, torch.eye(4, dtype=A.dtype)) < 1e-12
         tensor(True)
     """
-    C.check_matrix("svd_function", A)
-    kw = C.check_keywords("svd_function", degeneracy_atol=degeneracy_atol)
+    check_matrix("svd_function", A)
+    kw = check_keywords("svd_function", degeneracy_atol=degeneracy_atol)
     fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
-    opts = C.options(kw["degeneracy_atol"], None, gauge, None, op="svd_function")
+    opts = options(kw["degeneracy_atol"], None, gauge, None, op="svd_function")
     julia = resolve_backend("svd_function", backend, A) == "julia"
     if fn is None:
         if 0 in A.shape[-2:]:
             # no singular value to divide by; an empty result, as A / s_max
             # broadcast over the batch would give (it cannot: (3, 0) / (0, 1))
             return A.clone()
-        smax = C.apply(_SVDJulia if julia else _SVD, A, False, opts)[1][..., :1, None]
-        if bool((C._peek(smax) == 0).any()):
+        smax = apply(_SVDJulia if julia else _SVD, A, False, opts)[1][..., :1, None]
+        if bool((peek(smax) == 0).any()):
             raise DomainError(
                 "svd_function: 'normalize' divides by the largest singular value, "
                 "which is 0 (A is a zero matrix)"
             )
         return A / smax
     if julia:
-        return C.apply(_SVDFunctionJulia, A, f, fn, opts)
-    return C.apply(_SVDFunction, A, fn, opts)[0]
+        return apply(_SVDFunctionJulia, A, f, fn, opts)
+    return apply(_SVDFunction, A, fn, opts)[0]

@@ -23,9 +23,10 @@ from typing import Any
 import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor
+from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _common as C
 from . import _julia
+from ._settings import Options
 from .exceptions import ConvergenceWarning, DerivativeError
 from .forward.topk import TopKConfig, eigh_topk, svd_topk
 from .pullbacks.eigh import eigh_pullback, eigh_pushforward, fold_triangle
@@ -136,7 +137,7 @@ def _first_order(g: Tensor | None, A: Tensor) -> Tensor | None:
     or sits under a torch.func transform, whose levels grad mode ignores)."""
     if g is not None and (
         torch.is_grad_enabled()
-        or C.is_functorch_wrapped_tensor(A)
+        or is_functorch_wrapped_tensor(A)
         or fwAD.unpack_dual(A).tangent is not None
     ):
         return _NoDoubleBackward.apply(g, A)
@@ -159,7 +160,7 @@ class SVDTopK(torch.autograd.Function):
     """Certified subspace-iteration top-k forward; deflated CG backward."""
 
     @staticmethod
-    def forward(A: Tensor, k: int, cfg: TopKConfig, opts: C.Options) -> tuple:
+    def forward(A: Tensor, k: int, cfg: TopKConfig, opts: Options) -> tuple:
         res = svd_topk(
             *dense_ops(A),
             tuple(A.shape),
@@ -224,7 +225,7 @@ def _svd_gradient(
     extras: tuple,
     k: int,
     cotangents: tuple,
-    opts: C.Options,
+    opts: Options,
     cfg: TopKConfig,
 ) -> Tensor | None:
     U, S, V = block
@@ -275,7 +276,7 @@ class EighTopK(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        A: Tensor, k: int, largest: bool, uplo: str, cfg: TopKConfig, opts: C.Options
+        A: Tensor, k: int, largest: bool, uplo: str, cfg: TopKConfig, opts: Options
     ) -> tuple:
         H = hermitian_from_triangle(A, uplo)
         res = eigh_topk(
@@ -417,7 +418,7 @@ def _embed(g: Tensor, at: int, n: int) -> Tensor:
     return torch.cat([zeros[..., :at], g, zeros[..., at + k :]], -1)
 
 
-def _julia_settings(k: int, cfg: TopKConfig, opts: C.Options) -> dict[str, Any]:
+def _julia_settings(k: int, cfg: TopKConfig, opts: Options) -> dict[str, Any]:
     """The forward keywords of Julia's svd_topk_block / eigh_topk_block for the
     native path's settings: the same block (``oversample = p - k``), iteration
     cap, certificate, budget (which includes the backward's CG) and cluster
@@ -440,7 +441,7 @@ class SVDTopKJulia(torch.autograd.Function):
     deflated CG backward, dense fallback and warning). First order only."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, k: int, cfg: TopKConfig, opts: C.Options) -> tuple:
+    def forward(ctx: Any, A: Tensor, k: int, cfg: TopKConfig, opts: Options) -> tuple:
         out, ctx.handles = _julia.svd_topk(A, k, _julia_settings(k, cfg, opts))
         ctx.cfg, ctx.opts = cfg, opts
         ctx.save_for_backward(A)
@@ -473,7 +474,7 @@ class EighTopKJulia(torch.autograd.Function):
         largest: bool,
         uplo: str,
         cfg: TopKConfig,
-        opts: C.Options,
+        opts: Options,
     ) -> tuple:
         settings = _julia_settings(k, cfg, opts)
         out, ctx.handles = _julia.eigh_topk(A, k, uplo, largest, settings)

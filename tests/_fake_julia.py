@@ -41,10 +41,10 @@ import numpy as np
 import pytest
 import torch
 
-from pyspectral import _common as C
 from pyspectral import _julia
 from pyspectral import topk as TK
 from pyspectral._fns import SpectralFn
+from pyspectral._settings import Options
 from pyspectral.eigh import _matfun
 from pyspectral.exceptions import (
     DomainError,
@@ -287,11 +287,11 @@ def _options(
     broadening: Any = None,
     gauge: str = "warn",
     gauge_atol: Any = None,
-) -> C.Options:
+) -> Options:
     # The glue's gauge_policy: "warn" and "raise" record (the native pullbacks
     # run under "warn", whose warnings _run turns into records).
     policy = "ignore" if gauge == "ignore" else "warn"
-    return C.Options(degeneracy_atol, broadening, policy, gauge_atol)
+    return Options(degeneracy_atol, broadening, policy, gauge_atol)
 
 
 _GAUGE_TEXT = re.compile(r"^(\w+): .*measured (\S+) > gauge_atol (\S+)\)", re.DOTALL)
@@ -323,7 +323,7 @@ def _stored_values(fX: np.ndarray, dX: np.ndarray, b: int) -> SpectralFn:
     (``DimensionMismatch``, an "argument" error)."""
     f, d = _t(fX, b), _t(dX, b)
 
-    def values(x: torch.Tensor, opts: C.Options) -> tuple:
+    def values(x: torch.Tensor, opts: Options) -> tuple:
         if f.shape != x.shape:
             raise InputError(
                 f"DimensionMismatch: SpectralValues holds {f.shape[0]} values, but "
@@ -578,7 +578,7 @@ class FakeJulia:
         self, U, S, Vt, dAt, degeneracy_atol: Any = None, broadening: Any = None
     ) -> tuple:
         # Julia's factors of the transposes pushed along the transposed tangent
-        opts = C.Options(degeneracy_atol, broadening)
+        opts = Options(degeneracy_atol, broadening)
         out = [
             svd_pushforward(_t(U, b), _t(S, b), _t(Vt, b), _t(dAt, b), opts)
             for b in range(dAt.shape[2])
@@ -591,7 +591,7 @@ class FakeJulia:
         self, At: np.ndarray, f: Any, degeneracy_atol: Any = None
     ) -> tuple:
         fn = _svd_fn(f, min(At.shape[:2]))
-        opts = C.Options(degeneracy_atol=degeneracy_atol, gauge="ignore")
+        opts = Options(degeneracy_atol=degeneracy_atol, gauge="ignore")
         Us, Ss, Vts = zip(
             *(
                 np.linalg.svd(At[:, :, b], full_matrices=False)
@@ -611,7 +611,7 @@ class FakeJulia:
         self, dAt, U, S, Vt, f, dYt, degeneracy_atol: Any = None
     ) -> np.ndarray:
         fn = _svd_fn(f, min(dAt.shape[:2]))
-        opts = C.Options(degeneracy_atol=degeneracy_atol)
+        opts = Options(degeneracy_atol=degeneracy_atol)
         for b in range(dAt.shape[2]):
             g = svd_function_pullback(
                 _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), opts
@@ -623,7 +623,7 @@ class FakeJulia:
         self, U, S, Vt, f, dAt, degeneracy_atol: Any = None
     ) -> np.ndarray:
         fn = _svd_fn(f, min(dAt.shape[:2]))
-        opts = C.Options(degeneracy_atol=degeneracy_atol)
+        opts = Options(degeneracy_atol=degeneracy_atol)
         return _stack(
             [
                 svd_function_pushforward(
@@ -654,7 +654,7 @@ class FakeJulia:
         args = (k, method, oversample, n_iter, rtol, maxiter)
         path, cfg = T.top_k_method("svd", A, *args)
         if path == "iterative":
-            opts = C.Options(degeneracy_atol=degeneracy_atol)
+            opts = Options(degeneracy_atol=degeneracy_atol)
             ops = TK.dense_ops(A)
             res = T.svd_topk(*ops, tuple(A.shape), A.dtype, A.device, k, cfg, opts)
             if res is not None:
@@ -748,7 +748,7 @@ class FakeJulia:
         args = (k, method, oversample, n_iter, rtol, maxiter)
         path, cfg = T.top_k_method("eigh", H, *args)
         if path == "iterative":
-            opts = C.Options(degeneracy_atol=degeneracy_atol)
+            opts = Options(degeneracy_atol=degeneracy_atol)
             matmul = TK.dense_ops(H)[0]
             res = T.eigh_topk(
                 matmul, tuple(H.shape), H.dtype, H.device, k, largest, cfg, opts
@@ -839,7 +839,7 @@ class FakeJulia:
     ) -> tuple:
         # Julia's problem conj(A), eigenvectors conj(V); its conj(dV) conjugated
         # back in place, as the glue does
-        opts = C.Options(degeneracy_atol, broadening)
+        opts = Options(degeneracy_atol, broadening)
         dws, dVs = [], []
         for b in range(dAt.shape[2]):
             dw, dVc = eigh_pushforward(
@@ -853,7 +853,7 @@ class FakeJulia:
         self, At: np.ndarray, f: Any, uplo: str, degeneracy_atol: Any = None
     ) -> tuple:
         fn = _matfun(f)
-        opts = C.Options(degeneracy_atol=degeneracy_atol)
+        opts = Options(degeneracy_atol=degeneracy_atol)
         ws, Vs = zip(
             *(np.linalg.eigh(At[:, :, b], UPLO=uplo) for b in range(At.shape[2]))
         )
@@ -870,7 +870,7 @@ class FakeJulia:
         self, dAt, w, V, f, dYt, uplo, degeneracy_atol: Any = None
     ) -> np.ndarray:
         fn = _matfun(f)
-        opts = C.Options(degeneracy_atol=degeneracy_atol)
+        opts = Options(degeneracy_atol=degeneracy_atol)
         for b in range(dAt.shape[2]):
             g = matrix_function_pullback(_t(w, b), _t(V, b), fn, _t(dYt, b), uplo, opts)
             dAt[:, :, b] = g.numpy()
@@ -880,7 +880,7 @@ class FakeJulia:
         self, w, V, f, dAt, uplo, degeneracy_atol: Any = None
     ) -> np.ndarray:
         fn = _matfun(f)
-        opts = C.Options(degeneracy_atol=degeneracy_atol)
+        opts = Options(degeneracy_atol=degeneracy_atol)
         return _stack(
             [
                 matrix_function_pushforward(
@@ -898,7 +898,7 @@ class FakeJulia:
     def svd_function_values_batched(self, U, S, Vt, fS, dS) -> np.ndarray:
         Ys = []
         for b in range(U.shape[2]):
-            f, _ = _stored_values(fS, dS, b)(_t(S, b), C.Options())
+            f, _ = _stored_values(fS, dS, b)(_t(S, b), Options())
             Ys.append((U[:, :, b] * f.numpy()) @ Vt[:, :, b])
         return _stack(Ys)
 
@@ -908,7 +908,7 @@ class FakeJulia:
         for b in range(dAt.shape[2]):
             fn = _stored_values(fS, dS, b)
             g = svd_function_pullback(
-                _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), C.Options()
+                _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), Options()
             )
             dAt[:, :, b] = g.numpy()
         return dAt
@@ -924,7 +924,7 @@ class FakeJulia:
                     _t(Vt, b),
                     _stored_values(fS, dS, b),
                     _t(dAt, b),
-                    C.Options(),
+                    Options(),
                 ).numpy()
                 for b in range(dAt.shape[2])
             ]
@@ -933,7 +933,7 @@ class FakeJulia:
     def matrix_function_values_batched(self, w, V, fw, dw) -> np.ndarray:
         Ys = []
         for b in range(V.shape[2]):
-            f, _ = _stored_values(fw, dw, b)(_t(w, b), C.Options())
+            f, _ = _stored_values(fw, dw, b)(_t(w, b), Options())
             Vc = V[:, :, b].conj()  # Julia's problem is conj(A)
             Ys.append((Vc * f.numpy()) @ Vc.conj().T)
         return _stack(Ys)
@@ -944,7 +944,7 @@ class FakeJulia:
         for b in range(dAt.shape[2]):
             fn = _stored_values(fw, dw, b)
             g = matrix_function_pullback(
-                _t(w, b), _t(V, b).conj(), fn, _t(dYt, b), uplo, C.Options()
+                _t(w, b), _t(V, b).conj(), fn, _t(dYt, b), uplo, Options()
             )
             dAt[:, :, b] = g.numpy()
         return dAt
@@ -960,7 +960,7 @@ class FakeJulia:
                     _stored_values(fw, dw, b),
                     _t(dAt, b),
                     uplo,
-                    C.Options(),
+                    Options(),
                 )
                 .resolve_conj()
                 .numpy()

@@ -28,7 +28,7 @@ from _spectra import (
 )
 
 import pyspectral as ps
-from pyspectral._common import options
+from pyspectral._settings import options
 from pyspectral.pullbacks.eigh import eigh_pullback
 from pyspectral.pullbacks.svd import svd_pullback
 

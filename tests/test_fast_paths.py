@@ -1,6 +1,6 @@
 """The per-call shortcuts of the native path give what the general code gives:
 the separated-spectrum pullbacks (in place, no k x k degeneracy mask) against
-the general formulas, ``C.apply`` against ``Function.apply``, the cached
+the general formulas, ``apply`` against ``Function.apply``, the cached
 default options against freshly built ones."""
 
 from __future__ import annotations
@@ -10,7 +10,10 @@ import torch
 from _spectra import hermitian_with_spectrum, matrix_with_spectrum, random_like
 
 import pyspectral as ps
-from pyspectral import _common as C
+from pyspectral._autograd import apply
+from pyspectral._settings import Options, options
+from pyspectral.common import defaults
+from pyspectral.common.defaults import _HOST_SPECTRUM, eps34
 from pyspectral.pullbacks.eigh import eigh_pullback, fold_triangle
 from pyspectral.pullbacks.svd import svd_pullback
 
@@ -19,7 +22,7 @@ DTYPES = [torch.float64, torch.complex128]
 
 def general(pullback, *args):
     """``pullback(*args)`` through the general formula: with an input that
-    requires grad under grad mode, the pullback is not ``C.plain``."""
+    requires grad under grad mode, the pullback is not ``plain``."""
     args = [
         a.detach().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args
     ]
@@ -46,8 +49,8 @@ def svd_case(m, n, s, dtype, seed=0):
 )
 def test_svd_pullback_separated_equals_general(dtype, m, n, s) -> None:
     U, S, Vh, gU, gS, gVh = svd_case(m, n, s, dtype)
-    opts = C.Options(gauge="ignore")  # the random cotangents have a phase part
-    assert C.separated(S, None, descending=True)
+    opts = Options(gauge="ignore")  # the random cotangents have a phase part
+    assert defaults.separated(S, None, descending=True)
     for cot in ((gU, gS, gVh), (gU, None, None), (None, gS, gVh), (None, None, gVh)):
         fast = svd_pullback(U, S, Vh, *cot, opts)
         assert torch.allclose(fast, general(svd_pullback, U, S, Vh, *cot, opts))
@@ -63,8 +66,8 @@ def test_eigh_pullback_separated_equals_general(dtype, uplo) -> None:
     A = hermitian_with_spectrum((-2, -1e-20, 0.5, 1, 3), dtype, seed=1)
     w, V = torch.linalg.eigh(A, UPLO=uplo)
     gw, gV = random_like(w, seed=2), random_like(V, seed=3)
-    opts = C.Options(gauge="ignore")
-    assert C.separated(w, None, descending=False)
+    opts = Options(gauge="ignore")
+    assert defaults.separated(w, None, descending=False)
     for cot in ((gw, gV), (None, gV)):
         fast = eigh_pullback(w, V, *cot, uplo, opts)
         slow = general(eigh_pullback, w, V, *cot, uplo, opts)
@@ -78,23 +81,23 @@ def test_eigh_pullback_separated_equals_general(dtype, uplo) -> None:
 def test_separated_pullback_leaves_its_inputs_alone(dtype) -> None:
     U, S, Vh, gU, gS, gVh = svd_case(6, 4, (4, 3, 2, 0), dtype)
     inputs = [t.clone() for t in (U, S, Vh, gU, gS, gVh)]
-    svd_pullback(U, S, Vh, gU, gS, gVh, C.Options(gauge="ignore"))
+    svd_pullback(U, S, Vh, gU, gS, gVh, Options(gauge="ignore"))
     assert all(torch.equal(a, b) for a, b in zip(inputs, (U, S, Vh, gU, gS, gVh)))
     w, V = torch.linalg.eigh(hermitian_with_spectrum((1, 2, 3), dtype))
     gw, gV = random_like(w, seed=1), random_like(V, seed=2)
     inputs = [t.clone() for t in (w, V, gw, gV)]
-    eigh_pullback(w, V, gw, gV, "L", C.Options(gauge="ignore"))
+    eigh_pullback(w, V, gw, gV, "L", Options(gauge="ignore"))
     assert all(torch.equal(a, b) for a, b in zip(inputs, (w, V, gw, gV)))
 
 
 def separated(x, atol, descending):
-    """``C.separated`` on ``x`` with its tolerance ``atol`` (None: the
+    """``separated`` on ``x`` with its tolerance ``atol`` (None: the
     default, relative), on the host and (tiled past the host's size) on the
     device path; both must agree."""
     x = torch.tensor(x, dtype=torch.float64)
-    host = C.separated(x, atol, descending)
-    big = x.expand(C._HOST_SPECTRUM + 1, *x.shape) if x.shape[-1] else x
-    assert C.separated(big, atol, descending) == host
+    host = defaults.separated(x, atol, descending)
+    big = x.expand(_HOST_SPECTRUM + 1, *x.shape) if x.shape[-1] else x
+    assert defaults.separated(big, atol, descending) == host
     return host
 
 
@@ -109,10 +112,10 @@ def test_separated() -> None:
     assert separated([[], []], 0.1, descending=True)  # empty
     assert not separated([[3.0, 2.0], [3.0, 2.99]], 0.1, descending=True)  # any
     # the default tolerance, max|x| eps**(3/4) per matrix
-    tol = 1e4 * C.eps34(torch.float64)
+    tol = 1e4 * eps34(torch.float64)
     assert separated([-1e4, 0, 2 * tol], None, descending=False)
     assert not separated([-1e4, 0, tol / 2], None, descending=False)
-    t = C.eps34(torch.float64)  # row 2's own tolerance, not row 1's 1e4 t:
+    t = eps34(torch.float64)  # row 2's own tolerance, not row 1's 1e4 t:
     assert separated([[1e4, 1e4 - 2e4 * t], [1.0, 1 - 2 * t]], None, descending=True)
     assert not separated([[1e4, 1e4 - 2e4 * t], [1.0, 1 - t / 2]], None, True)
 
@@ -152,34 +155,37 @@ class _Twice(torch.autograd.Function):
 
 def test_apply_is_function_apply() -> None:
     A = torch.randn(3, 3, dtype=torch.float64, requires_grad=True)
-    Y, s = C.apply(_Twice, A, 2.0)
+    Y, s = apply(_Twice, A, 2.0)
     assert Y.grad_fn is not None and torch.equal(Y, A * 2)
     (Y.sum() + s).backward()
     assert torch.equal(A.grad, torch.full((3, 3), 3.0, dtype=torch.float64))
     # under torch.func it is Function.apply itself (vmap rule, functorch levels)
-    g = torch.func.grad(lambda X: C.apply(_Twice, X, 2.0)[0].sum())(A.detach())
+    g = torch.func.grad(lambda X: apply(_Twice, X, 2.0)[0].sum())(A.detach())
     assert torch.equal(g, torch.full((3, 3), 2.0, dtype=torch.float64))
-    batched = torch.func.vmap(lambda X: C.apply(_Twice, X, 2.0)[1])(A.detach())
+    batched = torch.func.vmap(lambda X: apply(_Twice, X, 2.0)[1])(A.detach())
     assert torch.allclose(batched, A.detach().sum(-1))
 
 
 def test_default_options_are_cached_and_follow_the_defaults() -> None:
-    first = C.options()
-    second = C.options()
-    assert first == C.Options() and first.site is not None
+    first = options()
+    second = options()
+    assert first == Options() and first.site is not None
     assert first.site[:2] != second.site[:2]  # two lines: two sites
-    same = [C.options() for _ in range(2)]
-    assert same[0] is same[1]  # one site: one cached object
+    same = [options() for _ in range(2)]
+    # one site: the cached settings (the same site object), each call its own
+    # state (issue 15, item 0)
+    assert same[0] == same[1] and same[0].site is same[1].site
+    assert same[0].state is not same[1].state
     old = ps.set_defaults(gauge="raise", degeneracy_atol=1e-3)
     try:
         for _ in range(2):  # the second time from the cache
-            assert C.options() == C.Options(degeneracy_atol=1e-3, gauge="raise")
+            assert options() == Options(degeneracy_atol=1e-3, gauge="raise")
         with ps.defaults(gauge="ignore"):
-            assert C.options().gauge == "ignore"
-        assert C.options().gauge == "raise"
+            assert options().gauge == "ignore"
+        assert options().gauge == "raise"
     finally:
         ps.set_defaults(**old)
-    assert C.options() == C.Options()
+    assert options() == Options()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -191,7 +197,7 @@ def test_batched_eigh_pullback_is_the_per_matrix_one(dtype, uplo) -> None:
     )
     w, V = torch.linalg.eigh(A, UPLO=uplo)
     gw, gV = random_like(w, seed=4), random_like(V, seed=5)
-    opts = C.Options(gauge="ignore")
+    opts = Options(gauge="ignore")
     for cot in ((gw, gV), (gw, None)):
         batched = eigh_pullback(w, V, *cot, uplo, opts)
         for i in range(3):

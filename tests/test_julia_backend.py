@@ -29,8 +29,8 @@ import torch
 from _spectra import fd_grad, hermitian, hermitian_with_spectrum, randn, spd
 
 import pyspectral as ps
-from pyspectral import _common as C
 from pyspectral import _julia
+from pyspectral._settings import options
 from pyspectral.exceptions import DomainError, GaugeError, GaugeWarning, JuliaError
 
 _OK, _WHY = _julia.status()  # the real runtime, probed once (never starts Julia)
@@ -624,7 +624,7 @@ def test_julia_writes_into_the_gradient_buffer(dtype):
     A = randn(2, 5, 3, dtype=dtype)
     (U, S, Vh), handles = _julia.svd(A, False)
     gS = torch.rand(2, 3, dtype=S.dtype)
-    gA = _julia.svd_pullback((A.shape, A.dtype), handles, None, gS, None, C.options())
+    gA = _julia.svd_pullback((A.shape, A.dtype), handles, None, gS, None, options())
     torch.testing.assert_close(
         gA, (U * gS.unsqueeze(-2).to(dtype)) @ Vh, atol=1e-12, rtol=0
     )

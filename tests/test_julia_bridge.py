@@ -31,7 +31,9 @@ from _spectra import (
 
 import pyspectral as ps
 from pyspectral import _backend, _julia
-from pyspectral import _common as C
+from pyspectral._settings import options
+from pyspectral.common.defaults import eps
+from pyspectral.common.gauge import apply_gauge_records, gauge_message
 from pyspectral.exceptions import (
     BackendError,
     DomainError,
@@ -682,7 +684,7 @@ def test_gradient_buffer_shared_at_bridge_level(fake):
     A = randn(2, 5, 3)
     (U, S, Vh), handles = _julia.svd(A, False)
     gA = _julia.svd_pullback(
-        (A.shape, A.dtype), handles, None, torch.ones_like(S), None, C.options()
+        (A.shape, A.dtype), handles, None, torch.ones_like(S), None, options()
     )
     (call,) = fake.calls_to("svd_pullback_batched!")
     assert call.args[0].pointer == gA.data_ptr()
@@ -1673,7 +1675,7 @@ def test_gauge_warning_once_per_call_with_the_batch_tolerance(fake):
     assert len(record) == 1
     text = str(record[0].message)
     measured = float(re.search(r"measured (\S+) >", text)[1])
-    assert text == C.gauge_message("svd", measured, C.eps(A.dtype) ** 0.75)
+    assert text == gauge_message("svd", measured, eps(A.dtype) ** 0.75)
 
 
 def test_gauge_tolerance_is_the_whole_batchs(fake, monkeypatch):
@@ -1681,9 +1683,9 @@ def test_gauge_tolerance_is_the_whole_batchs(fake, monkeypatch):
     cotangent is recorded by Julia, but, as natively, measured against the
     batch's tolerance: no warning."""
     seen = []
-    apply = C.apply_gauge_records
+    apply = apply_gauge_records
     monkeypatch.setattr(
-        C, "apply_gauge_records", lambda r, *a: (seen.append(r), apply(r, *a))
+        _julia, "apply_gauge_records", lambda r, *a: (seen.append(r), apply(r, *a))
     )
     A = degenerate().expand(2, 5, 4).contiguous()
     W = weights((5, 4), torch.float64, 3)

@@ -41,8 +41,8 @@ from _spectra import (
 )
 
 import pyspectral as ps
-from pyspectral import _common as C
 from pyspectral import _julia
+from pyspectral._settings import Options
 from pyspectral.exceptions import DerivativeError
 from pyspectral.pullbacks.eigh import eigh_pushforward
 from pyspectral.pullbacks.svd import svd_pushforward
@@ -255,10 +255,10 @@ def test_svd_tangents_are_the_native_pushforward(fake, dtype, shape, batch):
         )
         if "k" in kw:  # the tangents of the top-k: those of all, sliced
             (U, S, Vh), _ = dual(lambda X: tuple(ps.svd(X, backend="julia")), A, dA)
-            ref = svd_pushforward(U, S, Vh, dA, C.Options())
+            ref = svd_pushforward(U, S, Vh, dA, Options())
             ref = (ref[0][..., :2], ref[1][..., :2], ref[2][..., :2, :])
         else:
-            ref = svd_pushforward(U, S, Vh, dA, C.Options())
+            ref = svd_pushforward(U, S, Vh, dA, Options())
         for t, r in zip(tangents, ref):
             assert t.dtype == r.dtype and t.shape == r.shape
             torch.testing.assert_close(t, r, atol=tol(dtype), rtol=tol(dtype))
@@ -274,7 +274,7 @@ def test_eigh_tangents_are_the_native_pushforward(fake, dtype, uplo, batch):
     A = randn(*batch, 4, 4, dtype=dtype)  # not Hermitian: one triangle is read
     dA = random_like(A, seed=1)
     (w, V), (dw, dV) = dual(lambda X: tuple(ps.eigh(X, uplo, backend="julia")), A, dA)
-    rw, rV = eigh_pushforward(w, V, dA, uplo, C.Options())
+    rw, rV = eigh_pushforward(w, V, dA, uplo, Options())
     torch.testing.assert_close(dw, rw, atol=tol(dtype), rtol=tol(dtype))
     torch.testing.assert_close(dV, rV, atol=tol(dtype), rtol=tol(dtype))
     _, t = dual(lambda X: ps.eigvalsh(X, uplo, backend="julia"), A, dA)
@@ -292,8 +292,8 @@ def test_options_reach_the_pushforwards(fake):
             A,
             dA,
         )
-        ref = svd_pushforward(U, S, Vh, dA, C.Options(**kw))
-        plain = svd_pushforward(U, S, Vh, dA, C.Options())
+        ref = svd_pushforward(U, S, Vh, dA, Options(**kw))
+        plain = svd_pushforward(U, S, Vh, dA, Options())
         assert rel_err(tangents[0], ref[0]) < 1e-12
         assert rel_err(tangents[0], plain[0]) > 1e-3  # the option mattered
         call = fake.calls_to("svd_pushforward_batched")[-1]
@@ -303,7 +303,7 @@ def test_options_reach_the_pushforwards(fake):
     (w, V), (_, dV) = dual(
         lambda X: tuple(ps.eigh(X, backend="julia", degeneracy_atol=0.01)), H, dH
     )
-    ref = eigh_pushforward(w, V, dH, "L", C.Options(degeneracy_atol=0.01))[1]
+    ref = eigh_pushforward(w, V, dH, "L", Options(degeneracy_atol=0.01))[1]
     assert rel_err(dV, ref) < 1e-12
     assert (
         fake.calls_to("eigh_pushforward_batched")[-1].kwargs["degeneracy_atol"] == 0.01
@@ -494,7 +494,7 @@ def test_real_julia_tangents_are_the_native_pushforward(dtype, batch):
             (U, S, Vh), tangents = dual(
                 lambda X, kw=kw: tuple(ps.svd(X, backend="julia", **kw)), A, dA
             )
-            for t, r in zip(tangents, svd_pushforward(U, S, Vh, dA, C.Options())):
+            for t, r in zip(tangents, svd_pushforward(U, S, Vh, dA, Options())):
                 torch.testing.assert_close(t, r, atol=tol(dtype), rtol=tol(dtype))
         for f in ("polar", ("pow", 2), CUBE):
             _, t = dual(lambda X, f=f: ps.svd_function(X, f, backend="julia"), A, dA)
@@ -507,7 +507,7 @@ def test_real_julia_tangents_are_the_native_pushforward(dtype, batch):
         (w, V), (dw, dV) = dual(
             lambda X, uplo=uplo: tuple(ps.eigh(X, uplo, backend="julia")), H, dH
         )
-        rw, rV = eigh_pushforward(w, V, dH, uplo, C.Options())
+        rw, rV = eigh_pushforward(w, V, dH, uplo, Options())
         torch.testing.assert_close(dw, rw, atol=tol(dtype), rtol=tol(dtype))
         torch.testing.assert_close(dV, rV, atol=tol(dtype), rtol=tol(dtype))
         for f in ("log", ("pow", 3), SIN):

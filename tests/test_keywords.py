@@ -1,5 +1,5 @@
 """Every numeric keyword of every public function is validated in one place
-(``_common.check_keywords``), before a backend is chosen: a bad value raises
+(``_validation.check_keywords``), before a backend is chosen: a bad value raises
 ``InputError`` naming the keyword, what it must be and what was passed, on the
 native backend and with ``backend="julia"`` (the stand-in Julia runtime, never
 started for a bad keyword); good edge values (no extra probes, no power
@@ -18,8 +18,8 @@ import torch
 from _spectra import seeded_randn
 
 import pyspectral as ps
-from pyspectral import _common as C
 from pyspectral import _julia
+from pyspectral._validation import _INTEGER_KEYWORDS, _REAL_KEYWORDS, check_keywords
 
 F64 = torch.float64
 _gen = torch.Generator().manual_seed(1)
@@ -199,7 +199,7 @@ def test_good_keyword_means_the_plain_value(op, name, value, backend) -> None:
 
 
 def test_normalised_types() -> None:
-    kw = C.check_keywords(
+    kw = check_keywords(
         "svd",
         A,
         k=torch.tensor(2),
@@ -231,7 +231,7 @@ def test_every_public_keyword_has_a_rule() -> None:
     one cannot be added without a rule)."""
     import inspect
 
-    rules = {"k", *C._INTEGER_KEYWORDS, *C._REAL_KEYWORDS}
+    rules = {"k", *_INTEGER_KEYWORDS, *_REAL_KEYWORDS}
     numeric = {"int", "float", "int | None", "float | None"}
     for f in (ps.svd, ps.svd_function, ps.eigh, ps.matrix_function):
         for p in inspect.signature(f).parameters.values():

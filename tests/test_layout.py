@@ -19,8 +19,19 @@ ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "pyspectral"
 JULIA_SRC = ROOT / "julia" / "PySpectral" / "src"
 
-# What the math layers may import from pyspectral (besides each other).
-BASE = {"pyspectral._common", "pyspectral._fns", "pyspectral.exceptions"}
+# What the math layers may import from pyspectral (besides each other): the
+# shared mathematics (common/), settings, validation, warnings, autograd
+# plumbing and the spectral functions; never an operation module or a backend.
+COMMON = "pyspectral.common"
+BASE = {
+    "pyspectral._autograd",
+    "pyspectral._fns",
+    "pyspectral._second_order",
+    "pyspectral._settings",
+    "pyspectral._validation",
+    "pyspectral._warnings",
+    "pyspectral.exceptions",
+}
 LAYERS = ("pyspectral.pullbacks", "pyspectral.forward")
 
 
@@ -37,7 +48,7 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
     """The pyspectral modules that ``path`` imports, anywhere in the file."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_without_type_checking(ast.parse(path.read_text()))):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -49,6 +60,24 @@ def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
             subs = {f"{base}.{a.name}" for a in node.names} & known
             found.update(subs or {base})
     return {m for m in found if m in known}
+
+
+def _without_type_checking(tree: ast.Module) -> ast.Module:
+    """``tree`` without its ``if TYPE_CHECKING:`` blocks: imports for
+    annotations only, never executed, so neither a cycle nor a dependency."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                setattr(node, field, [s for s in block if not _type_checking(s)])
+    return tree
+
+
+def _type_checking(node: ast.AST) -> bool:
+    return isinstance(node, ast.If) and ast.unparse(node.test) in (
+        "TYPE_CHECKING",
+        "typing.TYPE_CHECKING",
+    )
 
 
 def import_graph() -> dict[str, set[str]]:
@@ -86,12 +115,18 @@ def in_layers(name: str) -> bool:
     return any(name == layer or name.startswith(layer + ".") for layer in LAYERS)
 
 
+def in_common(name: str) -> bool:
+    return name == COMMON or name.startswith(COMMON + ".")
+
+
 @pytest.mark.parametrize(
     "name", sorted(m for m in modules() if in_layers(m)), ids=lambda m: m
 )
 def test_math_layers_import_nothing_above_them(name: str) -> None:
     graph = import_graph()
-    above = {m for m in reachable(graph, name) if not in_layers(m)} - BASE
+    above = {
+        m for m in reachable(graph, name) if not (in_layers(m) or in_common(m))
+    } - BASE
     assert not above, f"{name} reaches {sorted(above)}; allowed: {sorted(BASE)}"
     third_party = {
         a.names[0].name.split(".")[0] if isinstance(a, ast.Import) else a.module
@@ -103,6 +138,27 @@ def test_math_layers_import_nothing_above_them(name: str) -> None:
 
 def stems(folder: Path, suffix: str) -> set[str]:
     return {p.stem for p in folder.glob(f"*{suffix}") if p.stem != "__init__"}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(m for m in modules() if in_common(m)), ids=lambda m: m
+)
+def test_common_imports_only_warnings_and_exceptions(name: str) -> None:
+    # The shared mathematics sits below everything else (as src/common/ in
+    # Julia): settings, validation and autograd build on it, not it on them.
+    allowed = {"pyspectral._warnings", "pyspectral.exceptions"}
+    above = {m for m in reachable(import_graph(), name) if not in_common(m)}
+    assert above <= allowed, f"{name} reaches {sorted(above - allowed)}"
+
+
+def test_common_files_mirror_julia() -> None:
+    assert stems(PKG / "common", ".py") == stems(JULIA_SRC / "common", ".jl")
+
+
+def test_each_common_module_has_its_test_module() -> None:
+    tests = stems(ROOT / "tests", ".py")
+    missing = {s for s in stems(PKG / "common", ".py") if f"test_{s}" not in tests}
+    assert not missing, f"no tests/test_<name>.py for common/{sorted(missing)}"
 
 
 def test_pullback_files_mirror_julia() -> None:

@@ -29,7 +29,7 @@ from _spectra import (
 from torch.func import hessian, jacrev, jvp, vmap
 
 import pyspectral as ps
-from pyspectral import _common as C
+from pyspectral._settings import options
 from pyspectral.eigh import _matfun
 from pyspectral.pullbacks.matfun import matrix_function_second
 
@@ -523,7 +523,7 @@ def test_second_divided_differences_against_mpmath(gap, f):
         _matfun(f),
         X,
         Y,
-        C.options(),
+        options(),
         lambda T: T,
         torch.tensor(1.0),
     )
@@ -564,3 +564,54 @@ def test_forward_over_forward_through_the_factors_raises(op):
     ref = jacrev(jacrev(op))(A)
     for H in (hessian(op)(A), jacrev(torch.func.jacfwd(op))(A)):
         assert rel_err(H, ref) < 1e-10
+
+
+# ------------------------------------------ the state of one call is its own
+
+
+def _one_line_svds(*terms: tuple[torch.Tensor, int]) -> torch.Tensor:
+    """``sum over (M, p) of sum(S_M ** p)``, every SVD made by the same line."""
+    out = 0
+    for M, p in terms:
+        U, S, Vh = ps.svd(M)  # one call site: one cached Options for all
+        out = out + (S**p).sum()
+    return out
+
+
+@pytest.mark.parametrize("hvp", [reverse_hvp, forward_hvp])
+@pytest.mark.parametrize("sizes", [((5, 4), (3, 3)), ((4, 4), (4, 4))], ids=str)
+def test_two_svds_from_one_line_keep_their_own_second_order_check(hvp, sizes):
+    """Issue 15, item 0 (a TRG's double backward): the second-order check of
+    one SVD was kept in the Options cached for the call site and consumed by
+    the next pullback from that site, another SVD's: of another size a crash
+    (size mismatch), of the same size a check of the wrong spectrum (here a
+    false GaugeWarning, an error in this suite: the generic B's S-cotangent
+    measured on A's cluster). ``sum(S)`` is exact to second order at A's
+    cluster, ``sum(S**3)`` at B's distinct spectrum: nothing warns, and the
+    Hessian-vector product is right."""
+    (m, n), (p, q) = sizes
+    A = matrix_with_spectrum([3.0, 2.0, 2.0, 1.0], m, n, seed=1)
+    B = matrix_with_spectrum(torch.linspace(4, 1, min(p, q)).tolist(), p, q, seed=2)
+    X = torch.cat([A.flatten(), B.flatten()])
+    D = random_like(X, seed=3)
+
+    def loss(X):
+        A, B = X[: m * n].reshape(m, n), X[m * n :].reshape(p, q)
+        return _one_line_svds((A, 1), (B, 3))
+
+    assert rel_err(hvp(loss, X, D), fd_hvp(loss, X, D)) < TOL
+
+
+def test_the_second_order_check_is_still_made_per_call():
+    """The check itself is kept (only its owner changed): A's S-cotangent
+    changing inside A's cluster still warns, with a generic B beside it from
+    the same line."""
+    A = matrix_with_spectrum([3.0, 2.0, 2.0, 1.0], 5, 4, seed=1)
+    B = matrix_with_spectrum([4.0, 2.5, 1.0], 3, 3, seed=2)
+    X = torch.cat([A.flatten(), B.flatten()])
+
+    def loss(X):
+        return _one_line_svds((X[:20].reshape(5, 4), 3), (X[20:].reshape(3, 3), 3))
+
+    with pytest.warns(ps.GaugeWarning, match="differs inside a degenerate cluster"):
+        reverse_hvp(loss, X, random_like(X, seed=3))

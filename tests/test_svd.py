@@ -22,7 +22,7 @@ from _spectra import (
 from torch.autograd import gradcheck, gradgradcheck
 
 import pyspectral as ps
-from pyspectral._common import options
+from pyspectral._settings import options
 from pyspectral.pullbacks.svd import svd_pullback
 
 SHAPES = [(5, 3), (3, 5), (4, 4), (2, 5, 3), (2, 1, 3, 4)]

@@ -26,8 +26,8 @@ from _spectra import (
 
 import pyspectral as ps
 import pyspectral.forward.topk as T
-from pyspectral import _common as C
 from pyspectral import topk as TK
+from pyspectral._settings import options
 from pyspectral.pullbacks.eigh import eigh_pullback
 from pyspectral.pullbacks.svd import svd_pullback
 from pyspectral.pullbacks.truncated import _cg
@@ -220,7 +220,7 @@ def full_formula_svd(A, U, S, Vh, k, gU, gVh):
     r = S2.shape[-1]
     gU2 = torch.cat([gU, gU.new_zeros(*gU.shape[:-1], r - k)], -1)
     gVh2 = torch.cat([gVh, gVh.new_zeros(r - k, gVh.shape[-1])], -2)
-    return svd_pullback(U2, S2, V2.mH, gU2, None, gVh2, C.options(gauge="ignore"))
+    return svd_pullback(U2, S2, V2.mH, gU2, None, gVh2, options(gauge="ignore"))
 
 
 CUTS = {
@@ -264,7 +264,7 @@ def full_formula_eigh(A, w, V, k, gV):
     wb, Z = torch.linalg.eigh(W.mH @ A @ W)
     w2, V2 = torch.cat([w, wb], -1), torch.cat([V, W @ Z], -1)
     gV2 = torch.cat([gV, gV.new_zeros(*gV.shape[:-1], w2.shape[-1] - k)], -1)
-    return eigh_pullback(w2, V2, None, gV2, "L", C.options(gauge="ignore"))
+    return eigh_pullback(w2, V2, None, gV2, "L", options(gauge="ignore"))
 
 
 @pytest.mark.parametrize("method", ["randomized", "full"])

@@ -20,8 +20,8 @@ import torch.autograd.forward_ad as fwAD
 from _spectra import hermitian_with_spectrum, matrix_with_spectrum, randn, rel_err
 
 import pyspectral as ps
-from pyspectral import _common as C
 from pyspectral import topk as TK
+from pyspectral._settings import options
 from pyspectral.forward.topk import top_k_method
 from pyspectral.pullbacks.eigh import eigh_pushforward
 from pyspectral.pullbacks.svd import svd_pushforward
@@ -159,7 +159,7 @@ def test_svd_jvp_cutting_a_cluster_is_the_full_formula(case) -> None:
     with fwAD.dual_level():
         U, S, Vh = ps.svd(fwAD.make_dual(A, dA), k=2, method="randomized", **kw)
         (U, dU), (S, dS), (Vh, dVh) = (fwAD.unpack_dual(t) for t in (U, S, Vh))
-    opts = C.options(gauge="ignore")
+    opts = options(gauge="ignore")
     rU, rS, rVh = svd_pushforward(*completed_svd(A, U, S, Vh), dA, opts)
     assert rel_err(dU, rU[..., :2]) < 1e-10
     assert rel_err(dS, rS[..., :2]) < 1e-10
@@ -178,7 +178,7 @@ def test_eigh_jvp_cutting_a_repeated_eigenvalue() -> None:
     W = torch.linalg.qr(V, mode="complete").Q[..., 2:]
     wb, Z = torch.linalg.eigh(W.mH @ A @ W)
     w2, V2 = torch.cat([w, wb], -1), torch.cat([V, W @ Z], -1)
-    rw, rV = eigh_pushforward(w2, V2, dA, "L", C.options(gauge="ignore"))
+    rw, rV = eigh_pushforward(w2, V2, dA, "L", options(gauge="ignore"))
     assert rel_err(dw, rw[..., :2]) < 1e-10
     assert rel_err(dV, rV[..., :2]) < 1e-10
     assert dV.abs().max() < 10
@@ -191,7 +191,7 @@ def svd_block(A, k, **kw):
     _, cfg = top_k_method(
         "svd", A, k, "randomized", kw.get("oversample"), None, None, 200
     )
-    opts = C.options(gauge="ignore")
+    opts = options(gauge="ignore")
     out = TK.SVDTopK.apply(A, k, cfg, opts)
     return out[3:6], out[6:], cfg, opts
 
@@ -229,7 +229,7 @@ def test_eigh_pushforward_is_the_transpose_of_the_pullback(dtype, largest) -> No
     H = hermitian_with_spectrum(w0 if largest else [-x for x in w0], dtype, seed=2)
     k, n = 2, 20
     _, cfg = top_k_method("eigh", H, k, "randomized", None, None, None, 200)
-    opts = C.options(gauge="ignore")
+    opts = options(gauge="ignore")
     out = TK.EighTopK.apply(H, k, largest, "L", cfg, opts)
     w, V, extras = out[2], out[3], out[4:]
     dH = randn(n, n, dtype=dtype, seed=1)

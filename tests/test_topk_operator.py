@@ -713,9 +713,9 @@ def test_every_numeric_keyword_has_a_rule() -> None:
     """As tests/test_keywords.py for svd/eigh: check_keywords knows them all."""
     import inspect
 
-    from pyspectral import _common as C
+    from pyspectral._validation import _INTEGER_KEYWORDS, _REAL_KEYWORDS
 
-    rules = {"k", *C._INTEGER_KEYWORDS, *C._REAL_KEYWORDS}
+    rules = {"k", *_INTEGER_KEYWORDS, *_REAL_KEYWORDS}
     numeric = {"int", "float", "int | None", "float | None"}
     for f in (ps.svd_topk, ps.eigh_topk):
         for p in inspect.signature(f).parameters.values():

@@ -46,7 +46,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from .. import _common as C
+from .._settings import Options
+from ..common.defaults import eps, peek
 from ..exceptions import InputError
 
 __all__ = [
@@ -129,7 +130,7 @@ def top_k_method(
     for small matrices, blocks wider than ``min(m, n) / 4`` and whenever even
     a fast-converging iteration would cost more than ``AUTO_TRY`` times the
     full decomposition. ``k`` and the numeric keywords were validated by
-    ``_common.check_keywords``."""
+    ``_validation.check_keywords``."""
     kmax = min(A.shape[-2:])
     if method not in ("auto", "full", "randomized"):
         raise InputError(
@@ -137,12 +138,12 @@ def top_k_method(
         )
     extra = max(10, k) if oversample is None else oversample
     p = min(k + extra, kmax)
-    rtol = C.eps(A.dtype) ** 0.75 if rtol is None else rtol
+    rtol = eps(A.dtype) ** 0.75 if rtol is None else rtol
     cfg = TopKConfig(
         method=method,
         p=p,
         max_iter=n_iter,
-        tol=C.eps(A.dtype) ** 0.75,
+        tol=eps(A.dtype) ** 0.75,
         rtol=rtol,
         maxiter=maxiter,
     )
@@ -220,7 +221,7 @@ class _Monitor:
         unit: float,
         budget: float,
         products: int,
-        opts: C.Options,
+        opts: Options,
     ) -> None:
         self.op, self.cfg, self.k, self.kmax = op, cfg, k, kmax
         self.unit, self.budget, self.products, self.opts = unit, budget, products, opts
@@ -237,7 +238,7 @@ class _Monitor:
         self.iterations += 1
         self.spent += self.products * self.unit
         cfg, k, p = self.cfg, self.k, values.shape[-1]
-        values, res, scale = (C._peek(t.detach()) for t in (values, res, scale))
+        values, res, scale = (peek(t.detach()) for t in (values, res, scale))
         # length of the certified prefix of each batch element
         prefix = torch.cumprod((res <= cfg.tol).to(torch.int64), -1).sum(-1)
         needed = self._needed(values, scale)
@@ -276,7 +277,7 @@ class _Monitor:
     def _deg(self, scale: Tensor) -> Tensor:
         if self.opts.degeneracy_atol is not None:
             return torch.full_like(scale, self.opts.degeneracy_atol)
-        return scale * C.eps(scale.dtype) ** 0.75
+        return scale * eps(scale.dtype) ** 0.75
 
     def _needed(self, values: Tensor, scale: Tensor) -> Tensor:
         """Per element, how many leading Ritz pairs the backward needs exactly:
@@ -345,7 +346,7 @@ def svd_topk(
     device: torch.device,
     k: int,
     cfg: TopKConfig,
-    opts: C.Options,
+    opts: Options,
 ) -> TopKResult | None:
     """Top-``k`` singular triplets of the ``(*, m, n)`` operator ``A`` by block
     subspace iteration on ``A A^H`` with a Rayleigh-Ritz step per iteration.
@@ -381,7 +382,7 @@ def eigh_topk(
     k: int,
     largest: bool,
     cfg: TopKConfig,
-    opts: C.Options,
+    opts: Options,
 ) -> TopKResult | None:
     """The ``k`` largest (or smallest) eigenpairs of the Hermitian ``(*, n, n)``
     operator ``A`` by block subspace iteration with a Rayleigh-Ritz step.
@@ -419,7 +420,7 @@ def eigh_topk(
             # eigenvalues past k larger in magnitude than the k-th: they take
             # the block's extra columns; shift once they fill all but one
             invaders = (theta[..., k:].abs() > theta[..., k - 1 : k].abs()).sum(-1)
-            shifted = int(C._peek(invaders).max()) >= max(1, p - k - 1)
+            shifted = int(peek(invaders).max()) >= max(1, p - k - 1)
         if shifted:
             sigma = torch.clamp((low + theta[..., k : k + 1]) / 2, max=0)
             AV = AV - V * sigma.to(dtype).unsqueeze(-2)
@@ -452,7 +453,7 @@ def _randn(shape: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:
 
 
 def _monitor(
-    op: str, cfg: TopKConfig, k: int, shape: tuple, products: int, opts: C.Options
+    op: str, cfg: TopKConfig, k: int, shape: tuple, products: int, opts: Options
 ) -> _Monitor:
     *batch, m, n = shape
     nb = 1

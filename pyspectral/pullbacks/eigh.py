@@ -9,7 +9,16 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import _common as C
+from .._autograd import plain
+from .._second_order import (
+    check_second_order_cotangent,
+    second_order_guard,
+    spectral_clusters,
+)
+from .._settings import Options
+from ..common.defaults import degeneracy_tol, separated
+from ..common.gauge import check_gauge
+from ..common.safemethods import add_diagonal, gap_inverse
 
 __all__ = [
     "eigh_pullback",
@@ -56,7 +65,7 @@ def eigh_pullback(
     gw: Tensor | None,
     gV: Tensor | None,
     uplo: str,
-    opts: C.Options,
+    opts: Options,
     middle_only: bool = False,
 ) -> Tensor | None:
     """Gradient w.r.t. the input of ``eigh`` from the cotangents of ``w, V``
@@ -70,12 +79,12 @@ def eigh_pullback(
     # quotient is 0/0; a gauge-invariant loss has Ka = 0 there.
     if not middle_only:
         # A second derivative through this pullback: its w-cotangent is checked
-        # (see _common.second_order_guard).
-        C.check_second_order_cotangent(gw, (gV,), opts)
+        # (see _second_order.second_order_guard).
+        check_second_order_cotangent(gw, (gV,), opts)
     if gV is None:
         if gw is None:
             return None
-        if C.plain(w, V, gw):
+        if plain(w, V, gw):
             G2 = (V * (gw + gw).unsqueeze(-2).to(V.dtype)) @ V.mH  # 2 V diag(gw) V^H
             return _fold_doubled(G2, uplo)
         G = (V * gw.unsqueeze(-2).to(V.dtype)) @ V.mH
@@ -83,43 +92,43 @@ def eigh_pullback(
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     K = V.mH @ gV
     Ka = K - K.mH
-    plain = opts.broadening is None and not middle_only and C.plain(w, V, gw, gV)
-    if plain and C.separated(w, opts.degeneracy_atol, descending=False):
+    fast = opts.broadening is None and not middle_only and plain(w, V, gw, gV)
+    if fast and separated(w, opts.degeneracy_atol, descending=False):
         if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)
             violation = Ka.diagonal(dim1=-2, dim2=-1)
-            C.check_gauge("eigh", violation, None, (gV,), opts)
+            check_gauge("eigh", violation, None, (gV,), opts)
         return _pullback_separated(V, gw, gap, Ka, uplo)
-    tol = C.degeneracy_atol(w, opts.degeneracy_atol)
-    C.check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
-    M = Ka * (0.5 * C.gap_inverse(gap, tol, opts))
+    tol = degeneracy_tol(w, opts.degeneracy_atol)
+    check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
+    M = Ka * (0.5 * gap_inverse(gap, tol, opts))
     if gw is not None:
-        M = C.add_diagonal(M, gw)
+        M = add_diagonal(M, gw)
     if middle_only:
         return M
     return _second_order_guard(fold_triangle(V @ M @ V.mH, uplo), w, gw, M, opts)
 
 
 def _second_order_guard(
-    gA: Tensor, w: Tensor, gw: Tensor | None, M: Tensor | None, opts: C.Options
+    gA: Tensor, w: Tensor, gw: Tensor | None, M: Tensor | None, opts: Options
 ) -> Tensor:
-    """``gA``, measured by ``C.second_order_guard`` if a second derivative can
+    """``gA``, measured by ``second_order_guard`` if a second derivative can
     be taken through it at a degenerate spectrum (``M``: the middle matrix,
     ``None``: ``diag(gw)``)."""
     if not torch.is_grad_enabled() or opts.gauge == "ignore":
         return gA
-    clusters = C.spectral_clusters(w, opts)
+    clusters = spectral_clusters(w, opts)
     if clusters is None:
         return gA
     if M is None:
         M = torch.diag_embed(gw)
-    return C.second_order_guard("eigh", gA, gw, M, clusters, opts)
+    return second_order_guard("eigh", gA, gw, M, clusters, opts)
 
 
 def _pullback_separated(
     V: Tensor, gw: Tensor | None, gap: Tensor, Ka: Tensor, uplo: str
 ) -> Tensor:
     """``eigh_pullback`` for a spectrum with no degenerate pair
-    (``C.separated``), plain (``C.plain``): the general formula's values, to
+    (``separated``), plain (``plain``): the general formula's values, to
     rounding (it divides where that multiplies by an inverse), in fewer
     passes, in place.
 
@@ -170,9 +179,9 @@ def hermitian_from_triangle(dA: Tensor, uplo: str) -> Tensor:
 
 def tangent_scale(dA: Tensor) -> Tensor:
     """``max |dA|`` per matrix, shape ``(*, 1, 1)`` (0 if empty): the scale of
-    :func:`~pyspectral._common.with_infinite_weights` for a pushforward.
+    :func:`~pyspectral.common.safemethods.with_infinite_weights` for a pushforward.
 
-    ``C.max_abs`` without its ``detach``: a tangent batched by the legacy
+    ``max_abs`` without its ``detach``: a tangent batched by the legacy
     ``vmap`` of ``gradcheck``'s batched forward-AD check has no batching rule
     for ``detach``; the value is the same."""
     if dA.shape[-1] * dA.shape[-2] == 0:
@@ -181,7 +190,7 @@ def tangent_scale(dA: Tensor) -> Tensor:
 
 
 def eigh_pushforward(
-    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: C.Options
+    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: Options
 ) -> tuple[Tensor, Tensor]:
     """Tangents ``(dw, dV)`` of ``eigh`` along ``dA`` (read from the ``uplo``
     triangle): the transpose of :func:`eigh_pullback`, same cluster rule."""
@@ -191,7 +200,7 @@ def eigh_pushforward(
     # inverse, so 0 inside a degenerate cluster (and on the diagonal: no
     # phase rotation).
     dP = V.mH @ hermitian_from_triangle(dA, uplo) @ V
-    tol = C.degeneracy_atol(w, opts.degeneracy_atol)
+    tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
-    dV = V @ (dP * C.gap_inverse(gap, tol, opts))
+    dV = V @ (dP * gap_inverse(gap, tol, opts))
     return dP.diagonal(dim1=-2, dim2=-1).real, dV

@@ -11,9 +11,18 @@ from typing import Callable, NamedTuple
 import torch
 from torch import Tensor
 
-from .. import _common as C
-from .._common import divided_difference
 from .._fns import SpectralFn
+from .._settings import Options
+from ..common.defaults import eps
+from ..common.gauge import policy_applied
+from ..common.safemethods import (
+    ULPS,
+    confluent_divided_difference,
+    divided_difference,
+    divided_difference_with_error,
+    max_abs,
+    with_infinite_weights,
+)
 from .eigh import fold_triangle, hermitian_from_triangle, tangent_scale
 
 __all__ = [
@@ -25,7 +34,7 @@ __all__ = [
 
 
 def matrix_function_pullback(
-    w: Tensor, V: Tensor, fn: SpectralFn, gY: Tensor, uplo: str, opts: C.Options
+    w: Tensor, V: Tensor, fn: SpectralFn, gY: Tensor, uplo: str, opts: Options
 ) -> Tensor:
     """Gradient of ``Y = V f(diag(w)) V^H`` (Daleckii-Krein), exact at every
     spectrum: ``V (L o herm(V^H gY V)) V^H`` with ``L`` the divided differences
@@ -51,10 +60,10 @@ def matrix_function_pullback(
     # infinite divided differences reach, finite elsewhere, never NaN. The fold
     # is inside the linear map: torch's complex arithmetic on inf + 0j (even
     # 2 * z) gives NaN imaginary parts, so no arithmetic may follow the infs.
-    return C.with_infinite_weights(pullback, (L,), C.max_abs(gY))
+    return with_infinite_weights(pullback, (L,), max_abs(gY))
 
 
-def _divided_differences(w: Tensor, fn: SpectralFn, opts: C.Options) -> Tensor:
+def _divided_differences(w: Tensor, fn: SpectralFn, opts: Options) -> Tensor:
     """The matrix ``L_ij = f[w_i, w_j]`` of first divided differences."""
     f, d = fn(w, opts)
     return divided_difference(
@@ -68,7 +77,7 @@ def _divided_differences(w: Tensor, fn: SpectralFn, opts: C.Options) -> Tensor:
 
 
 def matrix_function_pushforward(
-    w: Tensor, V: Tensor, fn: SpectralFn, dA: Tensor, uplo: str, opts: C.Options
+    w: Tensor, V: Tensor, fn: SpectralFn, dA: Tensor, uplo: str, opts: Options
 ) -> Tensor:
     """Tangent of ``Y = V f(diag(w)) V^H`` along ``dA`` (Daleckii-Krein):
     ``V (L o V^H dA_h V) V^H`` with ``dA_h`` read from the ``uplo`` triangle
@@ -80,7 +89,7 @@ def matrix_function_pushforward(
     def pushforward(L: Tensor) -> Tensor:
         return V @ (L * dP) @ V.mH
 
-    return C.with_infinite_weights(pushforward, (L,), tangent_scale(dA))
+    return with_infinite_weights(pushforward, (L,), tangent_scale(dA))
 
 
 # ---------------------------------------------------------- second order
@@ -113,10 +122,10 @@ class Nodes(NamedTuple):
     h: Tensor
 
 
-def spectral_nodes(w: Tensor, fn: SpectralFn, opts: C.Options) -> Nodes:
+def spectral_nodes(w: Tensor, fn: SpectralFn, opts: Options) -> Nodes:
     """The spectrum ``w`` as nodes of ``fn`` (the forward has applied the gauge
     policy to this spectrum already: evaluating ``fn`` here does not warn)."""
-    opts = C.policy_applied(opts)
+    opts = policy_applied(opts)
     f, d = fn(w, opts)
     return Nodes(w, f, d, fn.second(w, opts))
 
@@ -150,7 +159,7 @@ def _confluent_form(N1: Tensor, N2: Tensor, pairs: list) -> Tensor:
 def _first(a: Nodes, b: Nodes) -> tuple[Tensor, Tensor]:
     """``f[a_i, b_j]`` and its error estimate."""
     col, row = (lambda t: t.unsqueeze(-1)), (lambda t: t.unsqueeze(-2))
-    return C.divided_difference_with_error(
+    return divided_difference_with_error(
         col(a.x), row(b.x), col(a.f), row(b.f), col(a.d), row(b.d), col(a.h), row(b.h)
     )
 
@@ -158,7 +167,7 @@ def _first(a: Nodes, b: Nodes) -> tuple[Tensor, Tensor]:
 def _confluent(a: Nodes, b: Nodes, L: Tensor, E: Tensor) -> Tensor:
     """``f[a_i, a_i, b_k]`` from ``L = f[a_i, b_k]`` with error ``E``."""
     col, row = (lambda t: t.unsqueeze(-1)), (lambda t: t.unsqueeze(-2))
-    return C.confluent_divided_difference(
+    return confluent_divided_difference(
         col(a.x), row(b.x), col(a.d), col(a.h), row(b.h), L, E
     )
 
@@ -182,7 +191,7 @@ def contraction(rho: Nodes, lam: Nodes, kap: Nodes, pairs: list) -> Contraction:
     # Rounding of the quotient form: that of the first divided differences
     # (E) and of the products (a few ulps of |F1| per term, times a summation
     # factor).
-    c = C.eps(delta.dtype) * (C.ULPS + lam.x.shape[-1] ** 0.5)
+    c = eps(delta.dtype) * (ULPS + lam.x.shape[-1] ** 0.5)
     a1, a2 = c * fin[0].abs() + E1, c * fin[1].abs() + E2
     rounding = (
         sum((a1 * X.abs()) @ Y.abs() + X.abs() @ (a2 * Y.abs()) for X, Y in pairs)
@@ -198,7 +207,7 @@ def matrix_function_second(
     fn: SpectralFn,
     E: Tensor,
     D: Tensor,
-    opts: C.Options,
+    opts: Options,
     finish: Callable[[Tensor], Tensor],
     scale: Tensor,
 ) -> Tensor:
@@ -216,7 +225,7 @@ def matrix_function_second(
     def second(*weights: Tensor) -> Tensor:
         return finish(V @ T(weights, pairs) @ V.mH)
 
-    return C.with_infinite_weights(second, T.weights, scale)
+    return with_infinite_weights(second, T.weights, scale)
 
 
 def matrix_function_second_order(
@@ -226,7 +235,7 @@ def matrix_function_second_order(
     gY: Tensor,
     dA: Tensor,
     uplo: str,
-    opts: C.Options,
+    opts: Options,
 ) -> Tensor:
     """Derivative of :func:`matrix_function_pullback` (at the cotangent ``gY``)
     along ``dA`` (read from the ``uplo`` triangle), which is also its pullback
@@ -240,5 +249,5 @@ def matrix_function_second_order(
         hermitian_from_triangle(dA, uplo),
         opts,
         lambda G: fold_triangle(G, uplo),
-        C.max_abs(gY) * tangent_scale(dA),
+        max_abs(gY) * tangent_scale(dA),
     )

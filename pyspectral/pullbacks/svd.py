@@ -9,9 +9,23 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .. import _common as C
-from .._common import divided_difference
+from .._autograd import plain
 from .._fns import SpectralFn
+from .._second_order import (
+    check_second_order_cotangent,
+    second_order_guard,
+    spectral_clusters,
+)
+from .._settings import Options
+from ..common.defaults import degeneracy_tol, eps34, separated
+from ..common.gauge import check_gauge, policy_applied
+from ..common.safemethods import (
+    add_diagonal,
+    divided_difference,
+    gap_inverse,
+    max_abs,
+    with_infinite_weights,
+)
 from .eigh import tangent_scale
 from .matfun import Nodes, contraction, spectral_nodes
 
@@ -35,7 +49,7 @@ def svd_pullback(
     gU: Tensor | None,
     gS: Tensor | None,
     gVh: Tensor | None,
-    opts: C.Options,
+    opts: Options,
     middle_only: bool = False,
     gauge_extra: float = 0.0,
 ) -> Tensor | None:
@@ -66,8 +80,8 @@ def svd_pullback(
         Vh, gVh = V.mH, None if gV is None else gV.mH
     if not middle_only:
         # A second derivative through this pullback: its S-cotangent is checked
-        # (see _common.second_order_guard).
-        C.check_second_order_cotangent(gS, (gU, gVh), opts)
+        # (see _second_order.second_order_guard).
+        check_second_order_cotangent(gS, (gU, gVh), opts)
     if gU is None and gVh is None:
         if gS is None:
             return None
@@ -80,26 +94,26 @@ def svd_pullback(
     Ka = 0 if K is None else _skew(K)
     JKa = Ja + Ka
     M = None
-    if opts.broadening is None and gauge_extra == 0 and C.plain(U, S, Vh, gU, gS, gVh):
+    if opts.broadening is None and gauge_extra == 0 and plain(U, S, Vh, gU, gS, gVh):
         M = _middle_separated(S, JKa, Ja - Ka, gS, gU, gVh, opts)
     if M is None:  # the general formula
-        tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+        tol = degeneracy_tol(S, opts.degeneracy_atol)
         Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
         gap = Sj - Si
         blocks = _blocks(gU, gVh)
-        C.check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
-        M = JKa * (0.5 * C.gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
-            0.5 * C.gap_inverse(Sj + Si, tol, opts)
+        check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
+        M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
+            0.5 * gap_inverse(Sj + Si, tol, opts)
         )
         if gS is not None:
-            M = C.add_diagonal(M, gS)
+            M = add_diagonal(M, gS)
     if middle_only:
         return M
     gA = U @ M @ Vh
     tall, wide = U.shape[-2] > k and J is not None, Vh.shape[-1] > k and K is not None
     if tall or wide:
-        tol = C.degeneracy_atol(S, opts.degeneracy_atol)
-        Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
+        tol = degeneracy_tol(S, opts.degeneracy_atol)
+        Sinv = gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
     if tall:
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
     if wide:
@@ -113,19 +127,19 @@ def _second_order_guard(
     gS: Tensor | None,
     M: Tensor | None,
     complement: bool,
-    opts: C.Options,
+    opts: Options,
 ) -> Tensor:
-    """``gA``, measured by ``C.second_order_guard`` if a second derivative can
+    """``gA``, measured by ``second_order_guard`` if a second derivative can
     be taken through it at a degenerate spectrum (``M``: the middle matrix,
     ``None``: ``diag(gS)``)."""
     if not torch.is_grad_enabled() or opts.gauge == "ignore":
         return gA
-    clusters = C.spectral_clusters(S, opts, complement or gA.is_complex())
+    clusters = spectral_clusters(S, opts, complement or gA.is_complex())
     if clusters is None:
         return gA
     if M is None:
         M = torch.diag_embed(gS)
-    return C.second_order_guard("svd", gA, gS, M, clusters, opts)
+    return second_order_guard("svd", gA, gS, M, clusters, opts)
 
 
 def _blocks(*cotangents: Tensor | None) -> tuple[Tensor, ...]:
@@ -140,10 +154,10 @@ def _middle_separated(
     gS: Tensor | None,
     gU: Tensor | None,
     gVh: Tensor | None,
-    opts: C.Options,
+    opts: Options,
 ) -> Tensor | None:
-    """The middle matrix ``M`` of a plain (``C.plain``) pullback if no two
-    singular values are degenerate (``C.separated``; ``S >= 0`` descending, as
+    """The middle matrix ``M`` of a plain (``plain``) pullback if no two
+    singular values are degenerate (``separated``; ``S >= 0`` descending, as
     svd returns it), else None: the general formula's values, to rounding (it
     divides where that multiplies by inverses), in fewer passes.
 
@@ -156,7 +170,7 @@ def _middle_separated(
     ``JKd_ii = 0``). The gauge check is the diagonal's (real input: nothing).
     """
     atol = opts.degeneracy_atol
-    if not C.separated(S, atol, descending=True):
+    if not separated(S, atol, descending=True):
         return None
     S2 = S + S
     Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
@@ -165,10 +179,10 @@ def _middle_separated(
     diagonal = M.diagonal(dim1=-2, dim2=-1)
     if JKa.is_complex():
         violation = JKa.diagonal(dim1=-2, dim2=-1)
-        C.check_gauge("svd", violation, None, _blocks(gU, gVh), opts)
+        check_gauge("svd", violation, None, _blocks(gU, gVh), opts)
         # JKd_ii / (4 s_i), cut where 2 s_i <= tol, i.e. 4 s_i <= 2 tol
         if atol is None:  # 2 tol = max(2 S) eps**(3/4); max(S) = S[0] >= 0
-            tol2 = S2[..., :1] * C.eps34(S.dtype)
+            tol2 = S2[..., :1] * eps34(S.dtype)
         else:
             tol2 = S2.new_full((*S.shape[:-1], 1), 2 * atol)
         S4 = S2 + S2
@@ -182,7 +196,7 @@ def _middle_separated(
 
 
 def _fold_complement(
-    op: str, U: Tensor, gU: Tensor | None, k: int, opts: C.Options
+    op: str, U: Tensor, gU: Tensor | None, k: int, opts: Options
 ) -> tuple[Tensor, Tensor | None]:
     """Fold the cotangent of the complement columns ``U[..., k:]`` of a full
     SVD into the thin one: ``gU_k -= U_perp (gU_perp^H U_k)``.
@@ -197,7 +211,7 @@ def _fold_complement(
     gUp = gU[..., k:]
     block = Up.mH @ gUp
     everywhere = torch.ones(block.shape[-2:], dtype=torch.bool, device=U.device)
-    C.check_gauge(op, _skew(block), everywhere, (gU,), opts)
+    check_gauge(op, _skew(block), everywhere, (gU,), opts)
     return Uk, gU[..., :k] - Up @ (gUp.mH @ Uk)
 
 
@@ -218,7 +232,7 @@ def _svd_function_weights(
 
 
 def svd_function_pullback(
-    U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, gY: Tensor, opts: C.Options
+    U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, gY: Tensor, opts: Options
 ) -> Tensor:
     """Gradient of ``Y = U f(S) Vh`` (thin SVD) with cotangent ``gY``.
 
@@ -233,7 +247,7 @@ def svd_function_pullback(
     # then +-inf where they reach and finite elsewhere (with_infinite_weights).
     # The forward has applied the gauge policy to this spectrum (a truncation
     # inside a cluster) already: evaluating f here must not warn a second time.
-    f, d = fn(S, C.policy_applied(opts))
+    f, d = fn(S, policy_applied(opts))
     tall, wide = U.shape[-2] > S.shape[-1], Vh.shape[-1] > S.shape[-1]
     Lm, Lp, w = _svd_function_weights(S, f, d, tall or wide)
     X = U.mH @ gY @ Vh.mH
@@ -247,11 +261,11 @@ def svd_function_pullback(
             gA = gA + (U * w) @ (U.mH @ gY - X @ Vh)
         return gA
 
-    return C.with_infinite_weights(pullback, (Lm, Lp, w), C.max_abs(gY))
+    return with_infinite_weights(pullback, (Lm, Lp, w), max_abs(gY))
 
 
 def svd_pushforward(
-    U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: C.Options
+    U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: Options
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Tangents ``(dU, dS, dVh)`` of ``A = U diag(S) Vh`` along ``dA``: the
     transpose of :func:`svd_pullback`, with the same cluster rule.
@@ -273,16 +287,16 @@ def svd_pushforward(
     # (I - U U^H) dA V S^-1 and (I - V V^H) dA^H U S^-1 are added one-sided.
     k = S.shape[-1]
     Uk, Vk = U[..., :k], Vh[..., :k, :].mH
-    tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+    tol = degeneracy_tol(S, opts.degeneracy_atol)
     Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
     dAV = dA @ Vk
     dP = Uk.mH @ dAV
     H, K = (dP + dP.mH) * 0.5, (dP - dP.mH) * 0.5
-    Hg = H * C.gap_inverse(Sj - Si, tol, opts)
-    Ks = K * C.gap_inverse(Sj + Si, tol, opts)
+    Hg = H * gap_inverse(Sj - Si, tol, opts)
+    Ks = K * gap_inverse(Sj + Si, tol, opts)
     dS = dP.diagonal(dim1=-2, dim2=-1).real
     dU, dV = Uk @ (Hg + Ks), Vk @ (Hg - Ks)
-    Sinv = C.gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2).to(U.dtype)
+    Sinv = gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2).to(U.dtype)
     if U.shape[-2] > k:
         dU = dU + (dAV - Uk @ dP) * Sinv
     if Vh.shape[-1] > k:
@@ -304,12 +318,12 @@ def _complement_tangent(U: Tensor, Uk: Tensor, dUk: Tensor) -> Tensor:
 
 
 def svd_function_pushforward(
-    U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, dA: Tensor, opts: C.Options
+    U: Tensor, S: Tensor, Vh: Tensor, fn: SpectralFn, dA: Tensor, opts: Options
 ) -> Tensor:
     """Tangent of ``Y = U f(S) Vh`` (thin SVD) along ``dA``, exact at every
     spectrum: the map of :func:`svd_function_pullback` (self-adjoint
     entrywise) applied to ``dA``, with the same divided differences."""
-    f, d = fn(S, C.policy_applied(opts))
+    f, d = fn(S, policy_applied(opts))
     tall, wide = U.shape[-2] > S.shape[-1], Vh.shape[-1] > S.shape[-1]
     Lm, Lp, w = _svd_function_weights(S, f, d, tall or wide)
     dAV = dA @ Vh.mH
@@ -324,7 +338,7 @@ def svd_function_pushforward(
             dY = dY + (U * w) @ (U.mH @ dA - dP @ Vh)
         return dY
 
-    return C.with_infinite_weights(pushforward, (Lm, Lp, w), tangent_scale(dA))
+    return with_infinite_weights(pushforward, (Lm, Lp, w), tangent_scale(dA))
 
 
 # ---------------------------------------------------------- second order
@@ -371,7 +385,7 @@ def svd_function_second_order(
     fn: SpectralFn,
     gY: Tensor,
     dA: Tensor,
-    opts: C.Options,
+    opts: Options,
 ) -> Tensor:
     """Derivative of :func:`svd_function_pullback` (at the cotangent ``gY``)
     along ``dA``, which is also its pullback w.r.t. ``A`` with cotangent
@@ -416,4 +430,4 @@ def svd_function_second_order(
         return out
 
     weights = tuple(w for part in parts for w in part.weights)
-    return C.with_infinite_weights(second, weights, C.max_abs(gY) * tangent_scale(dA))
+    return with_infinite_weights(second, weights, max_abs(gY) * tangent_scale(dA))

@@ -45,7 +45,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from .. import _common as C
+from .._settings import Options
+from ..common.defaults import degeneracy_tol, eps, peek
 from .eigh import eigh_pullback, eigh_pushforward
 from .svd import svd_pullback, svd_pushforward
 
@@ -75,7 +76,7 @@ def truncated_svd_pullback(
     gU: Tensor | None,
     gS: Tensor | None,
     gVh: Tensor | None,
-    opts: C.Options,
+    opts: Options,
     rtol: float,
     maxiter: int,
     extras: tuple[Tensor, Tensor] | None = None,
@@ -97,7 +98,7 @@ def truncated_svd_pullback(
     d = S.shape[-1]
     PU = torch.zeros_like(Uk) if gU is None else gU - U @ (U.mH @ gU)
     PV = torch.zeros_like(Vk) if gVh is None else gVh.mH - V @ (V.mH @ gVh.mH)
-    tol = C.degeneracy_atol(S, opts.degeneracy_atol)  # (*, 1, 1)
+    tol = degeneracy_tol(S, opts.degeneracy_atol)  # (*, 1, 1)
     keep = (Sk.unsqueeze(-2) > tol).to(U.dtype)  # pseudo-inverse: 0 below tol
     complete = d >= min(U.shape[-2], V.shape[-2])
     M = svd_pullback(
@@ -189,13 +190,13 @@ def _zero_block_gauge(PU: Tensor, PV: Tensor, keep: Tensor) -> float:
     the gauge policy applies to it, as it would on the full path.
     """
     zero = keep == 0  # (*, 1, k)
-    if not bool(C._peek(zero).any()):
+    if not bool(peek(zero).any()):
         return 0.0
     norms = torch.sqrt(
         torch.linalg.vector_norm(PU, dim=-2, keepdim=True) ** 2
         + torch.linalg.vector_norm(PV, dim=-2, keepdim=True) ** 2
     )
-    return float(C._peek(norms.masked_select(zero)).max())
+    return float(peek(norms.masked_select(zero)).max())
 
 
 def truncated_eigh_pullback(
@@ -206,7 +207,7 @@ def truncated_eigh_pullback(
     gw: Tensor | None,
     gV: Tensor | None,
     largest: bool,
-    opts: C.Options,
+    opts: Options,
     rtol: float,
     maxiter: int,
     extras: tuple[Tensor, Tensor] | None = None,
@@ -315,7 +316,7 @@ def truncated_svd_pushforward(
     V: Tensor,
     k: int,
     dA: Tensor,
-    opts: C.Options,
+    opts: Options,
     rtol: float,
     maxiter: int,
     extras: tuple[Tensor, Tensor] | None = None,
@@ -331,7 +332,7 @@ def truncated_svd_pushforward(
     Wu, dS, Wvh = svd_pushforward(I_d, S, I_d, dP, opts)
     PU = dAV[..., :k] - U @ dP[..., :k]
     PV = dAhU - V @ (V.mH @ dAhU)
-    tol = C.degeneracy_atol(S, opts.degeneracy_atol)
+    tol = degeneracy_tol(S, opts.degeneracy_atol)
     keep = (S[..., :k].unsqueeze(-2) > tol).to(U.dtype)  # pseudo-inverse
     X, Y, residual = _svd_complement(
         matmul, rmatmul, U, S, V, k, PU, PV, keep, rtol, maxiter, extras
@@ -348,7 +349,7 @@ def truncated_eigh_pushforward(
     k: int,
     dH: Tensor,
     largest: bool,
-    opts: C.Options,
+    opts: Options,
     rtol: float,
     maxiter: int,
     extras: tuple[Tensor, Tensor] | None = None,
@@ -422,7 +423,7 @@ def _cg(op: Any, b: Tensor, rtol: float, maxiter: int, pre: Any):
     p = z
     rr, rz = dot(r, r), dot(r, z)
     target = (rtol**2) * rr
-    noise = 16 * C.eps(b.dtype)
+    noise = 16 * eps(b.dtype)
     active = _columns(rr > target)
     for _ in range(maxiter):
         if active.numel() == 0:
@@ -445,16 +446,16 @@ def _cg(op: Any, b: Tensor, rtol: float, maxiter: int, pre: Any):
         going = (rr_new > target[..., active]) & ok
         active = active[_columns(going)]
     left = rr > target
-    if not bool(C._peek(left).any()):
+    if not bool(peek(left).any()):
         return x, 0.0
     ratio = torch.where(left, rr / torch.where(target > 0, target, 1.0), 0.0)
-    return x, float(C._peek(ratio).max()) ** 0.5 * rtol
+    return x, float(peek(ratio).max()) ** 0.5 * rtol
 
 
 def _columns(mask: Tensor) -> Tensor:
     """Indices of the columns (last dim) where ``mask`` holds for some batch
     element (read through torch.func wrappers: every element decides)."""
-    m = C._peek(mask.detach())
+    m = peek(mask.detach())
     m = m.reshape(-1, m.shape[-1]).any(0)
     return m.nonzero().squeeze(-1).to(mask.device)
 
@@ -496,7 +497,7 @@ def dense_truncated_svd_pullback(
     gU: Tensor | None,
     gS: Tensor | None,
     gVh: Tensor | None,
-    opts: C.Options,
+    opts: Options,
 ) -> Tensor | None:
     """The full path's pullback for a dense ``A``, in the basis of the given
     block: the block completed by an SVD of ``A`` on the complement of
@@ -517,7 +518,7 @@ def dense_truncated_eigh_pullback(
     gw: Tensor | None,
     gV: Tensor | None,
     uplo: str,
-    opts: C.Options,
+    opts: Options,
 ) -> Tensor | None:
     """``dense_truncated_svd_pullback`` for ``eigh`` (folded onto ``uplo``)."""
     w2, V2 = _completed_eigh(A, w, V)
@@ -526,7 +527,7 @@ def dense_truncated_eigh_pullback(
 
 
 def dense_truncated_svd_pushforward(
-    A: Tensor, U: Tensor, S: Tensor, V: Tensor, k: int, dA: Tensor, opts: C.Options
+    A: Tensor, U: Tensor, S: Tensor, V: Tensor, k: int, dA: Tensor, opts: Options
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The full path's pushforward for a dense ``A`` in the basis of the given
     block (completed as in :func:`dense_truncated_svd_pullback`), restricted
@@ -537,7 +538,7 @@ def dense_truncated_svd_pushforward(
 
 
 def dense_truncated_eigh_pushforward(
-    A: Tensor, w: Tensor, V: Tensor, k: int, dH: Tensor, opts: C.Options
+    A: Tensor, w: Tensor, V: Tensor, k: int, dH: Tensor, opts: Options
 ) -> tuple[Tensor, Tensor]:
     """``dense_truncated_svd_pushforward`` for ``eigh``, along the Hermitian
     tangent ``dH``."""

@@ -224,7 +224,7 @@ function dd_grid(ends)
     return out
 end
 
-# The same checks as tests/test_common.py (test_divided_difference_*,
+# The same checks as tests/test_safemethods.py (test_divided_difference_*,
 # test_exp_near_zero_through_matrix_function) for pyspectral's divided_difference.
 @testset "divided differences" begin
     Random.seed!(10)

@@ -1,5 +1,5 @@
 # Tolerance defaults: the one place where a `nothing` tolerance becomes a number.
-# The formulas are those of MATH.md and of pyspectral/_common.py; change them in
+# The formulas are those of MATH.md and of pyspectral/common/defaults.py; change them in
 # both places or in neither.
 
 # eps^(3/4) of the real type underneath `T`: far above rounding noise, far below
@@ -44,7 +44,7 @@ default_hermitian_tol(A::AbstractMatrix) = _maxabs(A) * _eps34(eltype(A))
 
 # Keyword validation, shared by every public entry point: the one place where the
 # numeric keywords are checked, before any work. The rules and their wording are those
-# of `check_keywords` in pyspectral/_common.py (`nothing` for None; `rtol`, `maxiter`
+# of `check_keywords` in pyspectral/_validation.py (`nothing` for None; `rtol`, `maxiter`
 # for backward_rtol, backward_maxiter); change them in both places or in neither.
 _isinteger(x) = x isa Integer && !(x isa Bool)
 _isnumber(x) = x isa Real && !(x isa Bool)

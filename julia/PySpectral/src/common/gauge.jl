@@ -15,7 +15,7 @@ end
 
 Base.showerror(io::IO, e::GaugeError) = print(io, "GaugeError: ", e.msg)
 
-# Same text as pyspectral._common.gauge_message. No Printf: round to 3 digits.
+# Same text as pyspectral.common.gauge.gauge_message. No Printf: round to 3 digits.
 function gauge_message(op, viol, tol)
     return string(op, ": the incoming gradient depends on the basis chosen inside a ",
         "degenerate subspace (measured ", round(viol; sigdigits=3), " > gauge_atol ",

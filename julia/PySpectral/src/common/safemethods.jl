@@ -54,7 +54,7 @@ Stable divided difference `(fa - fb) / (a - b)`, tending to `(da + db) / 2` as
 twice its own rounding error, the average elsewhere (the two then agree to that
 error). This assumes nothing about the scale on which `f` varies (`exp` near 0 varies
 on scale 1, not `|a|`) and squares nothing (no underflow). Same criterion as
-`divided_difference` in pyspectral/_common.py.
+`divided_difference` in pyspectral/common/safemethods.py.
 
 An infinite derivative at an end (`sqrt` at 0) never replaces a finite quotient:
 `sqrt[0, x] = sqrt(x) / x` is finite for `x ≠ 0`; only the limit `a = b` itself is
@@ -84,7 +84,7 @@ weights set to 0 (the finite part) and with only their signs (the direction `D` 
 infinite part). An entry is `sign(D) * Inf` where `abs(D) > tol` (the rounding level,
 [`infinite_weights_tol`](@ref)), else the finite part; complex entries by real and
 imaginary part. Without infinite weights `linear` runs once. Same rule as
-`with_infinite_weights` in pyspectral/_common.py.
+`with_infinite_weights` in pyspectral/common/safemethods.py.
 """
 function with_infinite_weights(linear, tol::Real, weights::AbstractArray...)
     any(w -> any(isinf, w), weights) || return linear(weights...)

@@ -1,0 +1,221 @@
+"""Second derivatives through the ``svd`` / ``eigh`` pullbacks at a degenerate
+spectrum: where they are exact, and the guard that measures it and applies
+the gauge policy where they are not.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ._settings import Options
+from .common.defaults import degeneracy_tol, eps, gauge_tol, peek
+from .common.gauge import apply_gauge_policy
+
+# ------------------------------------------------ second order of svd / eigh
+#
+# At a degenerate cluster the svd / eigh pullbacks drop the 0/0 terms of the
+# cluster (first order: exact for the losses that the gauge policy accepts).
+# Their derivative, a second derivative of the loss, drops the next 0/0 terms:
+# the rotation inside the cluster, which along A + t D is the finite rotation
+# that diagonalises D in the cluster (degenerate perturbation theory), and the
+# divided difference of the S-cotangent over the cluster. Neither is in the
+# cotangents. The second derivative is still exact where both vanish: where the
+# first-order middle matrix M (gA = U M Vh) commutes with every rotation inside
+# every cluster (M scalar on the cluster and decoupled from the rest), and the
+# change of the S-cotangent is constant on every cluster (sum(S), (sum S)**2).
+# A zero singular value with a complement (rectangular or complex input, or
+# two zeros) is a cluster with -0 and the complement, on which the odd
+# extension makes that constant 0. The guard measures both, when a second
+# derivative is taken: forward over reverse (its jvp sees the tangent of the
+# S-cotangent) and reverse over reverse (its backward runs first, and leaves
+# the S-cotangent check to the pullback's next call, the second-order one).
+
+
+class SecondOrderCheck:
+    """What a second derivative through a pullback at a degenerate spectrum
+    must measure: ``coupling`` (``max |M|`` off the rotation-invariant
+    pattern, with its tolerance ``coupling_tol``) and the clusters (``pairs``,
+    ``zeros``) on which the change of the S-cotangent must be constant (0)."""
+
+    def __init__(self, op: str, pairs, zeros, coupling, coupling_tol, opts):
+        self.op, self.pairs, self.zeros, self.opts = op, pairs, zeros, opts
+        self.coupling, self.coupling_tol = coupling, coupling_tol
+
+    def reverse(self) -> None:
+        """Reverse over reverse: the coupling here; the S-cotangent at the
+        pullback's second-order call (:func:`check_second_order_cotangent`)."""
+        if not self._coupling():
+            self.opts.state.second_order = self
+
+    def forward(self, dgS: torch.Tensor | None) -> None:
+        """Forward over reverse: the coupling and the tangent of the
+        S-cotangent."""
+        if not self._coupling() and dgS is not None:
+            self.spectral(dgS, (dgS,))
+
+    def _coupling(self) -> bool:
+        if self.coupling > self.coupling_tol:
+            vectors = "singular vectors" if self.op == "svd" else "eigenvectors"
+            apply_gauge_policy(
+                f"{self.op}: second derivative (double backward, hessian) at a "
+                f"degenerate spectrum: the gradient depends on the {vectors} "
+                f"inside a degenerate cluster (coupling measured "
+                f"{self.coupling:.3g} > {self.coupling_tol:.3g}), and the exact "
+                "second derivative needs their rotation inside it, which is not "
+                f"in the cotangents: it is not exact. {_remedy(self.op)}",
+                self.opts,
+            )
+            return True
+        return False
+
+    def spectral(self, g: torch.Tensor, scale: tuple[torch.Tensor, ...]) -> None:
+        """Apply the gauge policy if ``g`` (the change of the S-cotangent, or
+        the second-order S-cotangent) is not constant on each cluster (0 on
+        the zero clusters)."""
+        with torch.no_grad():
+            g = peek(g)
+            pairs, zeros = _aligned(self.pairs, self.zeros, g.shape[:-1])
+            spread = (g.unsqueeze(-1) - g.unsqueeze(-2)).abs().masked_select(pairs)
+            at_zeros = g.abs().masked_select(zeros)
+            measured = max(
+                (float(t.max()) for t in (spread, at_zeros) if t.numel()), default=0.0
+            )
+        if measured == 0:
+            return
+        tol = gauge_tol(*(b for b in scale if b is not None), atol=self.opts.gauge_atol)
+        if measured > tol:
+            values = "singular values" if self.op == "svd" else "eigenvalues"
+            apply_gauge_policy(
+                f"{self.op}: second derivative (double backward, hessian) at a "
+                f"degenerate spectrum: the derivative of the gradient w.r.t. the "
+                f"{values} differs inside a degenerate cluster (measured "
+                f"{measured:.3g} > {tol:.3g}); the exact second derivative needs "
+                "its divided difference over the cluster, which is not in the "
+                f"cotangents: it is not exact. {_remedy(self.op)}",
+                self.opts,
+            )
+
+
+def _aligned(
+    pairs: torch.Tensor, zeros: torch.Tensor, batch: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The cluster masks broadcastable against a tensor of batch shape
+    ``batch``: as they are where their batch shape ends it (extra leading
+    dimensions: a transform's, such as jacrev's basis), else the pairs of any
+    batch element."""
+    b = pairs.shape[:-2]
+    if len(b) <= len(batch) and batch[len(batch) - len(b) :] == b:
+        return pairs, zeros
+    k = pairs.shape[-1]
+    return pairs.reshape(-1, k, k).any(0), zeros.reshape(-1, k).any(0)
+
+
+def _remedy(op: str) -> str:
+    if op == "svd":
+        return (
+            "svd_function has exact second derivatives at every spectrum: e.g. "
+            "sum(S**3) = <A, svd_function(A, ('pow', 2))>."
+        )
+    return (
+        "matrix_function has exact second derivatives at every spectrum: e.g. "
+        "sum(w**3) = trace(matrix_function(A, ('pow', 3)))."
+    )
+
+
+class _SecondOrderGuard(torch.autograd.Function):
+    """Identity on a first-order gradient built differentiably; its backward
+    and jvp run when a second derivative is taken, and measure it."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(gA: torch.Tensor, gS: Any, check: SecondOrderCheck) -> torch.Tensor:
+        return gA.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.check = inputs[2]
+
+    @staticmethod
+    def backward(ctx: Any, R: torch.Tensor) -> tuple:
+        ctx.check.reverse()
+        return R, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dgA: torch.Tensor, dgS: Any, _: Any) -> torch.Tensor:
+        ctx.check.forward(dgS)
+        return dgA
+
+
+def spectral_clusters(
+    spectrum: torch.Tensor, opts: Options, svd_zeros: bool | None = None
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The degenerate pairs ``i != j`` of ``spectrum`` (within
+    ``degeneracy_atol``) and, for singular values (``svd_zeros`` not None),
+    the zero clusters: values within ``degeneracy_atol`` of 0 that have a
+    complement or a phase of their own (``svd_zeros``) or another zero (two
+    zero singular values rotate independently). None if there are none, or
+    under Lorentzian broadening (which drops nothing). Plain tensors."""
+    if opts.broadening is not None:
+        return None
+    s = peek(spectrum.detach())
+    k = s.shape[-1]
+    if k == 0 or s.numel() == 0:
+        return None
+    tol = peek(degeneracy_tol(s, opts.degeneracy_atol))
+    pairs = (s.unsqueeze(-1) - s.unsqueeze(-2)).abs() <= tol
+    pairs &= ~torch.eye(k, dtype=torch.bool, device=s.device)
+    zeros = torch.zeros_like(s, dtype=torch.bool)
+    if svd_zeros is not None:
+        small = s <= tol[..., 0]
+        zeros = small & (svd_zeros | (small.sum(-1, keepdim=True) > 1))
+    if not (bool(pairs.any()) or bool(zeros.any())):
+        return None
+    # Plain tensors, for a second derivative taken at another level of torch.func
+    return peek(pairs), peek(zeros)
+
+
+def second_order_guard(
+    op: str,
+    gA: torch.Tensor,
+    gS: torch.Tensor | None,
+    M: torch.Tensor,
+    clusters: tuple[torch.Tensor, torch.Tensor],
+    opts: Options,
+) -> torch.Tensor:
+    """``gA`` through :class:`_SecondOrderGuard` (see the comment above), where
+    a gradient is built differentiably at a degenerate spectrum; ``M`` is the
+    first-order middle matrix (``gA = U M Vh``)."""
+    P = peek(M.detach())
+    pairs, zeros = (peek(t) for t in _aligned(*clusters, P.shape[:-2]))
+    # Off the rotation-invariant pattern: the entries that couple a cluster
+    # (or a zero) to the rest or lie off the diagonal inside it, the spread of
+    # the diagonal on it, and the rows and columns of the zeros.
+    member = pairs.any(-1) | zeros
+    couple = (member.unsqueeze(-1) | member.unsqueeze(-2)) & ~torch.eye(
+        P.shape[-1], dtype=torch.bool, device=P.device
+    )
+    d = P.diagonal(dim1=-2, dim2=-1)
+    parts = [
+        P.abs().masked_select(couple),
+        (d.unsqueeze(-1) - d.unsqueeze(-2)).abs().masked_select(pairs),
+        d.abs().masked_select(zeros),
+    ]
+    coupling = max((float(p.max()) for p in parts if p.numel()), default=0.0)
+    tol = opts.gauge_atol
+    if tol is None:
+        tol = eps(P.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)
+    check = SecondOrderCheck(op, pairs, zeros, coupling, tol, opts)
+    return _SecondOrderGuard.apply(gA, gS, check)
+
+
+def check_second_order_cotangent(
+    gS: torch.Tensor | None, scale: tuple[torch.Tensor | None, ...], opts: Options
+) -> None:
+    """In the pullback's call after :class:`_SecondOrderGuard`'s backward (the
+    second-order one): the S-cotangent must be constant on the clusters."""
+    check, opts.state.second_order = opts.state.second_order, None
+    if check is not None and gS is not None:
+        check.spectral(gS, (gS, *scale))

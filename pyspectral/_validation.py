@@ -1,0 +1,263 @@
+"""Argument checks of the public calls, done in Python before any backend
+runs: matrices (dtype, shape, finiteness of what is read), ``UPLO``,
+Hermitian input, ``out=``, and every numeric keyword (the same rules, in the
+same words, as ``julia/PySpectral/src/common/defaults.jl``).
+"""
+
+from __future__ import annotations
+
+import cmath
+import math
+import numbers
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .common.defaults import eps, peek
+from .exceptions import (
+    BackendError,
+    DtypeError,
+    InputError,
+    InputTypeError,
+    NonFiniteError,
+    ShapeError,
+    UPLOError,
+)
+
+# Every numeric keyword of the public API: what it must be (said in the error
+# message) and the test its value must pass once normalised (a Python int for
+# the integer ones, a float for the others; NaN fails every test). The same
+# rules, in the same words, are in julia/PySpectral/src/common/defaults.jl.
+_INTEGER_KEYWORDS: dict[str, tuple[str, Callable[[int], bool]]] = {
+    "oversample": ("an integer >= 0, or None (automatic)", lambda x: x >= 0),
+    "n_iter": ("an integer >= 0, or None (automatic)", lambda x: x >= 0),
+    "backward_maxiter": ("an integer >= 1", lambda x: x >= 1),
+}
+# None means "chosen from the data" (the top-k iteration's block and budget).
+_OPTIONAL_INTEGERS = ("oversample", "n_iter")
+_TOLERANCE = ("a finite number >= 0, or None", lambda x: 0 <= x < math.inf)
+_REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
+    "backward_rtol": (
+        "a number with 0 < backward_rtol < 1, or None",
+        lambda x: 0 < x < 1,
+    ),
+    "broadening": ("a finite number > 0, or None", lambda x: 0 < x < math.inf),
+    "degeneracy_atol": _TOLERANCE,
+    "gauge_atol": _TOLERANCE,
+    "hermitian_tol": _TOLERANCE,
+}
+
+
+# The keywords for which None is valid (None: automatic or from the data)
+_NONE_ALLOWED = frozenset(("k", *_OPTIONAL_INTEGERS, *_REAL_KEYWORDS))
+
+
+def check_keywords(
+    op: str, A: torch.Tensor | None = None, **keywords: Any
+) -> dict[str, Any]:
+    """Validate the numeric keywords of a public call; the one place where
+    they are checked, before any backend is chosen. Returns them normalised.
+
+    ``k`` (``None`` or an integer with ``1 <= k <= min(m, n)`` of ``A``),
+    ``oversample``, ``n_iter`` (``None``: automatic), ``backward_maxiter``:
+    integers given as a Python
+    int, a numpy integer or a 0-d integer tensor (never a bool or a float),
+    returned as int. ``backward_rtol``, ``broadening``, ``degeneracy_atol``,
+    ``gauge_atol``, ``hermitian_tol``: ``None`` or a real number (0-d real
+    tensors included), returned as float. Raises ``InputError`` naming the
+    keyword, what it must be and what was passed.
+    """
+    checked: dict[str, Any] = {}
+    for name, value in keywords.items():
+        if value is None and name in _NONE_ALLOWED:
+            checked[name] = None
+        elif name == "k":
+            checked[name] = _check_k(op, A, value)
+        elif name in _OPTIONAL_INTEGERS and value is None:
+            checked[name] = None
+        elif name in _INTEGER_KEYWORDS:
+            need, ok = _INTEGER_KEYWORDS[name]
+            x = _as_integer(value)
+            if x is None or not ok(x):
+                raise InputError(f"{op}: {name} must be {need}, got {value!r}")
+            checked[name] = x
+        elif name in _REAL_KEYWORDS:
+            need, ok = _REAL_KEYWORDS[name]
+            y = None if value is None else _as_real(value)
+            if value is not None and (y is None or not ok(y)):
+                raise InputError(f"{op}: {name} must be {need}, got {value!r}")
+            checked[name] = y
+        else:
+            raise TypeError(f"check_keywords: no rule for the keyword {name!r}")
+    return checked
+
+
+def _check_k(op: str, A: torch.Tensor | None, k: Any) -> int | None:
+    if k is None:
+        return None
+    if A is None:
+        raise TypeError("check_keywords: k is checked against the shape of A")
+    kmax = min(A.shape[-2:])
+    x = _as_integer(k)
+    if x is None or not 1 <= x <= kmax:
+        raise InputError(
+            f"{op}: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
+            f"A of shape {tuple(A.shape)}, got {k!r}"
+        )
+    return x
+
+
+def _as_integer(x: Any) -> int | None:
+    """``x`` as an int if it is an integer (Python, numpy or a 0-d integer
+    tensor), else None: bools and floats (even ``2.0``) are not integers."""
+    if type(x) is int:  # the common case, before the slower abstract checks
+        return x
+    if isinstance(x, torch.Tensor):
+        integer = x.dim() == 0 and not (
+            x.dtype.is_floating_point or x.dtype.is_complex or x.dtype == torch.bool
+        )
+        return int(x) if integer else None
+    if isinstance(x, numbers.Integral) and not isinstance(x, bool):
+        return int(x)
+    return None
+
+
+def _as_real(x: Any) -> float | None:
+    """``x`` as a float if it is a real number (Python, numpy or a 0-d real
+    tensor), else None (bools, complex numbers, strings)."""
+    if type(x) is float or type(x) is int:  # the common cases (not bool)
+        return float(x)
+    if isinstance(x, torch.Tensor):
+        real = x.dim() == 0 and not (x.dtype.is_complex or x.dtype == torch.bool)
+        return float(x) if real else None
+    if isinstance(x, numbers.Real) and not isinstance(x, bool):
+        return float(x)
+    return None
+
+
+def check_matrix(
+    op: str, A: Any, *, square: bool = False, uplo: str | None = None
+) -> None:
+    """Validate a ``(*, m, n)`` floating or complex tensor with finite entries.
+
+    The errors subclass what ``torch.linalg`` raises for the same input (see
+    ``exceptions``). ``uplo``: only that triangle is read (``eigh``), so only
+    it must be finite, and of its diagonal only the real part (LAPACK ignores
+    the imaginary part), as ``torch.linalg.eigh`` requires.
+    """
+    if not isinstance(A, torch.Tensor):
+        raise InputTypeError(
+            f"{op}: A must be a torch.Tensor, got {type(A).__name__}; "
+            "convert with torch.as_tensor(A, dtype=torch.float64)"
+        )
+    if not (A.dtype.is_floating_point or A.dtype.is_complex) or A.dtype in (
+        torch.float16,
+        torch.bfloat16,
+    ):
+        raise DtypeError(
+            f"{op}: A must have dtype float32, float64, complex64 or complex128, "
+            f"got {A.dtype}; convert with A.to(torch.float64)"
+        )
+    if A.dim() < 2:
+        raise ShapeError(
+            f"{op}: A must have shape (*, m, n) with at least 2 dimensions, got "
+            f"shape {tuple(A.shape)}; use A.reshape(1, -1) or A.unsqueeze(-1)"
+        )
+    if square and A.shape[-1] != A.shape[-2]:
+        raise ShapeError(
+            f"{op}: A must be square, shape (*, n, n), got shape {tuple(A.shape)}"
+        )
+    # Any NaN or Inf entry makes the sum non-finite, so a finite sum (one cheap
+    # reduction) proves every entry finite; only otherwise look entry by entry
+    # at what is read (a sum can also overflow). The test is on the host, as a
+    # Python number: each torch call here costs a few us next to a small SVD.
+    P = peek(A).detach()  # (a sum recorded by autograd costs a node)
+    if P.numel() and not (_finite_number(P.sum().item()) or _read_finite(P, uplo)):
+        where = "" if uplo is None else f" in the UPLO='{uplo}' triangle it reads"
+        raise NonFiniteError(
+            f"{op}: A contains NaN or Inf entries{where} (shape {tuple(A.shape)}); "
+            "the decomposition of such a matrix is undefined"
+        )
+
+
+def _finite_number(x: complex) -> bool:
+    """Whether a Python float or complex is finite."""
+    return cmath.isfinite(x) if isinstance(x, complex) else math.isfinite(x)
+
+
+def _read_finite(P: torch.Tensor, uplo: str | None) -> bool:
+    """Whether the entries of ``P`` that are read are finite: all of them, or
+    (``uplo``) the strict ``uplo`` triangle and the real part of the diagonal."""
+    if uplo is None:
+        return bool(torch.isfinite(P).all())
+    strict = torch.tril(P, -1) if uplo == "L" else torch.triu(P, 1)
+    diagonal = P.diagonal(dim1=-2, dim2=-1).real
+    return bool(torch.isfinite(strict).all()) and bool(torch.isfinite(diagonal).all())
+
+
+def check_out(
+    op: str, out: Any, backend: str, A: torch.Tensor, k: int | None = None
+) -> bool:
+    """Whether to run ``op`` with ``out=`` (not None), after checking that it can.
+
+    With ``out=`` there is no autograd (torch raises if ``A`` requires grad), so
+    the result is ``torch.linalg``'s forward, which is the native backend's:
+    the call is handed to ``torch.linalg`` itself, whose ``out=`` semantics
+    (resizing with a warning, dtype and device checks) are then torch's own.
+    Not with ``k`` (torch has no top-k ``op``) or ``backend="julia"``, which
+    raise ``InputError``; an unknown backend name raises ``BackendError``.
+    """
+    if out is None:
+        return False
+    if k is not None:
+        raise InputError(
+            f"{op}: out= is not supported with k (top-k); drop out= and use the "
+            "returned tensors"
+        )
+    if backend == "julia":
+        raise InputError(
+            f"{op}: out= runs torch.linalg's forward (no autograd with out=), i.e. "
+            "the native backend; drop out= or pass backend='auto'"
+        )
+    if backend not in ("auto", "torch"):
+        backends = ("auto", "torch", "julia")  # as _backend.BACKENDS
+        raise BackendError(f"{op}: backend must be one of {backends}, got {backend!r}")
+    return True
+
+
+def check_uplo(op: str, UPLO: Any) -> str:
+    """``UPLO`` normalised to ``"L"`` or ``"U"``; like ``torch.linalg.eigh``,
+    either case is accepted, another string raises ``UPLOError`` (a
+    ``RuntimeError``, as torch's) and a non-string ``InputTypeError``."""
+    if not isinstance(UPLO, str):
+        raise InputTypeError(
+            f"{op}: UPLO must be a str, 'L' or 'U' (either case), got "
+            f"{type(UPLO).__name__} {UPLO!r}"
+        )
+    if UPLO.upper() not in ("L", "U"):
+        raise UPLOError(f"{op}: UPLO must be 'L' or 'U' (either case), got {UPLO!r}")
+    return UPLO.upper()
+
+
+def require_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
+    """Raise if ``A`` is not Hermitian to ``tol`` (default ``eps**0.75 max|A|``).
+
+    This reads both triangles, so both must be finite (``NonFiniteError``): a
+    NaN would otherwise compare as "Hermitian"."""
+    P = peek(A)
+    P = P.detach()
+    if P.numel() and not _read_finite(P, None):
+        raise NonFiniteError(
+            f"{op}: A contains NaN or Inf entries (shape {tuple(A.shape)}); "
+            "checking that it is Hermitian reads both triangles"
+        )
+    err = float((P - P.mH).abs().max()) if P.numel() else 0.0
+    if tol is None:
+        tol = eps(A.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)
+    if err > tol:
+        raise InputError(
+            f"{op}: A is not Hermitian: max|A - A^H| = {err:.3g} > hermitian_tol "
+            f"{tol:.3g}. Symmetrise it, e.g. (A + A.mH) / 2, or pass "
+            "check_hermitian=False to read only the UPLO triangle"
+        )

@@ -1,0 +1,215 @@
+"""Safe arithmetic on spectra: gap inverses (hard cutoff and Lorentzian),
+stable divided differences of first and second order, and maps evaluated
+without ``0 * inf`` (mirrors ``julia/PySpectral/src/common/safemethods.jl``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import torch
+from torch._C._functorch import is_functorch_wrapped_tensor
+
+from .defaults import eps, eps34, peek
+
+if TYPE_CHECKING:
+    from .._settings import Options
+
+
+def inv_safe(x: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
+    """Hard-cutoff inverse: ``1/x`` where ``|x| > tol``, else 0."""
+    keep = x.abs() > tol
+    if x.requires_grad or is_functorch_wrapped_tensor(x):
+        # Differentiable use (double backward): keep the discarded quotient
+        # and its derivative finite, or where() would backpropagate 0 * inf.
+        x = torch.where(keep, x, 1.0)
+    return torch.where(keep, x.reciprocal(), 0.0)
+
+
+def inv_lorentz(x: torch.Tensor, width: float) -> torch.Tensor:
+    """Lorentzian-broadened inverse ``x / (x**2 + width**2)`` (smooth, signed).
+
+    Evaluated in units of ``m = max(|x|, width)``, the same value for every
+    ``m > 0``: squaring ``x`` and ``width`` directly underflows to ``0 / 0``
+    for widths below ``sqrt(tiny)`` (1e-154 in float64)."""
+    m = torch.clamp(x.abs(), min=width)
+    xm = x / m
+    return xm / ((xm * xm + (width / m) ** 2) * m)
+
+
+def gap_inverse(x: torch.Tensor, tol: torch.Tensor, opts: Options) -> torch.Tensor:
+    """The inverse of a spectral gap chosen by ``opts.broadening``."""
+    if opts.broadening is None:
+        return inv_safe(x, tol)
+    return inv_lorentz(x, opts.broadening)
+
+
+def divided_difference(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: torch.Tensor,
+    fb: torch.Tensor,
+    da: torch.Tensor,
+    db: torch.Tensor,
+) -> torch.Tensor:
+    """Stable ``(fa - fb) / (a - b)``, tending to ``(da + db) / 2`` as ``a -> b``.
+
+    The quotient carries the rounding error of ``fa - fb``, about
+    ``eps (|fa| + |fb|) / |a - b|``, the derivative average a Taylor error
+    ``O(f'''(a - b)**2)``; their difference shows which one is larger. The
+    quotient is used where it differs from the average by more than twice its
+    rounding error, the average elsewhere (the two then agree to that error).
+    This assumes nothing about the scale on which ``f`` varies (``exp`` near 0
+    varies on scale 1, not ``|a|``) and squares nothing (no underflow).
+
+    An infinite derivative at an end (``sqrt`` at 0) never replaces a finite
+    quotient: ``sqrt[0, x] = sqrt(x) / x`` is finite for ``x != 0``; only the
+    limit ``a = b`` itself is infinite (see :func:`with_infinite_weights`).
+    """
+    return _divided_difference(a, b, fa, fb, da, db)[0]
+
+
+def _divided_difference(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: torch.Tensor,
+    fb: torch.Tensor,
+    da: torch.Tensor,
+    db: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`divided_difference`, with where the quotient was taken and the
+    quotient's rounding error estimate."""
+    d = a - b
+    average = (da + db) / 2
+    safe_d = torch.where(d != 0, d, torch.ones_like(d))
+    quotient = (fa - fb) / safe_d
+    rounding = eps(a.dtype) * (fa.abs() + fb.abs()) / safe_d.abs()
+    quotient_ok = (d != 0) & (
+        ~torch.isfinite(average) | ((quotient - average).abs() > 2 * rounding)
+    )
+    return torch.where(quotient_ok, quotient, average), quotient_ok, rounding
+
+
+# Values of f and f' computed by a formula come with a few ulps of error, not
+# one (1 - tanh(x)**2 loses bits to cancellation): the rounding estimates of the
+# second divided differences count that many, so that nodes a few ulps apart
+# (an exact tie, rounded) are never divided by.
+ULPS = 8
+
+
+def divided_difference_with_error(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    fa: torch.Tensor,
+    fb: torch.Tensor,
+    da: torch.Tensor,
+    db: torch.Tensor,
+    ha: torch.Tensor,
+    hb: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`divided_difference` ``f[a, b]`` and an estimate of its error, for
+    the second divided differences built from it (``ha``, ``hb``: ``f''``).
+
+    Where the quotient is taken its error is its rounding error (``ULPS``
+    ulps of ``f``); where the derivative average is, its Taylor remainder
+    ``f'''(xi) (a - b)**2 / 12``, estimated (doubled) by
+    ``|f''(a) - f''(b)| |a - b| / 6``, plus the rounding of the average.
+    Non-finite estimates (an infinite ``f''``) count as 0: the infinite
+    weights are handled by :func:`with_infinite_weights`.
+    """
+    value, quotient_ok, rounding = _divided_difference(a, b, fa, fb, da, db)
+    d = (a - b).abs()
+    taylor = torch.where(d != 0, (ha - hb).abs() * d / 6, 0.0)
+    taylor = taylor + ULPS * eps(a.dtype) * (da.abs() + db.abs()) / 2
+    error = torch.where(quotient_ok, ULPS * rounding, taylor)
+    return value, torch.where(torch.isfinite(error), error, 0.0)
+
+
+def confluent_divided_difference(
+    x: torch.Tensor,
+    z: torch.Tensor,
+    dx: torch.Tensor,
+    hx: torch.Tensor,
+    hz: torch.Tensor,
+    fxz: torch.Tensor,
+    fxz_error: torch.Tensor,
+) -> torch.Tensor:
+    """Stable second divided difference ``f[x, x, z] = (f'(x) - f[x, z]) / (x - z)``
+    with two equal nodes, tending to ``f''(x) / 2`` as ``z -> x``.
+
+    ``fxz`` is ``f[x, z]`` with its error estimate ``fxz_error``
+    (:func:`divided_difference_with_error`). The criterion of
+    :func:`divided_difference`: the quotient, whose rounding error is about
+    ``(ulps (|f'(x)| + |f[x, z]|) + fxz_error) / |x - z|``, where it differs
+    from the confluent value by more than twice that; elsewhere the mean of
+    ``f''/2`` over the nodes ``(x, x, z)``, ``(2 f''(x) + f''(z)) / 6``, which
+    is the limit up to ``O(f''''(x - z)**2)``. An infinite ``f''`` (``sqrt`` at
+    0) makes the limit infinite but never a finite quotient.
+    """
+    d = x - z
+    safe_d = torch.where(d != 0, d, torch.ones_like(d))
+    quotient = (dx - fxz) / safe_d
+    ulps = ULPS * eps(x.dtype)
+    rounding = (ulps * (dx.abs() + fxz.abs()) + fxz_error) / safe_d.abs()
+    confluent = (2 * hx + hz) / 6
+    quotient_ok = (d != 0) & (
+        ~torch.isfinite(confluent) | ((quotient - confluent).abs() > 2 * rounding)
+    )
+    return torch.where(quotient_ok, quotient, confluent)
+
+
+def with_infinite_weights(
+    linear: Callable[..., torch.Tensor],
+    weights: tuple[torch.Tensor, ...],
+    scale: torch.Tensor,
+) -> torch.Tensor:
+    """``linear(*weights)`` for a map linear in each weight tensor, without the
+    NaN of ``0 * inf`` where some weights are infinite.
+
+    A divided difference is infinite where ``f'`` is (``sqrt`` at an exact zero
+    eigenvalue or singular value): the true gradient is then infinite in the
+    entries that the infinite weights reach and finite elsewhere, but the
+    matrix products of the pullback would mix ``inf`` with zeros into NaN
+    everywhere. So the map is evaluated twice: with the infinite weights set to
+    0 (the finite part) and with only their signs (the direction ``D`` of the
+    infinite part). An entry is ``sign(D) * inf`` where ``|D|`` exceeds the
+    rounding level ``eps**(3/4) * scale`` (``scale``: the largest entry of the
+    incoming cotangent), else the finite part. Complex entries are treated by
+    real and imaginary part. Without infinite weights: one evaluation.
+    """
+    if not any(bool(torch.isinf(peek(w.detach())).any()) for w in weights):
+        return linear(*weights)
+    infinite = [torch.isinf(w.detach()) for w in weights]
+    finite = linear(*(torch.where(i, 0.0, w) for i, w in zip(infinite, weights)))
+    direction = linear(
+        *(torch.where(i, w.detach().sign(), 0.0) for i, w in zip(infinite, weights))
+    ).detach()
+    tol = eps34(finite.dtype) * scale
+    if finite.is_complex():
+        return torch.complex(
+            _infinite_where(direction.real, finite.real, tol),
+            _infinite_where(direction.imag, finite.imag, tol),
+        )
+    return _infinite_where(direction, finite, tol)
+
+
+def max_abs(G: torch.Tensor) -> torch.Tensor:
+    """``max |G|`` per matrix, detached, shape ``(*, 1, 1)`` (0 if empty)."""
+    if G.shape[-1] * G.shape[-2] == 0:
+        return G.detach().abs().new_zeros((*G.shape[:-2], 1, 1))
+    return G.detach().abs().amax(dim=(-2, -1), keepdim=True)
+
+
+def _infinite_where(
+    direction: torch.Tensor, finite: torch.Tensor, tol: torch.Tensor
+) -> torch.Tensor:
+    inf = torch.full_like(finite.detach(), math.inf).copysign(direction)
+    return torch.where(direction.abs() > tol, inf, finite)
+
+
+def add_diagonal(M: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """``M + diag_embed(d)`` with one full-size temporary instead of two."""
+    diagonal = M.diagonal(dim1=-2, dim2=-1) + d
+    return torch.diagonal_scatter(M, diagonal, dim1=-2, dim2=-1)
