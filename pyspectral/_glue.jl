@@ -230,6 +230,20 @@ function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, d, ΔU, ΔS, ΔVt; rtol
     return ΔAt
 end
 
+# Forward mode of the top-k: the tangents of the kept k triplets of svd_topk_batched
+# (Julia's, of the transposes) along the tangent ΔAt of the transposes, through the
+# blocks and d's it returned and the input (PySpectral.truncated_svd_pushforward: dense
+# fallback and warning included); the bridge swaps roles as for the factors. No gauge
+# options: a pushforward checks nothing.
+function svd_trunc_pushforward_batched(At, U, S, Vt, d, k::Integer, ΔAt; rtol, maxiter,
+                                       degeneracy_atol=nothing, broadening=nothing)
+    Δs = [PySpectral.truncated_svd_pushforward(slice(At, b), slice(U, b), slice(S, b),
+                                               slice(Vt, b), k, slice(ΔAt, b); d=d[b],
+                                               rtol, maxiter, degeneracy_atol, broadening)
+          for b in axes(ΔAt, 3)]
+    return batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs]), batch([Δ[3] for Δ in Δs])
+end
+
 # ------------------------------------------------------------------ eigh
 
 # Julia decomposes conj(A), whose eigenvectors are conj(V): conjugate them in
@@ -284,6 +298,20 @@ function eigh_trunc_pullback_batched!(ΔAt, At, λ, V, d, Δλ, ΔV, uplo::Abstr
                                         d=d[b], rtol, maxiter, opts...)
     end
     return ΔAt
+end
+
+# Forward mode of the top-k: as eigh_pushforward_batched, through eigh_topk_batched's
+# blocks (V as it returned them, Python's: Julia's problem conj(A) has conj(V)) and the
+# input, read from the swapped triangle; the tangent of conj(V_k) conjugated in place.
+function eigh_trunc_pushforward_batched(At, λ, V, d, k::Integer, ΔAt, uplo::AbstractString;
+                                        largest, rtol, maxiter, degeneracy_atol=nothing,
+                                        broadening=nothing)
+    Δs = [PySpectral.truncated_eigh_pushforward(slice(At, b), slice(λ, b), conj(slice(V, b)),
+                                                k, slice(ΔAt, b); uplo=Symbol(uplo), largest,
+                                                d=d[b], rtol, maxiter, degeneracy_atol,
+                                                broadening)
+          for b in axes(ΔAt, 3)]
+    return batch([first(Δ) for Δ in Δs]), conj!(batch([last(Δ) for Δ in Δs]))
 end
 
 function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractString;

@@ -317,12 +317,16 @@ _UNCERTIFIED = re.compile(
 _UNCONVERGED = re.compile(
     r"(svd|eigh)_topk backward: the Sylvester solve did not converge"
 )
+_UNCONVERGED_JVP = re.compile(
+    r"(svd|eigh)_topk pushforward: the Sylvester solve did not converge"
+)
 
 
 def _native_event(record: tuple) -> tuple[tuple, float] | None:
     """``(event, residual)`` of a Julia log record ``(level, message, module,
     group, kwargs)`` with a native twin, else None: ``event`` is
-    ``("uncertified", op, k)`` or ``("unconverged", op, maxiter)``; records of
+    ``("uncertified", op, k)``, ``("unconverged", op, maxiter)`` (a pullback)
+    or ``("unconverged_jvp", op, maxiter)`` (a pushforward); records of
     one event (one per batch element) are one native warning."""
     message, kw = str(record[1]), {str(k): v for k, v in record[4]}
     m = _UNCERTIFIED.match(message)
@@ -331,6 +335,9 @@ def _native_event(record: tuple) -> tuple[tuple, float] | None:
     m = _UNCONVERGED.match(message)
     if m:
         return ("unconverged", m[1], int(kw["maxiter"])), float(kw["residual"])
+    m = _UNCONVERGED_JVP.match(message)
+    if m:
+        return ("unconverged_jvp", m[1], int(kw["maxiter"])), float(kw["residual"])
     return None
 
 
@@ -368,15 +375,19 @@ def _uncertified_text(op: str, k: int, kw: dict) -> str:
     )
 
 
-def _unconverged_text(op: str, maxiter: int, residual: float) -> str:
-    """The native ConvergenceWarning of a top-k backward whose CG solve did
-    not converge on a matrix too large for the dense fallback (pyspectral/topk.py)."""
+def _unconverged_text(
+    op: str, maxiter: int, residual: float, mode: str = "backward"
+) -> str:
+    """The native ConvergenceWarning of a top-k backward (or, ``mode="jvp"``,
+    forward mode) whose CG solve did not converge on a matrix too large for
+    the dense fallback (pyspectral/topk.py's ``_backward_message``)."""
+    result = "gradient" if mode == "backward" else "tangent"
     return (
-        f"{op}(k=..., method='randomized') backward: the Sylvester solve did not "
+        f"{op}(k=..., method='randomized') {mode}: the Sylvester solve did not "
         f"converge in {maxiter} iterations (relative residual {residual:.2g}): "
         "there is no gap between the kept spectrum and the rest beyond the "
         "certified block, and the matrix is too large for the exact dense "
-        "fallback. The gradient is approximate; use method='full', a k at a "
+        f"fallback. The {result} is approximate; use method='full', a k at a "
         "gap, or a larger oversample."
     )
 
@@ -400,7 +411,8 @@ def warn_julia_logs(op: str, records: Any) -> None:
         if key[0] == "uncertified":
             message = _uncertified_text(*key[1:], kw)
         else:
-            message = _unconverged_text(key[1], key[2], residual)
+            mode = "jvp" if key[0] == "unconverged_jvp" else "backward"
+            message = _unconverged_text(key[1], key[2], residual, mode)
         warn(message, ConvergenceWarning)  # at the user's line
 
 
@@ -668,6 +680,38 @@ def svd_trunc_pullback(
     return gA
 
 
+def svd_trunc_pushforward(
+    A: torch.Tensor,
+    handles: tuple,
+    k: int,
+    dA: torch.Tensor,
+    opts: Any,
+    rtol: float,
+    maxiter: int,
+) -> tuple:
+    """Forward mode of :func:`svd_topk`: ``(dU, dS, dVh)`` of the kept ``k``
+    triplets along ``dA``, by Julia's truncated_svd_pushforward through the
+    blocks of :func:`svd_topk` (dense fallback and warning included). Julia
+    pushes the transposed tangent through its factors of the transposes and
+    the roles swap back as for the factors (Julia's ``dVt`` is our ``dU^T``,
+    its ``dU`` our ``dVh^T``); each comes back wrapping Julia's memory."""
+    batch = dA.shape[:-2]
+    dUj, dSj, dVtj = call(
+        "svd",
+        "svd_trunc_pushforward_batched",
+        to_julia(A),
+        *handles,
+        k,
+        to_julia(dA),
+        rtol=rtol,
+        maxiter=maxiter,
+        degeneracy_atol=opts.degeneracy_atol,
+        broadening=opts.broadening,
+    )
+    dU, dVh = from_julia(dVtj, batch), from_julia(dUj, batch)
+    return dU, from_julia_vectors(dSj, batch), dVh
+
+
 _SWAP = {"L": "U", "U": "L"}
 
 
@@ -774,6 +818,43 @@ def eigh_trunc_pullback(
         **options(opts),
     )
     return gA
+
+
+def eigh_trunc_pushforward(
+    A: torch.Tensor,
+    handles: tuple,
+    k: int,
+    dA: torch.Tensor,
+    uplo: str,
+    largest: bool,
+    opts: Any,
+    rtol: float,
+    maxiter: int,
+) -> tuple:
+    """Forward mode of :func:`eigh_topk`: ``(dw, dV)`` of the kept ``k``
+    eigenpairs along ``dA`` (read from the ``uplo`` triangle), by Julia's
+    truncated_eigh_pushforward through the blocks of :func:`eigh_topk`; the
+    glue conjugates Julia's ``conj(dV)`` in place, as for :func:`eigh_pushforward`."""
+    wj, Vj, d = handles
+    batch = dA.shape[:-2]
+    dwj, dVj = call(
+        "eigh",
+        "eigh_trunc_pushforward_batched",
+        to_julia(A),
+        wj,
+        Vj,
+        d,
+        k,
+        to_julia(dA),
+        _SWAP[uplo],
+        largest=largest,
+        rtol=rtol,
+        maxiter=maxiter,
+        degeneracy_atol=opts.degeneracy_atol,
+        broadening=opts.broadening,
+    )
+    dV = julia_matrices(dVj)
+    return from_julia_vectors(dwj, batch), dV.reshape(*batch, *dV.shape[-2:])
 
 
 def matrix_function(

@@ -100,7 +100,7 @@ class DerivativeError(PySpectralError, RuntimeError):
     """A derivative that is not provided: through the iterative top-k path a
     second derivative (double backward, ``hessian``, ``jacrev`` of ``grad``,
     ``jacfwd`` of ``jacfwd``; ``method="full"`` has them), or forward mode
-    (``jvp``, ``jacfwd``) on the Julia backend or the linear-operator form; a
+    (``jvp``, ``jacfwd``) on its linear-operator form; a
     third derivative of ``svd_function`` / ``matrix_function``; a second one
     through a user pair whose ``f_prime`` torch cannot differentiate."""
 

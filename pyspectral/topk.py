@@ -11,8 +11,10 @@ derivatives need (kept triplets plus certified extras; or, when ``auto`` fell
 back, the full thin decomposition). The backward and the jvp (the transpose
 of the backward, ``truncated_*_pushforward``) are first order only: taking a
 derivative of either raises ``DerivativeError`` (``method="full"`` is
-differentiable twice). The Julia top-k Functions and the operator form
-(``operator.py``) have no forward mode: their ``jvp`` raises.
+differentiable twice). The Julia top-k Functions do the same through
+Julia's truncated pullback and pushforward (old-style Functions: dual tensors
+and reverse mode, not torch.func, which runs on the native backend). The
+operator form (``operator.py``) has no forward mode: its ``jvp`` raises.
 """
 
 from __future__ import annotations
@@ -93,9 +95,9 @@ def _backward_message(
 
 _FORWARD_MODE = (
     "forward-mode AD (jvp, jacfwd, hessian) is not implemented for the "
-    "iterative top-k path on the Julia backend or in its linear-operator form; "
-    "use reverse mode (grad, vjp, jacrev), the native backend on a dense "
-    "matrix, or method='full'"
+    "linear-operator form of the iterative top-k path (svd_topk / eigh_topk of "
+    "a LinearOperator); use reverse mode (grad, vjp, jacrev), a dense matrix, "
+    "or method='full'"
 )
 _FIRST_ORDER = (
     "the derivatives of the iterative top-k path (method='randomized' or an "
@@ -433,38 +435,57 @@ def _julia_settings(k: int, cfg: TopKConfig, opts: Options) -> dict[str, Any]:
     }
 
 
+def _not_views(out: tuple) -> tuple:
+    """The kept columns as tensors of their own: those that are views of
+    Julia's blocks (``p >= k`` columns) are copied, since forward AD rejects a
+    tangent whose storage differs from that of a view output (``_own``)."""
+    return tuple(_own(t) if t._is_view() else t for t in out)
+
+
 class SVDTopKJulia(torch.autograd.Function):
     """``SVDTopK`` on the Julia backend: PySpectral.svd_topk_block (the same
     certified subspace iteration; ``method="auto"`` falls back to the full
     SVD in Julia, never returning an uncertified result; ``"randomized"``
-    warns with the measured residual) and svd_trunc_pullback! (the same
-    deflated CG backward, dense fallback and warning). First order only."""
+    warns with the measured residual), svd_trunc_pullback! (the same
+    deflated CG backward, dense fallback and warning) and its transpose
+    truncated_svd_pushforward (the jvp, through the same blocks). First order
+    only, as natively: a derivative of either raises ``DerivativeError``."""
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, k: int, cfg: TopKConfig, opts: Options) -> tuple:
         out, ctx.handles = _julia.svd_topk(A, k, _julia_settings(k, cfg, opts))
-        ctx.cfg, ctx.opts = cfg, opts
+        ctx.k, ctx.cfg, ctx.opts = k, cfg, opts
         ctx.save_for_backward(A)
+        ctx.save_for_forward(A)
         ctx.set_materialize_grads(False)
-        return out
+        return _not_views(out)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
-        gA = _julia.svd_trunc_pullback(
-            A, ctx.handles, gU, gS, gVh, ctx.opts, cfg.rtol, cfg.maxiter
-        )
-        return gA, None, None, None
+        with torch.no_grad():
+            gA = _julia.svd_trunc_pullback(
+                A, ctx.handles, gU, gS, gVh, ctx.opts, cfg.rtol, cfg.maxiter
+            )
+        return _first_order(gA, A), None, None, None
 
-    jvp = staticmethod(_no_forward_mode)
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        (A,) = ctx.saved_tensors
+        cfg = ctx.cfg
+        with torch.no_grad():
+            tangents = _julia.svd_trunc_pushforward(
+                A, ctx.handles, ctx.k, dA, ctx.opts, cfg.rtol, cfg.maxiter
+            )
+        return tuple(_first_order(t, A) for t in tangents)
 
 
 class EighTopKJulia(torch.autograd.Function):
-    """``EighTopK`` on the Julia backend (PySpectral.eigh_topk_block and
-    eigh_trunc_pullback!): largest or smallest, reading the ``uplo``
-    triangle, with the native path's certificate, fallback and warnings."""
+    """``EighTopK`` on the Julia backend (PySpectral.eigh_topk_block,
+    eigh_trunc_pullback! and truncated_eigh_pushforward): largest or
+    smallest, reading the ``uplo`` triangle, with the native path's
+    certificate, fallback, warnings and first-order limit."""
 
     @staticmethod
     def forward(
@@ -478,27 +499,45 @@ class EighTopKJulia(torch.autograd.Function):
     ) -> tuple:
         settings = _julia_settings(k, cfg, opts)
         out, ctx.handles = _julia.eigh_topk(A, k, uplo, largest, settings)
-        ctx.largest, ctx.uplo, ctx.cfg, ctx.opts = largest, uplo, cfg, opts
+        ctx.k, ctx.largest, ctx.uplo = k, largest, uplo
+        ctx.cfg, ctx.opts = cfg, opts
         ctx.save_for_backward(A)
+        ctx.save_for_forward(A)
         ctx.set_materialize_grads(False)
-        return out
+        return _not_views(out)
 
     @staticmethod
-    @torch.autograd.function.once_differentiable
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
-        gA = _julia.eigh_trunc_pullback(
-            A,
-            ctx.handles,
-            gw,
-            gV,
-            ctx.uplo,
-            ctx.largest,
-            ctx.opts,
-            cfg.rtol,
-            cfg.maxiter,
-        )
-        return gA, None, None, None, None, None
+        with torch.no_grad():
+            gA = _julia.eigh_trunc_pullback(
+                A,
+                ctx.handles,
+                gw,
+                gV,
+                ctx.uplo,
+                ctx.largest,
+                ctx.opts,
+                cfg.rtol,
+                cfg.maxiter,
+            )
+        return _first_order(gA, A), None, None, None, None, None
 
-    jvp = staticmethod(_no_forward_mode)
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        (A,) = ctx.saved_tensors
+        cfg = ctx.cfg
+        with torch.no_grad():
+            tangents = _julia.eigh_trunc_pushforward(
+                A,
+                ctx.handles,
+                ctx.k,
+                dA,
+                ctx.uplo,
+                ctx.largest,
+                ctx.opts,
+                cfg.rtol,
+                cfg.maxiter,
+            )
+        return tuple(_first_order(t, A) for t in tangents)

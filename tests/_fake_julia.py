@@ -55,7 +55,12 @@ from pyspectral.exceptions import (
     PySpectralError,
 )
 from pyspectral.forward import topk as T
-from pyspectral.pullbacks.eigh import eigh_pullback, eigh_pushforward, fold_triangle
+from pyspectral.pullbacks.eigh import (
+    eigh_pullback,
+    eigh_pushforward,
+    fold_triangle,
+    hermitian_from_triangle,
+)
 from pyspectral.pullbacks.matfun import (
     matrix_function_pullback,
     matrix_function_pushforward,
@@ -68,10 +73,14 @@ from pyspectral.pullbacks.svd import (
 )
 from pyspectral.pullbacks.truncated import (
     dense_truncated_eigh_pullback,
+    dense_truncated_eigh_pushforward,
     dense_truncated_svd_pullback,
+    dense_truncated_svd_pushforward,
     pad_block,
     truncated_eigh_pullback,
+    truncated_eigh_pushforward,
     truncated_svd_pullback,
+    truncated_svd_pushforward,
 )
 from pyspectral.svd import _svd_fn
 
@@ -79,8 +88,9 @@ from pyspectral.svd import _svd_fn
 # julia/PySpectral/src/forward/topk.jl and pullbacks/truncated.jl port the native
 # algorithm (certified subspace iteration, deflated CG backward); the stand-in runs
 # the native implementation on one matrix of Julia's side of the layout, as Julia's
-# svd_topk_block / eigh_topk_block and svd_trunc_pullback! / eigh_trunc_pullback!
-# do, with their decisions (full path, dense fallback) and their log records.
+# svd_topk_block / eigh_topk_block, svd_trunc_pullback! / eigh_trunc_pullback! and
+# truncated_svd_pushforward / truncated_eigh_pushforward do, with their decisions (full
+# path, dense fallback) and their log records.
 
 
 def _uncertified_kwargs(why: str, cfg: T.TopKConfig) -> tuple:
@@ -158,6 +168,14 @@ JULIA_UNCONVERGED = (
     "iterations (relative residual {residual}): there is no gap between the kept "
     "spectrum and the rest beyond the certified block, and the matrix is too large "
     "for the exact dense fallback. The gradient is approximate; use method=:full, a "
+    "k at a gap, or a larger oversample."
+)
+# the same record from truncated_svd_pushforward / truncated_eigh_pushforward
+JULIA_UNCONVERGED_PUSHFORWARD = (
+    "{op}_topk pushforward: the Sylvester solve did not converge in {maxiter} "
+    "iterations (relative residual {residual}): there is no gap between the kept "
+    "spectrum and the rest beyond the certified block, and the matrix is too large "
+    "for the exact dense fallback. The tangent is approximate; use method=:full, a "
     "k at a gap, or a larger oversample."
 )
 
@@ -716,12 +734,68 @@ class FakeJulia:
             self._unconverged("svd", maxiter, residual)
         return P @ Q
 
-    def _unconverged(self, op: str, maxiter: int, residual: float) -> None:
-        message = JULIA_UNCONVERGED.format(
-            op=op, maxiter=maxiter, residual=f"{residual:.2g}"
+    def _unconverged(
+        self, op: str, maxiter: int, residual: float, mode: str = "backward"
+    ) -> None:
+        text = (
+            JULIA_UNCONVERGED if mode == "backward" else JULIA_UNCONVERGED_PUSHFORWARD
         )
+        message = text.format(op=op, maxiter=maxiter, residual=f"{residual:.2g}")
         kwargs = (("maxiter", maxiter), ("residual", residual))
         self._log(message, "truncated", kwargs)
+
+    def svd_trunc_pushforward_batched(
+        self,
+        At,
+        U,
+        S,
+        Vt,
+        d,
+        k,
+        dAt,
+        rtol,
+        maxiter,
+        degeneracy_atol: Any = None,
+        broadening: Any = None,
+    ) -> tuple:
+        # Julia's blocks of the transposes pushed along the transposed tangent
+        opts = Options(degeneracy_atol, broadening)
+        out = []
+        for b in range(dAt.shape[2]):
+            A = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
+            block = (_t(U, b), _t(S, b), _t(Vt, b).mH)
+            out.append(
+                self._svd_trunc_pushforward(
+                    A, block, d[b], k, _t(dAt, b), opts, rtol, maxiter
+                )
+            )
+        return tuple(
+            _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(3)
+        )
+
+    def _svd_trunc_pushforward(self, A, block, d, k, dA, opts, rtol, maxiter):
+        U, S, V = block
+        Ud, Sd, Vd = U[:, :d], S[:d], V[:, :d]
+        if d >= min(A.shape):
+            dU, dS, dVh = svd_pushforward(Ud, Sd, Vd.mH, dA, opts)
+            return dU[:, :k], dS[:k], dVh[:k, :]
+        *tangents, residual = truncated_svd_pushforward(
+            *TK.dense_ops(A),
+            Ud,
+            Sd,
+            Vd,
+            k,
+            dA,
+            opts,
+            rtol,
+            maxiter,
+            (U[:, d:], S[d:]),
+        )
+        if residual > TK.RTOL_SLACK * rtol:
+            if TK._small(A):
+                return dense_truncated_svd_pushforward(A, Ud, Sd, Vd, k, dA, opts)
+            self._unconverged("svd", maxiter, residual, "pushforward")
+        return tuple(tangents)
 
     def eigh_topk_batched(self, At, k, uplo, largest, method, **kw) -> tuple:
         def block(b: int, method: str) -> tuple:
@@ -814,6 +888,69 @@ class FakeJulia:
                 return dense_truncated_eigh_pullback(H, wd, Vd, k, dw, dV, uplo, opts)
             self._unconverged("eigh", maxiter, residual)
         return fold_triangle(P @ Q, uplo)
+
+    def eigh_trunc_pushforward_batched(
+        self,
+        At,
+        w,
+        V,
+        d,
+        k,
+        dAt,
+        uplo,
+        largest,
+        rtol,
+        maxiter,
+        degeneracy_atol: Any = None,
+        broadening: Any = None,
+    ) -> tuple:
+        # Julia's problem conj(A) with eigenvectors conj(V), read from the swapped
+        # triangle; its conj(dV) conjugated back in place, as the glue does
+        opts = Options(degeneracy_atol, broadening)
+        dws, dVs = [], []
+        for b in range(dAt.shape[2]):
+            H = _hermitian(At[:, :, b], uplo)
+            dH = hermitian_from_triangle(_t(dAt, b), uplo)
+            dw, dVc = self._eigh_trunc_pushforward(
+                H,
+                (_t(w, b), _t(V, b).conj()),
+                d[b],
+                k,
+                dH,
+                largest,
+                opts,
+                rtol,
+                maxiter,
+            )
+            dws.append(dw.numpy())
+            dVs.append(dVc.conj().resolve_conj().numpy())
+        return _stack(dws), _stack(dVs)
+
+    def _eigh_trunc_pushforward(
+        self, H, block, d, k, dH, largest, opts, rtol, maxiter
+    ) -> tuple:
+        w, V = block
+        wd, Vd = w[:d], V[:, :d]
+        if d >= H.shape[-1]:
+            dw, dV = eigh_pushforward(wd, Vd, dH, "L", opts)
+            return dw[:k], dV[:, :k]
+        *tangents, residual = truncated_eigh_pushforward(
+            TK.dense_ops(H)[0],
+            wd,
+            Vd,
+            k,
+            dH,
+            largest,
+            opts,
+            rtol,
+            maxiter,
+            (V[:, d:], w[d:]),
+        )
+        if residual > TK.RTOL_SLACK * rtol:
+            if TK._small(H):
+                return dense_truncated_eigh_pushforward(H, wd, Vd, k, dH, opts)
+            self._unconverged("eigh", maxiter, residual, "pushforward")
+        return tuple(tangents)
 
     # --------------------------------------------------------------- eigh
 
@@ -1017,8 +1154,10 @@ GLUE_FUNCTIONS = (
     "matrix_function_values_pushforward_batched",
     "svd_topk_batched",
     "svd_trunc_pullback_batched!",
+    "svd_trunc_pushforward_batched",
     "eigh_topk_batched",
     "eigh_trunc_pullback_batched!",
+    "eigh_trunc_pushforward_batched",
     "user_eval",
     "user_include",
     "function_forward",

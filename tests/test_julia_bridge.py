@@ -1822,7 +1822,7 @@ def test_stand_in_texts_are_the_julia_packages():
         '"method=:auto (which falls back to the full $full), or raise n_iter "',
         '"or oversample."',
         "@warn message reason residual iterations tol stop p",
-        '"$(op)_topk backward: the Sylvester solve did not converge in $maxiter "',
+        '"$(op)_topk $mode: the Sylvester solve did not converge in $maxiter "',
         '"iterations (relative residual $(_round2(residual))): there is no gap "',
         '"approximate; use method=:full, a k at a gap, or a larger oversample."',
         "@warn message maxiter residual",

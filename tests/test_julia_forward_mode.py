@@ -17,14 +17,19 @@ pullbacks), checked
 * and, where Julia is installed, against the real Julia package (skipped here
   with the reason).
 
-Top-k on the Julia backend has no forward mode: it raises the native top-k's
-DerivativeError.
+Top-k on the Julia backend pushes forward through Julia's truncated
+pushforwards (the transposes of its truncated pullbacks), checked against the
+full path's pushforward in the returned basis, against the native backend,
+as the transpose of the reverse mode (a forward-mode Jacobian against
+``jacrev``), for the bridge's claims, its dense fallback and warning, and its
+first-order limit (as natively).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -42,8 +47,8 @@ from _spectra import (
 
 import pyspectral as ps
 from pyspectral import _julia
-from pyspectral._settings import Options
-from pyspectral.exceptions import DerivativeError
+from pyspectral import topk as TK
+from pyspectral._settings import Options, options
 from pyspectral.pullbacks.eigh import eigh_pushforward
 from pyspectral.pullbacks.svd import svd_pushforward
 
@@ -413,15 +418,411 @@ def test_a_differentiated_tangent_runs_natively(fake):
     assert not [c for c in fake.calls if "pushforward" in c.name]
 
 
-def test_top_k_on_julia_has_no_forward_mode(fake):
-    s = torch.tensor([10 * 0.6**i for i in range(12)], dtype=torch.float64)
-    A = matrix_with_spectrum(s.tolist(), 16, 12, seed=8)
-    H = hermitian_with_spectrum(s.tolist(), seed=8)
-    with fwAD.dual_level():
-        with pytest.raises(DerivativeError, match="forward-mode"):
-            ps.svd(fwAD.make_dual(A, A), k=3, method="randomized", backend="julia")
-        with pytest.raises(DerivativeError, match="forward-mode"):
-            ps.eigh(fwAD.make_dual(H, H), k=3, method="randomized", backend="julia")
+# ------------------------------------------------------------------ top-k
+# The iterative top-k path on the Julia backend pushes forward through
+# PySpectral.jl's truncated_svd_pushforward / truncated_eigh_pushforward (the
+# transposes of its truncated pullbacks; the glue's *_trunc_pushforward_batched)
+# with the blocks its forward returned. The stand-in runs the native algorithm
+# on Julia's side of the layout. Dual tensors: torch.func runs natively.
+
+TRUNC = ("svd_trunc_pushforward_batched", "eigh_trunc_pushforward_batched")
+
+
+def decaying(n: int, ratio: float = 0.7) -> list[float]:
+    return [10 * ratio**i for i in range(n)]
+
+
+def topk_matrices(dtype, batch, m, n, spectrum=None):
+    """``batch`` matrices of singular values ``spectrum`` (default: a gap at
+    every k), each with its own singular vectors."""
+    s = decaying(min(m, n)) if spectrum is None else spectrum
+    count = 1
+    for b in batch:
+        count *= b
+    mats = [matrix_with_spectrum(s, m, n, dtype, seed=i + 1) for i in range(count)]
+    return torch.stack(mats).reshape(*batch, m, n)
+
+
+def topk_hermitian(dtype, batch, spectrum, uplo="L"):
+    """``batch`` Hermitian matrices of eigenvalues ``spectrum``, their other
+    triangle replaced by junk (only the ``uplo`` triangle is read)."""
+    count = 1
+    for b in batch:
+        count *= b
+    n = len(spectrum)
+    mats = []
+    for i in range(count):
+        H = hermitian_with_spectrum(spectrum, dtype=dtype, seed=i + 1)
+        junk = randn(n, n, dtype=dtype, seed=i + 7)
+        if uplo == "L":
+            mats.append(torch.tril(H) + torch.triu(junk, 1))
+        else:
+            mats.append(torch.triu(H) + torch.tril(junk, -1))
+    return torch.stack(mats).reshape(*batch, n, n)
+
+
+def topk_calls(name: str) -> list:
+    """The calls of the stand-in's glue entry ``name``; fails when there are
+    none (the tangent would not have come from the Julia entry)."""
+    calls = _julia.runtime.calls_to(name)
+    assert calls, f"the Julia backend's top-k tangent did not come from {name}"
+    return calls
+
+
+def polar_projectors_values(k: int, backend: str, **kw):
+    """Outputs of the top-k SVD that do not depend on the basis of the kept
+    triplets at a gap: the polar factor, both projectors, the values."""
+
+    def f(X):
+        U, S, Vh = ps.svd(X, k=k, backend=backend, **kw)
+        return U @ Vh, U @ U.mH, Vh.mH @ Vh, S
+
+    return f
+
+
+def eigen_projector_values(k: int, largest: bool, uplo: str, backend: str, **kw):
+    def f(X):
+        w, V = ps.eigh(X, uplo, k=k, largest=largest, backend=backend, **kw)
+        return V @ V.mH, w
+
+    return f
+
+
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+@pytest.mark.parametrize("shape", [(40, 30), (30, 40)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_top_k_svd_tangents_are_the_full_pushforward(fake, dtype, shape, batch):
+    """The tangents of the kept triplets are, entry by entry, the full path's
+    pushforward in the basis the Julia backend returned (every role swap of
+    the bridge: Julia pushes the transposed tangent through its blocks of the
+    transposes), from one Julia call for the batch."""
+    from test_topk_forward import completed_svd
+
+    A = topk_matrices(dtype, batch, *shape)
+    dA = random_like(A, seed=2)
+    (U, S, Vh), tangents = dual(
+        lambda X: tuple(ps.svd(X, k=3, method="randomized", backend="julia")), A, dA
+    )
+    ref = svd_pushforward(*completed_svd(A, U, S, Vh), dA, options(gauge="ignore"))
+    ref = (ref[0][..., :3], ref[1][..., :3], ref[2][..., :3, :])
+    for t, r in zip(tangents, ref):
+        assert t.dtype == r.dtype and t.shape == r.shape
+        assert rel_err(t, r) < 1e-9
+    assert len(topk_calls(TRUNC[0])) == 1
+
+
+def completed_eigh(A, w, V, uplo):
+    """The eigendecomposition of the Hermitian matrix read from ``A``'s
+    ``uplo`` triangle, starting with the given pairs (then the complement's)."""
+    H = TK.hermitian_from_triangle(A, uplo)
+    k = w.shape[-1]
+    W = torch.linalg.qr(V, mode="complete").Q[..., k:]
+    wb, Z = torch.linalg.eigh(W.mH @ H @ W)
+    return torch.cat([w, wb], -1), torch.cat([V, W @ Z], -1)
+
+
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_top_k_eigh_tangents_are_the_full_pushforward(
+    fake, dtype, largest, uplo, batch
+):
+    """Julia's problem is conj(A) read from the other triangle, with
+    eigenvectors conj(V); the tangents come back as the full path's
+    pushforward in the returned basis, reading only the ``uplo`` triangle of
+    the (non-Hermitian) tangent."""
+    w0 = decaying(30) if largest else [-x for x in decaying(30)]
+    A = topk_hermitian(dtype, batch, w0, uplo)
+    dA = random_like(A, seed=3)
+    (w, V), (dw, dV) = dual(
+        lambda X: tuple(
+            ps.eigh(X, uplo, k=3, largest=largest, method="randomized", backend="julia")
+        ),
+        A,
+        dA,
+    )
+    rw, rV = eigh_pushforward(
+        *completed_eigh(A, w, V, uplo), dA, uplo, options(gauge="ignore")
+    )
+    assert dw.dtype == rw.dtype and dV.shape == V.shape
+    assert rel_err(dw, rw[..., :3]) < 1e-9
+    assert rel_err(dV, rV[..., :3]) < 1e-9
+    assert len(topk_calls(TRUNC[1])) == 1
+
+
+# spectrum, k, keywords
+TOPK_SPECTRA = {
+    "gap": (decaying(30), 3, {}),
+    # k = 4 keeps a cluster whole
+    "cluster kept": ([5, 3, 3, 3, 1] + [0.5 * 0.7**i for i in range(25)], 4, {}),
+    # the block (k + 2) ends inside a five-fold cluster of the discarded values
+    "degenerate outside": (
+        [5, 4, 3] + [1] * 5 + [0.5 * 0.7**i for i in range(22)],
+        3,
+        {"oversample": 2},
+    ),
+    # a zero block past the kept values
+    "zeros outside": ([5, 4, 3] + [0] * 27, 3, {"oversample": 2}),
+}
+
+
+@pytest.mark.parametrize("case", TOPK_SPECTRA)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_top_k_forward_ad_agrees_with_native(backend, dtype, case):
+    """On both backends the top-k tangents of basis-independent outputs are
+    the native iterative path's and the full path's (``method="full"``)."""
+    s, k, kw = TOPK_SPECTRA[case]
+    A = matrix_with_spectrum(s, 40, 30, dtype, seed=5)
+    dA = random_like(A, seed=6)
+    f = polar_projectors_values(k, backend, method="randomized", **kw)
+    _, got = dual(f, A, dA)
+    _, native = dual(
+        polar_projectors_values(k, "torch", method="randomized", **kw), A, dA
+    )
+    _, full = dual(polar_projectors_values(k, "torch", method="full"), A, dA)
+    values = case != "cluster kept"  # single values inside a kept cluster: no
+    for i, (t, n, r) in enumerate(zip(got, native, full)):
+        if i < 3 or values:
+            assert rel_err(t, n) < 1e-9 and rel_err(t, r) < 1e-9
+    assert rel_err(got[3].sum(-1), full[3].sum(-1)) < 1e-9
+    if backend == "julia":
+        topk_calls(TRUNC[0])
+    H = hermitian_with_spectrum(s, dtype=dtype, seed=5)
+    dH = random_like(H, seed=7)
+    for largest in (True, False):
+        X = H if largest else -H
+        g = eigen_projector_values(k, largest, "L", backend, method="randomized", **kw)
+        _, got = dual(g, X, dH)
+        _, full = dual(
+            eigen_projector_values(k, largest, "L", "torch", method="full"), X, dH
+        )
+        assert rel_err(got[0], full[0]) < 1e-9
+        assert rel_err(got[1].sum(-1), full[1].sum(-1)) < 1e-9
+    if backend == "julia":
+        topk_calls(TRUNC[1])
+
+
+@pytest.mark.parametrize("largest", [True, False], ids=["largest", "smallest"])
+def test_top_k_jvp_when_the_block_is_complete(backend, largest):
+    """``method="auto"`` on a small matrix (the full path) and a block
+    ``k + oversample`` that covers the spectrum: the full path's pushforward
+    on the complete block (eigh: the kept pairs first, then the rest)."""
+    A = matrix_with_spectrum(decaying(6), 9, 6, seed=2)
+    H = hermitian_with_spectrum([-3, -1, 0.5, 2, 4, 7], seed=2)
+    dA, dH = random_like(A, seed=3), random_like(H, seed=3)
+    full_svd = polar_projectors_values(3, "torch", method="full")
+    full_eigh = eigen_projector_values(2, largest, "U", "torch", method="full")
+    for kw in ({"method": "auto"}, {"method": "randomized", "oversample": 4}):
+        got = dual(polar_projectors_values(3, backend, **kw), A, dA)[1]
+        want = dual(full_svd, A, dA)[1]
+        assert all(rel_err(t, r) < 1e-10 for t, r in zip(got, want))
+        kw = {**kw, "oversample": 5} if "oversample" in kw else kw
+        got = dual(eigen_projector_values(2, largest, "U", backend, **kw), H, dH)[1]
+        want = dual(full_eigh, H, dH)[1]
+        assert all(rel_err(t, r) < 1e-10 for t, r in zip(got, want))
+    if backend == "julia":
+        topk_calls(TRUNC[0])
+        topk_calls(TRUNC[1])
+
+
+def forward_jacobian(f, A):
+    """The Jacobian of ``f`` (real) at ``A`` column by column, each column a
+    tangent through dual tensors: what ``jacfwd`` computes (``torch.func``
+    itself runs on the native backend only)."""
+    columns = []
+    for i in range(A.numel()):
+        dA = torch.zeros(A.numel(), dtype=A.dtype)
+        dA[i] = 1
+        columns.append(dual(f, A, dA.reshape(A.shape))[1].reshape(-1))
+    return torch.stack(columns, -1)
+
+
+def test_top_k_forward_jacobian_equals_reverse(fake):
+    """The forward-mode Jacobian through Julia's pushforwards equals the
+    reverse-mode one through Julia's pullbacks (its transposes), and the
+    native ``jacfwd`` of the native iterative path."""
+    A = matrix_with_spectrum(decaying(8), 10, 8, seed=3)  # block 2 + 3 < 8
+    H = hermitian_with_spectrum(decaying(8, 0.6), seed=1)
+
+    def polar(backend):
+        def f(X):
+            U, S, Vh = ps.svd(
+                X, k=2, method="randomized", oversample=3, backend=backend
+            )
+            return U @ Vh + S.sum(-1)[..., None, None]
+
+        return f
+
+    def projector(backend):
+        def f(X):
+            V = ps.eigh(X, k=2, method="randomized", oversample=3, backend=backend)[1]
+            return V @ V.mH
+
+        return f
+
+    for make, X in ((polar, A), (projector, H)):
+        J = forward_jacobian(make("julia"), X)
+        Jrev = torch.autograd.functional.jacobian(make("julia"), X).reshape(J.shape)
+        assert rel_err(J, Jrev) < 1e-10
+        assert rel_err(J, torch.func.jacfwd(make("torch"))(X).reshape(J.shape)) < 1e-9
+    topk_calls(TRUNC[0])
+    topk_calls(TRUNC[1])
+    with pytest.raises(ps.BackendError, match="torch.func"):
+        torch.func.jacfwd(polar("julia"))(A)
+
+
+def test_top_k_bridge_one_call_per_batch_without_copies(fake):
+    """A batch is one Julia call; Julia reads the tangent's memory and the
+    input's, reuses the forward's blocks, and the tangents wrap the arrays
+    Julia returned (grad mode off: with it on, they are wrapped so that
+    differentiating them raises)."""
+    A = topk_matrices(torch.complex128, (2, 3), 24, 20)
+    H = topk_hermitian(torch.complex128, (2, 3), decaying(20))
+    ops = [
+        (A, lambda X: ps.svd(X, k=3, method="randomized", backend="julia"), 0),
+        (H, lambda X: ps.eigh(X, k=3, method="randomized", backend="julia"), 1),
+    ]
+    for X, op, which in ops:
+        dX = random_like(X, seed=1)
+        with torch.no_grad(), fwAD.dual_level():
+            tangents = [fwAD.unpack_dual(t).tangent for t in op(fwAD.make_dual(X, dX))]
+        (call,) = topk_calls(TRUNC[which])
+        seen = [a.pointer for a in call.args if hasattr(a, "pointer")]
+        assert dX.data_ptr() in seen and X.data_ptr() in seen
+        forward = fake.calls_to(("svd_topk_batched", "eigh_topk_batched")[which])
+        assert {a.pointer for a in forward[-1].returned} <= set(seen)
+        returned = {a.pointer for a in call.returned}
+        # eigh: dw; torch copies dV into the C order of the kept V (which the
+        # forward copied out of Julia's column-major block)
+        wrapped = tangents if which == 0 else tangents[:1]
+        assert all(t.data_ptr() in returned for t in wrapped)
+
+
+def test_top_k_on_julia_is_first_order(fake):
+    """As natively: a derivative of the top-k tangent or gradient raises
+    DerivativeError (double backward, reverse over forward, forward over
+    reverse); torch.func (hessian, jacfwd of jacfwd) runs on the native
+    backend, so on the Julia backend it raises BackendError before anything."""
+    A = matrix_with_spectrum(decaying(20), 24, 20, seed=3)
+    H = hermitian_with_spectrum(decaying(20, 0.6), seed=1)
+    dA, dH = random_like(A, seed=2), random_like(H, seed=2)
+
+    def svd_loss(X):
+        U, S, Vh = ps.svd(X, k=3, method="randomized", backend="julia")
+        return (S**3).sum() + (U @ Vh).sum()
+
+    def eigh_loss(X):
+        w, V = ps.eigh(X, k=3, method="randomized", backend="julia")
+        return (w**3).sum() + (V @ V.mH).abs().sum()
+
+    for loss, X0, dX in ((svd_loss, A, dA), (eigh_loss, H, dH)):
+        X = X0.clone().requires_grad_()
+        (g,) = torch.autograd.grad(loss(X), X, create_graph=True)
+        with pytest.raises(ps.DerivativeError, match="first order only"):
+            g.sum().backward()
+        with fwAD.dual_level():
+            t = fwAD.unpack_dual(loss(fwAD.make_dual(X, dX))).tangent
+        with pytest.raises(ps.DerivativeError, match="first order only"):
+            torch.autograd.grad(t, X)
+        with fwAD.dual_level():
+            with pytest.raises(ps.DerivativeError, match="first order only"):
+                torch.autograd.grad(loss(fwAD.make_dual(X, dX)), X)
+        with pytest.raises(ps.BackendError, match="torch.func"):
+            torch.func.hessian(loss)(X0)
+    assert fake.calls_to(TRUNC[0]) and fake.calls_to(TRUNC[1])
+
+
+NO_GAP = [1 / (i + 1) ** 0.5 for i in range(30)]
+NO_GAP_KW = dict(k=4, method="randomized", oversample=6, backward_maxiter=1)
+
+
+def no_gap_tangent(op: str, backend: str, batch=(), kw=NO_GAP_KW) -> torch.Tensor:
+    """A top-k tangent (of the polar factor, of the projector) whose CG
+    cannot converge under ``NO_GAP_KW`` (capped at one step; no gap past the
+    certified block)."""
+    if op == "svd":
+        A = matrix_with_spectrum(NO_GAP, 40, 30, seed=4)
+
+        def f(X):
+            U, S, Vh = ps.svd(X, backend=backend, **kw)
+            return U @ Vh
+
+    else:
+        A = hermitian_with_spectrum(NO_GAP, seed=4)
+
+        def f(X):
+            V = ps.eigh(X, backend=backend, **kw).eigenvectors
+            return V @ V.mH
+
+    A = A.expand(*batch, *A.shape).contiguous()
+    return dual(f, A, random_like(A, seed=5))[1]
+
+
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_top_k_jvp_without_a_gap_falls_back(fake, op):
+    """On a small matrix the dense fallback gives the full path's tangent,
+    silently."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.ConvergenceWarning)
+        t = no_gap_tangent(op, "julia")
+    full = no_gap_tangent(op, "torch", kw=dict(k=4, method="full"))
+    assert rel_err(t, full) < 1e-9
+    topk_calls(TRUNC[op == "eigh"])
+
+
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_top_k_jvp_warns_once(fake, op, batch, monkeypatch):
+    """Julia's truncated pushforward logs "did not converge" once per batch
+    element (maxiter and residual as keyword arguments); Python gets one
+    ConvergenceWarning, the native backend's jvp text for the same event (up
+    to the residual: Julia solves on the other side of the transpose)."""
+    monkeypatch.setattr(TK, "DENSE_FALLBACK_MAX", 0)  # the stand-in reads it too
+    warned = {}
+    for backend in ("julia", "torch"):
+        with pytest.warns(ps.ConvergenceWarning, match="jvp: the Sylvester") as rec:
+            t = no_gap_tangent(op, backend, batch)
+        caught = [w for w in rec if issubclass(w.category, ps.ConvergenceWarning)]
+        assert len(caught) == 1 and torch.isfinite(t).all()
+        warned[backend] = re.sub(
+            r"residual \S+\)", "residual r)", str(caught[0].message)
+        )
+    assert warned["julia"] == warned["torch"]
+    assert "The tangent is approximate" in warned["julia"]
+    topk_calls(TRUNC[op == "eigh"])
+
+
+def test_top_k_pushforward_records_are_the_julia_packages():
+    """The stand-in's pushforward record is PySpectral.jl's (the fixed parts
+    of its message, its keyword arguments), and the bridge turns it into the
+    native jvp warning."""
+    from _fake_julia import JULIA_UNCONVERGED_PUSHFORWARD
+
+    src = ps.julia.PACKAGE_TESTS.parent / "src" / "pullbacks" / "truncated.jl"
+    text = src.read_text(encoding="utf-8")
+    for fragment in (
+        '"$(op)_topk $mode: the Sylvester solve did not converge in $maxiter "',
+        'result = mode === :backward ? "gradient" : "tangent"',
+        "_warn_unconverged(:svd, maxiter, residual; mode=:pushforward)",
+        "_warn_unconverged(:eigh, maxiter, residual; mode=:pushforward)",
+        "@warn message maxiter residual",
+    ):
+        assert fragment in text, fragment
+    message = JULIA_UNCONVERGED_PUSHFORWARD.format(
+        op="eigh", maxiter=12, residual="0.5"
+    )
+    record = (
+        "Warn",
+        message,
+        "PySpectral",
+        "truncated",
+        (("maxiter", 12), ("residual", 0.5)),
+    )
+    assert _julia._native_event(record) == (("unconverged_jvp", "eigh", 12), 0.5)
+    with pytest.warns(ps.ConvergenceWarning) as rec:
+        _julia.warn_julia_logs("eigh", [record])
+    assert str(rec[0].message) == TK._backward_message("eigh", 12, 0.5, "jvp")
 
 
 def test_the_glue_defines_what_the_bridge_calls():
@@ -435,7 +836,9 @@ def test_the_glue_defines_what_the_bridge_calls():
         "svd_pushforward_batched",
         "svd_function_pushforward_batched",
         "svd_function_values_pushforward_batched",
+        "svd_trunc_pushforward_batched",
         "eigh_pushforward_batched",
+        "eigh_trunc_pushforward_batched",
         "matrix_function_pushforward_batched",
         "matrix_function_values_pushforward_batched",
     }
@@ -446,7 +849,7 @@ def test_the_glue_defines_what_the_bridge_calls():
 def test_pushforwards_mirror_julia():
     """Each exported Julia pushforward has its Python twin, of the same name,
     in the file of the same name (as test_layout checks for the pullbacks),
-    and the frules cover the operations that have rrules (top-k aside)."""
+    and the frules cover the operations that have rrules (top-k included)."""
     # this checkout's Julia package (beside tests/, also when testing a wheel)
     src = Path(__file__).resolve().parent.parent / "julia" / "PySpectral" / "src"
     exports = set(
@@ -457,6 +860,10 @@ def test_pushforwards_mirror_julia():
         "svd_function_pushforward",
         "eigh_pushforward",
         "matrix_function_pushforward",
+        "truncated_svd_pushforward",
+        "truncated_eigh_pushforward",
+        "dense_truncated_svd_pushforward",
+        "dense_truncated_eigh_pushforward",
     }
     pkg = Path(ps.__file__).parent / "pullbacks"
     for jl in sorted((src / "pullbacks").glob("*.jl")):
@@ -473,8 +880,8 @@ def test_pushforwards_mirror_julia():
         return set(re.findall(pattern, text, re.M))
 
     rrules, frules = ruled("rrule"), ruled("frule")
-    assert rrules >= {"svd", "eigh", "matrix_function"}
-    assert frules == rrules - {"svd_topk", "eigh_topk"}
+    assert rrules >= {"svd", "eigh", "matrix_function", "svd_topk", "eigh_topk"}
+    assert frules == rrules
 
 
 # ----------------------------------------------------------- real Julia
@@ -535,3 +942,78 @@ def test_real_julia_forward_ad_at_degenerate_spectra(dtype):
         lambda X: projector(ps.eigh(X, "U", backend="julia").eigenvectors, slice(1, 3)),
         H,
     )
+
+
+@needs_julia
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_real_julia_top_k_tangents_are_native(dtype, batch):
+    """PySpectral.jl's truncated pushforwards through the bridge: the full
+    path's pushforward in the basis Julia returned, and the native backend's
+    tangents of basis-independent outputs (svd both shapes; eigh both ends,
+    both triangles)."""
+    from test_topk_forward import completed_svd
+
+    for shape in [(40, 30), (30, 40)]:
+        A = topk_matrices(dtype, batch, *shape)
+        dA = random_like(A, seed=2)
+        (U, S, Vh), tangents = dual(
+            lambda X: tuple(ps.svd(X, k=3, method="randomized", backend="julia")),
+            A,
+            dA,
+        )
+        opts = options(gauge="ignore")
+        ref = svd_pushforward(*completed_svd(A, U, S, Vh), dA, opts)
+        for t, r in zip(
+            tangents, (ref[0][..., :3], ref[1][..., :3], ref[2][..., :3, :])
+        ):
+            assert rel_err(t, r) < 1e-9
+        for s, k, kw in TOPK_SPECTRA.values():
+            X = topk_matrices(dtype, batch, *shape, spectrum=s)
+            got = dual(
+                polar_projectors_values(k, "julia", method="randomized", **kw), X, dA
+            )
+            native = dual(
+                polar_projectors_values(k, "torch", method="randomized", **kw), X, dA
+            )
+            for t, n in zip(got[1][:3], native[1][:3]):
+                assert rel_err(t, n) < 1e-9
+    for largest in (True, False):
+        w0 = decaying(30) if largest else [-x for x in decaying(30)]
+        for uplo in "LU":
+            A = topk_hermitian(dtype, batch, w0, uplo)
+            dA = random_like(A, seed=3)
+            (w, V), (dw, dV) = dual(
+                lambda X, u=uplo, big=largest: tuple(
+                    ps.eigh(
+                        X, u, k=3, largest=big, method="randomized", backend="julia"
+                    )
+                ),
+                A,
+                dA,
+            )
+            rw, rV = eigh_pushforward(
+                *completed_eigh(A, w, V, uplo), dA, uplo, options(gauge="ignore")
+            )
+            assert rel_err(dw, rw[..., :3]) < 1e-9
+            assert rel_err(dV, rV[..., :3]) < 1e-9
+
+
+@needs_julia
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_real_julia_top_k_jvp_without_a_gap(op):
+    """Julia's CG capped at one step: its dense fallback gives the full
+    path's tangent, silently; and the first-order limit holds there too."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.ConvergenceWarning)
+        t = no_gap_tangent(op, "julia")
+    assert rel_err(t, no_gap_tangent(op, "torch", kw=dict(k=4, method="full"))) < 1e-9
+    A = matrix_with_spectrum(decaying(20), 24, 20, seed=3)
+    X = A.clone().requires_grad_()
+    with fwAD.dual_level():
+        S = ps.svd(
+            fwAD.make_dual(X, random_like(A)), k=3, method="randomized", backend="julia"
+        ).S
+        t = fwAD.unpack_dual(S).tangent
+    with pytest.raises(ps.DerivativeError, match="first order only"):
+        torch.autograd.grad(t.sum(), X)

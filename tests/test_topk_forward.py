@@ -8,6 +8,7 @@ functions of the kept values); where ``k`` cuts a cluster (the kept basis is
 then arbitrary), ``svd_pushforward`` / ``eigh_pushforward`` on a complete
 decomposition in the basis the iterative path returned. The pushforward is
 also checked as the transpose of the pullback on the same certified block.
+The Julia backend's top-k forward mode is tested in test_julia_forward_mode.py.
 """
 
 from __future__ import annotations
@@ -418,12 +419,3 @@ def test_operator_form_has_no_forward_mode() -> None:
 
     with pytest.raises(ps.DerivativeError, match="forward-mode"):
         torch.func.jvp(f, (B,), (dB,))
-
-
-def test_julia_top_k_has_no_forward_mode() -> None:
-    from _fake_julia import installed
-
-    A = matrix_with_spectrum(decaying(12, 0.6), 16, 12, seed=8)
-    with installed(), fwAD.dual_level():
-        with pytest.raises(ps.DerivativeError, match="forward-mode"):
-            ps.svd(fwAD.make_dual(A, A), k=3, method="randomized", backend="julia")

@@ -1,8 +1,8 @@
 """Forward computations that are more than a ``torch.linalg`` call: the
 iterative top-k path in ``topk.py`` (as ``julia/PySpectral/src/forward/topk.jl``).
 
-Like ``pullbacks``, this layer imports only ``_common``, ``_fns``,
-``exceptions`` and torch.
+Like ``pullbacks``, this layer imports only ``common``, the base modules,
+``_fns``, ``exceptions`` and torch.
 """
 
 from .topk import TopKConfig, TopKResult, eigh_topk, svd_topk, top_k_method

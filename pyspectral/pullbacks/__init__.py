@@ -2,10 +2,11 @@
 decomposition, with the names of ``julia/PySpectral/src/pullbacks/*.jl``:
 ``svd.py``, ``eigh.py``, ``matfun.py``, ``truncated.py``.
 
-Nothing here knows about ``torch.autograd.Function`` or a backend: this layer
-imports only ``_common``, ``_fns``, ``exceptions`` and torch, and the public
-modules (``svd.py``, ``eigh.py``, ``topk.py``) build their autograd Functions
-on top of it.
+Nothing here knows about a backend: this layer imports only ``common``, the
+base modules (``_settings``, ``_validation``, ``_autograd``, ``_second_order``,
+``_warnings``), ``_fns``, ``exceptions`` and torch, and the public modules
+(``svd.py``, ``eigh.py``, ``topk.py``) build their autograd Functions on top of
+it.
 """
 
 from .eigh import eigh_pullback, fold_triangle

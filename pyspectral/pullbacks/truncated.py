@@ -5,8 +5,10 @@ and ``rmatmul(X) = A^H @ X``, and returning the gradient as low-rank factors
 operator caller can pair the factors with its parameters instead); and its
 transpose, the pushforward of the top-``k`` triplets / eigenpairs along a
 dense tangent ``dA`` (``truncated_*_pushforward``: same block, same CG system
-with other right-hand sides). The pullback mirrors
-``julia/PySpectral/src/pullbacks/truncated.jl`` (which has no pushforward).
+with other right-hand sides). Both mirror
+``julia/PySpectral/src/pullbacks/truncated.jl`` (``svd_trunc_pullback!``,
+``eigh_trunc_pullback!``, ``truncated_svd_pushforward``,
+``truncated_eigh_pushforward``).
 
 Derivation (Francuz, Schuch, Vanhecke, PRR 7, 013237 (2025), with deflation).
 The forward hands over a block of ``d >= k`` certified Ritz triplets

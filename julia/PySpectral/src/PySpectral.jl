@@ -26,6 +26,8 @@ export svd_trunc_pullback!, eigh_trunc_pullback!, dense_truncated_svd_pullback!,
     dense_truncated_eigh_pullback!
 export svd_pushforward, svd_function_pushforward, eigh_pushforward,
     matrix_function_pushforward
+export truncated_svd_pushforward, truncated_eigh_pushforward,
+    dense_truncated_svd_pushforward, dense_truncated_eigh_pushforward
 export GaugeError
 export SpectralValues
 

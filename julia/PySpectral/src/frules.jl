@@ -4,8 +4,9 @@
 # returns `(Ω, ∂Ω)`; the tangent of a factorization is a `Tangent{SVD}` / `Tangent{Eigen}`
 # with every field, of a vector or matrix a plain array. A zero input tangent
 # (`AbstractZero`) gives itself back, without the pushforward; a thunk is unthunked.
-# Top-k (`svd_topk`, `eigh_topk`) has no frule: its iterative pullback has no transpose
-# here (pyspectral raises a DerivativeError for forward mode there).
+# Top-k (`svd_topk`, `eigh_topk`): the certified block of the forward, then the
+# truncated pushforwards (src/pullbacks/truncated.jl), the transposes of the truncated
+# pullbacks that the rrules use.
 
 function ChainRulesCore.frule((_, ΔA), ::typeof(svd), A::AbstractMatrix; full::Bool=false,
                               k::Union{Nothing,Integer}=nothing, degeneracy_atol=nothing,
@@ -72,4 +73,43 @@ function ChainRulesCore.frule((_, ΔA, _), ::typeof(matrix_function), A::Abstrac
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return Y, ΔA
     return Y, matrix_function_pushforward(E.values, E.vectors, f, ΔA; uplo, degeneracy_atol)
+end
+
+# Top-k: the forward's block (kept triplets, the certified extras, the preconditioning
+# ones) goes to the truncated pushforward, which multiplies by A again. The keywords are
+# the rrule's (`gauge`, `gauge_atol` are accepted for it and unused: a pushforward
+# checks nothing).
+function ChainRulesCore.frule((_, ΔA, _), ::typeof(svd_topk), A::AbstractMatrix,
+                              k::Integer; method::Symbol=:auto,
+                              oversample::Union{Nothing,Integer}=nothing,
+                              n_iter::Union{Nothing,Integer}=nothing, rtol=nothing,
+                              maxiter::Integer=500, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    _check_options("svd_topk"; rtol, maxiter, degeneracy_atol, broadening, gauge, gauge_atol)
+    B = svd_topk_block(A, k; method, oversample, n_iter, rtol, maxiter, degeneracy_atol)
+    F = SVD(B.U[:, 1:k], B.S[1:k], B.Vt[1:k, :])  # exactly what svd_topk returns
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return F, ΔA
+    ΔU, ΔS, ΔVᴴ = truncated_svd_pushforward(A, B.U, B.S, B.Vt, k, ΔA; d=B.d, rtol, maxiter,
+                                            degeneracy_atol, broadening)
+    return F, Tangent{typeof(F)}(; U=ΔU, S=ΔS, Vt=ΔVᴴ)
+end
+
+function ChainRulesCore.frule((_, ΔA, _), ::typeof(eigh_topk), A::AbstractMatrix,
+                              k::Integer; uplo::Symbol=:L, largest::Bool=true,
+                              method::Symbol=:auto,
+                              oversample::Union{Nothing,Integer}=nothing,
+                              n_iter::Union{Nothing,Integer}=nothing, rtol=nothing,
+                              maxiter::Integer=500, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    _check_options("eigh_topk"; rtol, maxiter, degeneracy_atol, broadening, gauge,
+                   gauge_atol)
+    B = eigh_topk_block(A, k; uplo, largest, method, oversample, n_iter, rtol, maxiter,
+                        degeneracy_atol)
+    E = Eigen(B.values[1:k], B.vectors[:, 1:k])  # exactly what eigh_topk returns
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return E, ΔA
+    Δλ, ΔV = truncated_eigh_pushforward(A, B.values, B.vectors, k, ΔA; uplo, largest, d=B.d,
+                                        rtol, maxiter, degeneracy_atol, broadening)
+    return E, Tangent{typeof(E)}(; values=Δλ, vectors=ΔV)
 end

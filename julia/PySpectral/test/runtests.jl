@@ -1369,6 +1369,191 @@ inner(x, y, names) = sum(n -> inner(getproperty(x, n), getproperty(y, n)), names
     end
 end
 
+# Top-k forward mode: the frules of svd_topk / eigh_topk push forward through the
+# certified block (truncated_svd_pushforward / truncated_eigh_pushforward, the
+# transposes of the truncated pullbacks). Checked against finite differences (test_frule
+# on the raw factors of a real top-k SVD at a gap, smooth there as the full SVD's are;
+# complex factors and eigenvectors in the aligned gauge, as the full frules above are:
+# the Rayleigh-Ritz step's eigen calls syevr, whose signs jump), against the full path's
+# frule on gauge-invariant outputs, and as the transposes of the rrules' pullbacks.
+
+# The top-k triplets with uᵢ and vᵢ rotated together so that V[kᵢ, i] is real positive
+# (`aligned_svd` for svd_topk), and the top-k eigenpairs aligned as `aligned_eigen`.
+function aligned_svd_topk(X, k, ks; kw...)
+    F = svd_topk(X, k; kw...)
+    V = Matrix(F.Vt')
+    c = transpose(alignment(V, ks))
+    return (U=F.U .* c, S=F.S, V=V .* c)
+end
+
+function aligned_eigh_topk(X, k, ks; kw...)
+    E = eigh_topk(X, k; kw...)
+    return (values=E.values, vectors=E.vectors .* transpose(alignment(E.vectors, ks)))
+end
+
+# The top-k frules' tangents against finite differences of the aligned factors along ΔA.
+function test_svd_topk_pushforward_fd(A, ΔA, k; rtol=RTOL, atol=ATOL, kw...)
+    F, ΔF = frule((NoTangent(), ΔA, NoTangent()), svd_topk, A, k; kw...)
+    V, ΔV = Matrix(F.Vt'), Matrix(ΔF.Vt')
+    ks = [argmax(abs.(v)) for v in eachcol(V)]
+    fd = FiniteDifferences.jvp(FDM, X -> aligned_svd_topk(X, k, ks; kw...), (A, ΔA))
+    @test ΔF.S ≈ fd.S rtol = rtol atol = atol
+    @test aligned_tangent(F.U, ΔF.U, V, ΔV, ks) ≈ fd.U rtol = rtol atol = atol
+    @test aligned_tangent(V, ΔV, V, ΔV, ks) ≈ fd.V rtol = rtol atol = atol
+end
+
+function test_eigh_topk_pushforward_fd(A, ΔA, k; rtol=RTOL, atol=ATOL, kw...)
+    E, ΔE = frule((NoTangent(), ΔA, NoTangent()), eigh_topk, A, k; kw...)
+    V, ΔV = E.vectors, ΔE.vectors
+    ks = [argmax(abs.(v)) for v in eachcol(V)]
+    fd = FiniteDifferences.jvp(FDM, X -> aligned_eigh_topk(X, k, ks; kw...), (A, ΔA))
+    @test ΔE.values ≈ fd.values rtol = rtol atol = atol
+    @test aligned_tangent(V, ΔV, V, ΔV, ks) ≈ fd.vectors rtol = rtol atol = atol
+end
+
+# The svd_topk frule's tangents equal the full path's (svd(A; k), which pushes forward
+# through all triplets) on outputs that do not depend on the basis of the kept
+# triplets: the polar factor, the projectors onto the kept columns, the kept values.
+function test_svd_topk_is_full(A, ΔA, k; kw...)
+    F, ΔF = frule((NoTangent(), ΔA, NoTangent()), svd_topk, A, k; kw...)
+    F0, ΔF0 = frule((NoTangent(), ΔA), PySpectral.svd, A; k)
+    polar(G, ΔG) = ΔG.U * G.Vt + G.U * ΔG.Vt
+    PU(G, ΔG) = projector_tangent(G.U, ΔG.U, 1:k)
+    PV(G, ΔG) = projector_tangent(Matrix(G.Vt'), Matrix(ΔG.Vt'), 1:k)
+    @test ΔF.S ≈ ΔF0.S rtol = 1e-9
+    @test polar(F, ΔF) ≈ polar(F0, ΔF0) rtol = 1e-9
+    @test PU(F, ΔF) ≈ PU(F0, ΔF0) rtol = 1e-9
+    @test PV(F, ΔF) ≈ PV(F0, ΔF0) rtol = 1e-9
+end
+
+function test_eigh_topk_is_full(A, ΔA, k; uplo=:L, largest=true, kw...)
+    E, ΔE = frule((NoTangent(), ΔA, NoTangent()), eigh_topk, A, k; uplo, largest, kw...)
+    E0, ΔE0 = frule((NoTangent(), ΔA), PySpectral.eigh, A; uplo)
+    n = size(A, 1)
+    sel = largest ? (n-k+1:n) : (1:k)
+    P, P0 = projector_tangent(E.vectors, ΔE.vectors, 1:k),
+            projector_tangent(E0.vectors, ΔE0.vectors, sel)
+    @test ΔE.values ≈ ΔE0.values[sel] rtol = 1e-9
+    @test P ≈ P0 rtol = 1e-9
+end
+
+@testset "top-k frules" begin
+    Random.seed!(18)
+    for (m, n) in ((30, 20), (20, 30))
+        s = [10 * 0.7^i for i in 0:min(m, n)-1]
+        # the CG path (block k + oversample = 7 < 20) and the full one
+        A, ΔA = with_singular_values(Float64, m, n, s), randn(m, n)
+        for kw in ((; method=:randomized, oversample=4), (; method=:full))
+            test_frule(svd_topk, A ⊢ ΔA, 3 ⊢ NoTangent(); fkwargs=kw, check_inferred=false,
+                       rtol=RTOL, atol=ATOL)
+        end
+        for T in (Float64, ComplexF64)
+            A, ΔA = with_singular_values(T, m, n, s), randn(T, m, n)
+            test_svd_topk_pushforward_fd(A, ΔA, 3; method=:randomized, oversample=4)
+            test_svd_topk_is_full(A, ΔA, 3; method=:randomized, oversample=4)
+        end
+    end
+    for T in (Float64, ComplexF64), largest in (true, false), uplo in (:L, :U)
+        λ = [10 * 0.7^i for i in 0:19]
+        H = with_eigenvalues(T, largest ? λ : -λ)
+        A = uplo === :L ? tril(H) : triu(H)  # only the uplo triangle is read
+        ΔA = randn(T, 20, 20)
+        kw = (; uplo, largest, method=:randomized, oversample=4)
+        test_eigh_topk_pushforward_fd(A, ΔA, 3; kw...)
+        test_eigh_topk_is_full(A, ΔA, 3; kw...)
+    end
+
+    # Degenerate outside the block: a five-fold cluster that the block (k + oversample =
+    # 5) cuts, and a zero block (rank 3). The complement's system stays positive definite
+    # (its spectrum is below s_k): the tangents of the kept triplets are exact.
+    outside = ([5.0; 4.0; 3.0; fill(1.0, 5); [0.5 * 0.7^i for i in 0:11]],
+               [5.0; 4.0; 3.0; zeros(17)])
+    for T in (Float64, ComplexF64), s in outside
+        A, ΔA = with_singular_values(T, 30, 20, s), randn(T, 30, 20)
+        kw = (; method=:randomized, oversample=2)
+        test_svd_topk_pushforward_fd(A, ΔA, 3; kw...)
+        test_svd_topk_is_full(A, ΔA, 3; kw...)
+    end
+    for T in (Float64, ComplexF64), largest in (true, false)
+        λ = [5.0; 4.0; 3.0; fill(1.0, 5); [0.5 * 0.7^i for i in 0:11]]
+        H, ΔA = with_eigenvalues(T, largest ? λ : -λ), randn(T, 20, 20)
+        kw = (; largest, method=:randomized, oversample=2)
+        test_eigh_topk_pushforward_fd(H, ΔA, 3; kw...)
+        test_eigh_topk_is_full(H, ΔA, 3; kw...)
+    end
+
+    # A CG capped at one step (no gap past the block) on a small matrix is redone by the
+    # dense fallback, silently: the full path's tangents.
+    A = with_singular_values(Float64, 40, 30, [1 / sqrt(i) for i in 1:30])
+    ΔA = randn(40, 30)
+    @test_logs min_level = WARN test_svd_topk_is_full(A, ΔA, 4; method=:randomized,
+                                                      oversample=6, maxiter=1)
+    H = with_eigenvalues(Float64, [1 / sqrt(i) for i in 1:30])
+    @test_logs min_level = WARN test_eigh_topk_is_full(H, randn(30, 30), 4;
+                                                       method=:randomized, oversample=6,
+                                                       maxiter=1)
+    # Larger matrices warn, as the pullback does: the tangent's words, the same keywords.
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        PySpectral._warn_unconverged(:eigh, 7, 0.25; mode=:pushforward)
+    end
+    rec = only(logs)
+    @test occursin(r"^eigh_topk pushforward: the Sylvester solve did not converge in 7 " *
+                   r"iterations \(relative residual 0\.25\)", rec.message)
+    @test occursin("The tangent is approximate", rec.message)
+    @test rec.kwargs[:maxiter] == 7 && rec.kwargs[:residual] == 0.25
+
+    # Zero and thunked tangents; the plain pushforward leaves its inputs alone.
+    A, ΔA = topk_decaying(ComplexF64, 30, 20), randn(ComplexF64, 30, 20)
+    kw = (; method=:randomized, oversample=4)
+    _, Δ0 = frule((NoTangent(), ZeroTangent(), NoTangent()), svd_topk, A, 3; kw...)
+    @test Δ0 isa ZeroTangent
+    _, Δ0 = frule((NoTangent(), NoTangent(), NoTangent()), eigh_topk, A' * A, 3)
+    @test Δ0 isa NoTangent
+    _, ref = frule((NoTangent(), ΔA, NoTangent()), svd_topk, A, 3; kw...)
+    _, th = frule((NoTangent(), @thunk(copy(ΔA)), NoTangent()), svd_topk, A, 3; kw...)
+    @test th.U ≈ ref.U && th.S ≈ ref.S && th.Vt ≈ ref.Vt
+    B = PySpectral.svd_topk_block(A, 3; kw...)
+    A0, ΔA0, U0 = copy(A), copy(ΔA), copy(B.U)
+    ΔU, ΔS, ΔVᴴ = truncated_svd_pushforward(A, B.U, B.S, B.Vt, 3, ΔA; d=B.d)
+    @test A == A0 && ΔA == ΔA0 && B.U == U0
+    @test ΔU ≈ ref.U && ΔS ≈ ref.S && ΔVᴴ ≈ ref.Vt
+    @test_throws DimensionMismatch truncated_svd_pushforward(A, B.U, B.S, B.Vt, 3,
+                                                             randn(20, 30); d=B.d)
+end
+
+# ⟨ΔΩ, Ω̄⟩ = ⟨ΔA, Ā⟩ for the top-k frules and rrules on the same certified block, for
+# random (basis-dependent: gauge=:ignore) cotangents: at a gap, where k cuts a cluster
+# or a zero block, and where the block ends inside a cluster of the discarded spectrum.
+@testset "top-k frule is the transpose of the rrule" begin
+    Random.seed!(19)
+    transposes(lhs, rhs) = isapprox(lhs, rhs; rtol=1e-9, atol=1e-9)
+    tail(c, n) = [c * 0.7^i for i in 0:n-1]
+    spectra = (([10 * 0.7^i for i in 0:19], (; oversample=4)),                # a gap
+               ([3.0; 2.0; 2.0; 1.0; tail(0.5, 16)], (;)),                    # k cuts a cluster
+               ([5.0; 4.0; 1.0; fill(0.5, 5); tail(0.2, 12)], (; oversample=2)),  # outside
+               ([3.0; zeros(19)], (; oversample=3)))                          # k cuts zeros
+    k = 2
+    for T in (Float64, ComplexF64), (s, extra) in spectra
+        A, ΔA = with_singular_values(T, 30, 20, s), randn(T, 30, 20)
+        kw = (; method=:randomized, gauge=:ignore, extra...)
+        F, ΔF = frule((NoTangent(), ΔA, NoTangent()), svd_topk, A, k; kw...)
+        _, back = rrule(svd_topk, A, k; kw...)
+        F̄ = Tangent{typeof(F)}(; U=randn(T, size(F.U)), S=randn(k), Vt=randn(T, size(F.Vt)))
+        @test transposes(inner(ΔF, F̄, (:U, :S, :Vt)), inner(ΔA, back(F̄)[2]))
+    end
+    for T in (Float64, ComplexF64), largest in (true, false), uplo in (:L, :U),
+        (λ, extra) in spectra[1:3]
+
+        H = with_eigenvalues(T, largest ? λ : -λ)
+        A, ΔA = uplo === :L ? tril(H) : triu(H), randn(T, 20, 20)
+        kw = (; uplo, largest, method=:randomized, gauge=:ignore, extra...)
+        E, ΔE = frule((NoTangent(), ΔA, NoTangent()), eigh_topk, A, k; kw...)
+        _, back = rrule(eigh_topk, A, k; kw...)
+        Ē = Tangent{typeof(E)}(; values=randn(k), vectors=randn(T, 20, k))
+        @test transposes(inner(ΔE, Ē, (:values, :vectors)), inner(ΔA, back(Ē)[2]))
+    end
+end
+
 # Script runs: close the outer testset (see the top of the file); throws if any failed.
 if STANDALONE
     Test.pop_testset()

@@ -1,7 +1,8 @@
 # The exact pullback of the top-k triplets / eigenpairs from a certified block
-# (forward/topk.jl), using products with A only. Same formulas, tolerances and
-# fallback rules as pyspectral/pullbacks/truncated.py (and pyspectral/topk.py's
-# choice between the CG solve, the dense fallback and a warning).
+# (forward/topk.jl), using products with A only, and its transpose, the pushforward
+# (at the end of the file). Same formulas, tolerances and fallback rules as
+# pyspectral/pullbacks/truncated.py (and pyspectral/topk.py's choice between the CG
+# solve, the dense fallback and a warning).
 #
 # Derivation (Francuz, Schuch, Vanhecke, PRR 7, 013237 (2025), with deflation). The
 # forward hands over a block of `d >= k` certified Ritz triplets `(U_d, S_d, V_d)`: the
@@ -230,11 +231,14 @@ function dense_truncated_svd_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix,
     return svd_pullback!(ΔA, U2, S2, Matrix(V2'), padded...; kw...)
 end
 
-function _warn_unconverged(op, maxiter, residual)
-    message = "$(op)_topk backward: the Sylvester solve did not converge in $maxiter " *
+# `mode`: :backward (the pullbacks) or :pushforward (their transposes, whose result is
+# a tangent).
+function _warn_unconverged(op, maxiter, residual; mode::Symbol=:backward)
+    result = mode === :backward ? "gradient" : "tangent"
+    message = "$(op)_topk $mode: the Sylvester solve did not converge in $maxiter " *
               "iterations (relative residual $(_round2(residual))): there is no gap " *
               "between the kept spectrum and the rest beyond the certified block, and " *
-              "the matrix is too large for the exact dense fallback. The gradient is " *
+              "the matrix is too large for the exact dense fallback. The $result is " *
               "approximate; use method=:full, a k at a gap, or a larger oversample."
     # the measurements as keyword arguments too: pyspectral's bridge reads them
     @warn message maxiter residual
@@ -324,4 +328,155 @@ function dense_truncated_eigh_pullback!(ΔA::AbstractMatrix, A::AbstractMatrix,
     r = length(λ2)
     padded = (_zero_pad_vector(Δλ, r), _zero_pad_columns(ΔV, r))
     return eigh_pullback!(ΔA, λ2, V2, padded...; uplo, kw...)
+end
+
+# ------------------------------------------------------------------ pushforwards
+# Forward mode: the transposes of the truncated pullbacks above (the full path's
+# pushforward, `svd_pushforward` / `eigh_pushforward` on all triplets, restricted to the
+# kept columns), split the same way; pyspectral/pullbacks/truncated.py has the same
+# functions. Inside the certified block: the full path's formula in the block's basis
+# (same cluster rule: no rotation inside a degenerate cluster, pseudo-inverse of zero
+# singular values). Against the complement: differentiating `A vᵢ = sᵢ uᵢ` and
+# `Aᴴ uᵢ = sᵢ vᵢ` and projecting onto the complement of `(U_d, V_d)`, where
+# `P_U A = A⊥ = A⊥ P_V`, gives for `xᵢ = P_U Δuᵢ`, `yᵢ = P_V Δvᵢ`
+#
+#     sᵢ xᵢ - A⊥ yᵢ = P_U ΔA vᵢ,   sᵢ yᵢ - A⊥ᴴ xᵢ = P_V ΔAᴴ uᵢ,
+#
+# the pullback's system with the cotangents `(ΔA V_k, U_kᴴ ΔA)` (`_svd_complement`
+# projects them): the same preconditioned CG, tolerances and pseudo-inverse. `eigh`:
+# `A vᵢ = λᵢ vᵢ` gives `(λᵢ - A⊥) xᵢ = P ΔA vᵢ` (`_eigh_complement` with `ΔA V_k`).
+# Only the kept values are separated from the rest of the spectrum by a gap (the forward
+# certified the cluster of value k inside the block), so the full path's complement
+# terms are this unique solution. Fallback and warning as in the pullbacks.
+
+"""
+    truncated_svd_pushforward(A, U, S, Vᴴ, k, ΔA; d=length(S), rtol=nothing,
+                              maxiter=500, degeneracy_atol=nothing, broadening=nothing)
+        -> (ΔU, ΔS, ΔVᴴ)
+
+Tangents of the top-`k` triplets of `A` (`ΔU` m×k, `ΔS`, `ΔVᴴ` k×n) along `ΔA`, using
+products with `A` and `Aᴴ` only: the transpose of [`svd_trunc_pullback!`](@ref) on the
+same block (`U`, `S`, `Vᴴ` of [`svd_topk_block`](@ref), kept `k` first, the first `d`
+certified, the others preconditioning the CG), with the same CG settings, dense
+fallback ([`dense_truncated_svd_pushforward`](@ref)) up to `m n min(m, n) = 2048³`, and
+beyond it the approximate tangents with a warning giving the reached residual. A
+complete block (`d = min(m, n)`) is the full path's [`svd_pushforward`](@ref).
+"""
+function truncated_svd_pushforward(A::AbstractMatrix, U::AbstractMatrix, S::AbstractVector,
+                                   Vᴴ::AbstractMatrix, k::Integer, ΔA::AbstractMatrix;
+                                   d::Integer=length(S), rtol=nothing, maxiter::Integer=500,
+                                   degeneracy_atol=nothing, broadening=nothing)
+    m, n = size(A)
+    size(ΔA) == (m, n) ||
+        throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($m, $n)"))
+    Ud, Sd, Vᴴd = U[:, 1:d], S[1:d], Vᴴ[1:d, :]
+    if d >= min(m, n)
+        ΔU, ΔS, ΔVᴴ = svd_pushforward(Ud, Sd, Vᴴd, ΔA; degeneracy_atol, broadening)
+        return ΔU[:, 1:k], ΔS[1:k], ΔVᴴ[1:k, :]
+    end
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(Sd) : degeneracy_atol
+    rtol = rtol === nothing ? _eps34(eltype(Sd)) : rtol
+    extras = d < length(S) ? (U[:, d+1:end], S[d+1:end]) : nothing
+    Vd = Matrix(Vᴴd')
+    ΔAV = ΔA * Vd
+    ΔP = Ud' * ΔAV                       # U_dᴴ ΔA V_d
+    # the block: the full path's formula with U_d, V_d as the basis (identities)
+    Id = Matrix{eltype(ΔP)}(I, d, d)
+    Wu, ΔSd, Wvᴴ = svd_pushforward(Id, Sd, Id, ΔP; degeneracy_atol=tol, broadening)
+    Uk = view(Ud, :, 1:k)
+    X, Y, residual, _ = _svd_complement(_dense(A, eltype(Ud)), Ud, Sd, Vd, k, ΔAV[:, 1:k],
+                                        Uk' * ΔA, tol, rtol, maxiter, extras)
+    if residual > RTOL_SLACK * rtol
+        _dense_fallback(m, n) &&
+            return dense_truncated_svd_pushforward(A, Ud, Sd, Vᴴd, k, ΔA; degeneracy_atol,
+                                                   broadening)
+        _warn_unconverged(:svd, maxiter, residual; mode=:pushforward)
+    end
+    ΔU = Ud * Wu[:, 1:k] .+ X
+    ΔVᴴ = Wvᴴ[1:k, :] * Vᴴd .+ Y'
+    return ΔU, ΔSd[1:k], ΔVᴴ
+end
+
+"""
+    dense_truncated_svd_pushforward(A, U, S, Vᴴ, k, ΔA; kw...) -> (ΔU, ΔS, ΔVᴴ)
+
+The full path's pushforward for a dense `A` in the basis of the given block (`U` m×d,
+`S`, `Vᴴ` d×n), restricted to the first `k` triplets: the block completed by an SVD of
+`A` on the complement of `(U, V)` (as in [`dense_truncated_svd_pullback!`](@ref)), then
+[`svd_pushforward`](@ref). The fallback of [`truncated_svd_pushforward`](@ref).
+"""
+function dense_truncated_svd_pushforward(A::AbstractMatrix, U::AbstractMatrix,
+                                         S::AbstractVector, Vᴴ::AbstractMatrix, k::Integer,
+                                         ΔA::AbstractMatrix; kw...)
+    V = Matrix(Vᴴ')
+    Wu, Wv = _complement(U), _complement(V)
+    F = LinearAlgebra.svd(Wu' * A * Wv)
+    U2, S2, V2 = [U Wu*F.U], [S; F.S], [V Wv*F.V]
+    ΔU, ΔS, ΔVᴴ = svd_pushforward(U2, S2, Matrix(V2'), ΔA; kw...)
+    return ΔU[:, 1:k], ΔS[1:k], ΔVᴴ[1:k, :]
+end
+
+"""
+    truncated_eigh_pushforward(A, λ, V, k, ΔA; uplo=:L, largest=true, d=length(λ),
+                               rtol=nothing, maxiter=500, degeneracy_atol=nothing,
+                               broadening=nothing) -> (Δλ, ΔV)
+
+Tangents of the `k` largest (or smallest) eigenpairs of `Hermitian(A, uplo)` (`Δλ`,
+`ΔV` n×k) along `ΔA`, read from its `uplo` triangle ([`hermitian_from_triangle`](@ref)):
+the transpose of [`eigh_trunc_pullback!`](@ref) on the same block (`λ`, `V` of
+[`eigh_topk_block`](@ref), kept `k` first, the first `d` certified). The block's part is
+[`eigh_pushforward`](@ref) in its basis; the coupling to the complement solves
+`±(xᵢ λᵢ - A⊥ xᵢ) = ±(I - V_d V_dᴴ) ΔA vᵢ` by the pullback's preconditioned CG. Fallback
+([`dense_truncated_eigh_pushforward`](@ref)) and warning as for
+[`truncated_svd_pushforward`](@ref).
+"""
+function truncated_eigh_pushforward(A::AbstractMatrix, λ::AbstractVector, V::AbstractMatrix,
+                                    k::Integer, ΔA::AbstractMatrix; uplo::Symbol=:L,
+                                    largest::Bool=true, d::Integer=length(λ), rtol=nothing,
+                                    maxiter::Integer=500, degeneracy_atol=nothing,
+                                    broadening=nothing)
+    uplo = _check_uplo("eigh", uplo)
+    n = size(A, 1)
+    size(ΔA) == (n, n) ||
+        throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($n, $n)"))
+    λd, Vd = λ[1:d], V[:, 1:d]
+    if d >= n
+        Δλ, ΔV = eigh_pushforward(λd, Vd, ΔA; uplo, degeneracy_atol, broadening)
+        return Δλ[1:k], ΔV[:, 1:k]
+    end
+    rtol = rtol === nothing ? _eps34(eltype(λd)) : rtol
+    extras = d < length(λ) ? (V[:, d+1:end], λ[d+1:end]) : nothing
+    ΔHV = hermitian_from_triangle(ΔA, uplo) * Vd
+    ΔP = Vd' * ΔHV                       # V_dᴴ ΔA_h V_d, Hermitian
+    # the block: the full path's formula with V_d as the basis (the identity)
+    Δλd, W = eigh_pushforward(λd, Matrix{eltype(ΔP)}(I, d, d), ΔP; degeneracy_atol,
+                              broadening)
+    H = Hermitian(_dense(A, eltype(Vd)), uplo)
+    X, residual = _eigh_complement(H, λd, Vd, k, ΔHV[:, 1:k], largest, rtol, maxiter, extras)
+    if residual > RTOL_SLACK * rtol
+        _dense_fallback(n, n) &&
+            return dense_truncated_eigh_pushforward(A, λd, Vd, k, ΔA; uplo, degeneracy_atol,
+                                                    broadening)
+        _warn_unconverged(:eigh, maxiter, residual; mode=:pushforward)
+    end
+    return Δλd[1:k], Vd * W[:, 1:k] .+ X
+end
+
+"""
+    dense_truncated_eigh_pushforward(A, λ, V, k, ΔA; uplo=:L, kw...) -> (Δλ, ΔV)
+
+[`dense_truncated_svd_pushforward`](@ref) for `eigh`: the block completed by an
+eigendecomposition of `Hermitian(A, uplo)` on its complement, then
+[`eigh_pushforward`](@ref) along `ΔA` (read from its `uplo` triangle), restricted to the
+first `k` pairs.
+"""
+function dense_truncated_eigh_pushforward(A::AbstractMatrix, λ::AbstractVector,
+                                          V::AbstractMatrix, k::Integer,
+                                          ΔA::AbstractMatrix; uplo::Symbol=:L, kw...)
+    W = _complement(V)
+    B = W' * (Hermitian(A, uplo) * W)
+    E = LinearAlgebra.eigen(Hermitian((B + B') / 2))
+    λ2, V2 = [λ; E.values], [V W*E.vectors]
+    Δλ, ΔV = eigh_pushforward(λ2, V2, ΔA; uplo, kw...)
+    return Δλ[1:k], ΔV[:, 1:k]
 end
