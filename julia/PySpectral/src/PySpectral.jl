@@ -26,7 +26,7 @@ export svd_trunc_pullback!, eigh_trunc_pullback!, dense_truncated_svd_pullback!,
     dense_truncated_eigh_pullback!
 export svd_pushforward, svd_function_pushforward, eigh_pushforward,
     matrix_function_pushforward
-export GaugeError
+export GaugeError, GaugeRecorder
 export SpectralValues
 
 include("common/defaults.jl")
