@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
-from _fake_julia import GLUE_FUNCTIONS
 from _spectra import (
     fd_directional,
     hermitian_with_spectrum,
@@ -43,6 +42,7 @@ from _spectra import (
 import pyspectral as ps
 from pyspectral import _common as C
 from pyspectral import _julia
+from pyspectral._julia import GLUE_FUNCTIONS
 from pyspectral.exceptions import DerivativeError
 from pyspectral.pullbacks.eigh import eigh_pushforward
 from pyspectral.pullbacks.svd import svd_pushforward
@@ -297,7 +297,7 @@ def test_options_reach_the_pushforwards(fake):
         assert rel_err(tangents[0], ref[0]) < 1e-12
         assert rel_err(tangents[0], plain[0]) > 1e-3  # the option mattered
         call = fake.calls_to("svd_pushforward_batched")[-1]
-        assert {k: call.kwargs[k] for k in kw} == kw
+        assert {k: call.named[k] for k in kw} == kw
     H = hermitian_with_spectrum((1.0, 1.001, 2.0), dtype=torch.complex128)
     dH = random_like(H, seed=3)
     (w, V), (_, dV) = dual(
@@ -306,7 +306,7 @@ def test_options_reach_the_pushforwards(fake):
     ref = eigh_pushforward(w, V, dH, "L", C.Options(degeneracy_atol=0.01))[1]
     assert rel_err(dV, ref) < 1e-12
     assert (
-        fake.calls_to("eigh_pushforward_batched")[-1].kwargs["degeneracy_atol"] == 0.01
+        fake.calls_to("eigh_pushforward_batched")[-1].named["degeneracy_atol"] == 0.01
     )
     kw = {"degeneracy_atol": 0.01}
     tangents = [
@@ -315,7 +315,7 @@ def test_options_reach_the_pushforwards(fake):
     ]
     assert rel_err(*tangents) < 1e-12
     call = fake.calls_to("matrix_function_pushforward_batched")[-1]
-    assert call.kwargs["degeneracy_atol"] == 0.01
+    assert call.named["degeneracy_atol"] == 0.01
 
 
 @pytest.mark.parametrize(
