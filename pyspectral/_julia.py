@@ -60,6 +60,8 @@ import numpy as np
 import torch
 
 from . import _common as C
+from . import _juliaprobe
+from ._juliaprobe import INSTALL_HINT, juliapkg_reason  # noqa: F401 - re-exported
 from .exceptions import (
     BackendError,
     ConvergenceWarning,
@@ -72,14 +74,6 @@ from .exceptions import (
 
 GLUE = Path(__file__).with_name("_glue.jl")
 
-INSTALL_HINT = (
-    "Install it with `python -m pyspectral install-julia` (downloads Julia and "
-    "the Julia packages once; needs network). To use an existing Julia instead, "
-    "set PYTHON_JULIAPKG_EXE=/path/to/julia (and PYTHON_JULIAPKG_OFFLINE=yes "
-    "with PYTHON_JULIAPKG_PROJECT=/path/to/env for an environment that already "
-    "has the packages). Or use backend='torch', which needs no Julia."
-)
-
 
 class JuliaRuntime:
     """The seam to the real Julia: tests replace ``_julia.runtime`` with a
@@ -90,20 +84,8 @@ class JuliaRuntime:
     def probe(self) -> str | None:
         """``None`` if Julia and the packages are installed, else why not.
         Fast: never downloads, installs or starts Julia (it may run
-        ``julia --version``)."""
-        if "juliacall" in sys.modules:
-            return None
-        if importlib.util.find_spec("juliacall") is None:
-            return (
-                "juliacall is not installed: pip install 'pyspectral[julia]', then "
-                + INSTALL_HINT[0].lower()
-                + INSTALL_HINT[1:]
-            )
-        try:
-            import juliapkg
-        except Exception as err:  # noqa: BLE001 - it checks its settings on import
-            return f"juliapkg cannot start: {err}"
-        return juliapkg_reason(juliapkg)
+        ``julia --version``); see :func:`pyspectral._juliaprobe.probe`."""
+        return _juliaprobe.probe()
 
     def start(self) -> Any:
         """Import juliacall, load PySpectral and the glue; return the glue module."""
@@ -140,59 +122,11 @@ class JuliaRuntime:
         return str(kind), str(message), spectrum
 
 
-def juliapkg_reason(juliapkg: Any) -> str | None:
-    """Why juliapkg cannot provide Julia and the packages here without a
-    network install, or None if it can.
-
-    juliapkg's rules (deps.py, find_julia.py, state.py): ``resolve()`` does
-    nothing when its state file (``meta.json`` in the project) matches the
-    settings (``deps.can_skip_resolve``). Otherwise, online, it may download
-    Julia and the packages (``install-julia`` runs it). Offline
-    (``PYTHON_JULIAPKG_OFFLINE=yes``) it installs nothing: it takes the Julia
-    ``find_julia`` finds without installing (``PYTHON_JULIAPKG_EXE``, else one
-    already installed), runs it once to locate libjulia and writes the state
-    file; the packages must already be in the environment, so it has to be
-    named (``PYTHON_JULIAPKG_PROJECT``).
-    """
-    try:
-        if juliapkg.deps.can_skip_resolve():
-            return None
-    except Exception:  # noqa: BLE001, S110 - an unreadable state file: resolve again
-        pass
-    state = juliapkg.state
-    if not state.STATE.get("offline"):
-        return "Julia or the PySpectral Julia package is not installed yet. " + (
-            INSTALL_HINT
-        )
-    project = state.get_config("project")[0]
-    if not project or not os.path.isdir(project):
-        return (
-            "PYTHON_JULIAPKG_OFFLINE=yes, so juliapkg installs no packages, but "
-            + (
-                "PYTHON_JULIAPKG_PROJECT is not set"
-                if not project
-                else f"PYTHON_JULIAPKG_PROJECT={project} does not exist"
-            )
-            + ": set it to the Julia environment that has PySpectral, "
-            "ChainRulesCore and Zygote (or unset PYTHON_JULIAPKG_OFFLINE and run "
-            "`python -m pyspectral install-julia`)"
-        )
-    find_julia = importlib.import_module("juliapkg.find_julia")
-    try:
-        find_julia.find_julia(prefix=state.STATE.get("install"))
-    except Exception as err:  # noqa: BLE001 - juliapkg raises plain Exceptions
-        return (
-            f"PYTHON_JULIAPKG_OFFLINE=yes, and juliapkg finds no Julia to use "
-            f"offline ({err}): set PYTHON_JULIAPKG_EXE=/path/to/julia (1.9 to 1.12)"
-        )
-    return None
-
-
 IMPORT_ORDER_WARNING = (
     "pyspectral started Julia after torch was imported. On some platforms this "
     "import order crashes (PythonCall.jl #215/#384, pytorch #78829). If it does, "
     "start Julia first: `import juliacall` before `import torch`, or set "
-    "PYSPECTRAL_START_JULIA=yes before importing pyspectral."
+    "PYSPECTRAL_START_JULIA=yes (or auto) before importing pyspectral."
 )
 
 runtime: Any = JuliaRuntime()
