@@ -47,6 +47,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 import os
 import re
 import sys
@@ -420,8 +421,10 @@ def check_tensor(op: str, t: torch.Tensor) -> None:
 
 
 def _plain(t: torch.Tensor) -> torch.Tensor:
-    """``t`` detached, C-contiguous, without lazy conj/neg bits: a copy only
-    where it is none of these."""
+    """``t`` C-contiguous, without lazy conj/neg bits: ``t`` itself if it is
+    (Julia only reads or writes its memory), else a detached copy."""
+    if t.is_contiguous() and not t.is_conj() and not t.is_neg():
+        return t
     t = t.detach()
     if t.is_conj():
         t = t.resolve_conj()
@@ -462,29 +465,35 @@ def to_julia_matrices(t: torch.Tensor, keep: list) -> tuple[int, ...]:
 
 class _JuliaMemory:
     """A Julia array's memory as numpy sees it (``__array_interface__``, from the
-    address, size and element type the glue reported), holding the juliacall
-    wrapper of the array: numpy keeps this object as the base of its array, so the
-    Julia array lives as long as any numpy array or tensor over its memory."""
+    address and element type the glue reported, C-contiguous of ``shape``),
+    holding the juliacall wrapper of the array: numpy keeps this object as the
+    base of its array, so the Julia array lives as long as any numpy array or
+    tensor over its memory."""
 
     __slots__ = ("__array_interface__", "array")
 
-    def __init__(self, array: Any, address: int, dims: tuple, code: int):
+    def __init__(self, array: Any, address: int, shape: tuple, code: int):
         self.array = array
-        # column-major d1 x ... x dn is C-order dn x ... x d1
         self.__array_interface__ = {
-            "shape": dims[::-1],
+            "shape": shape,
             "typestr": _TYPESTR[code],
             "data": (address, False),
             "version": 3,
         }
 
 
-def _numpy(x: Any) -> np.ndarray:
-    """A result ``(array, address, dims, code)`` of the glue as the C-order numpy
-    array of its reversed dims, sharing Julia's memory."""
+def _numpy(x: Any, batch: tuple[int, ...] | None = None) -> np.ndarray:
+    """A result ``(array, address, dims, code)`` of the glue as a C-order numpy
+    array sharing Julia's memory: column-major ``d1 x ... x dn`` is C-order
+    ``dn x ... x d1``, whose leading (batch) axis is given the shape ``batch``
+    when given (no reshape afterwards)."""
     array, address, dims, code = x
-    dims = tuple(int(d) for d in dims)
-    return np.asarray(_JuliaMemory(array, int(address), dims, int(code)))
+    shape = tuple(map(int, dims))[::-1]
+    if batch is not None:
+        if math.prod(batch) != shape[0]:  # never read past Julia's array
+            raise RuntimeError(f"Julia returned {shape[0]} matrices for {batch}")
+        shape = (*batch, *shape[1:])
+    return np.asarray(_JuliaMemory(array, int(address), shape, int(code)))
 
 
 def handle(x: Any) -> Any:
@@ -494,20 +503,19 @@ def handle(x: Any) -> Any:
 
 def from_julia(x: Any, batch: tuple[int, ...]) -> torch.Tensor:
     """Julia ``p x q x B`` result -> tensor ``(*batch, q, p)`` sharing its memory."""
-    t = torch.from_numpy(_numpy(x))  # (B, q, p)
-    return t.reshape(*batch, *t.shape[1:])
+    return torch.from_numpy(_numpy(x, batch))
 
 
 def from_julia_vectors(x: Any, batch: tuple[int, ...]) -> torch.Tensor:
     """Julia ``k x B`` result -> tensor ``(*batch, k)`` sharing its memory."""
-    t = torch.from_numpy(_numpy(x))  # (B, k)
-    return t.reshape(*batch, t.shape[-1])
+    return torch.from_numpy(_numpy(x, batch))
 
 
-def julia_matrices(x: Any) -> torch.Tensor:
-    """Julia ``p x q x B`` result -> tensor ``(B, p, q)`` with the same indexing
-    (column-major strides, no copy): for eigenvectors, which are not swapped."""
-    return torch.from_numpy(_numpy(x)).mT
+def julia_matrices(x: Any, batch: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Julia ``p x q x B`` result -> tensor ``(*batch, p, q)`` (default batch:
+    ``(B,)``) with the same indexing (column-major strides, no copy): for
+    eigenvectors, which are not swapped."""
+    return torch.from_numpy(_numpy(x, batch)).mT
 
 
 def in_layout_of(t: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
@@ -754,8 +762,8 @@ def eigh(A: torch.Tensor, uplo: str) -> tuple:
     check_tensor("eigh", A)
     batch, keep = A.shape[:-2], []
     w, V = call("eigh", "eigh_batched", to_julia(A, keep), _SWAP[uplo])
-    Vt = julia_matrices(V)  # the glue conjugated Julia's conj(V) in place
-    out = (from_julia_vectors(w, batch), Vt.reshape(*batch, *Vt.shape[-2:]))
+    # the glue conjugated Julia's conj(V) in place
+    out = (from_julia_vectors(w, batch), julia_matrices(V, batch))
     return out, (handle(w), handle(V))
 
 
@@ -794,8 +802,7 @@ def eigh_pushforward(handles: tuple, dA: torch.Tensor, uplo: str, opts: Any) -> 
         opts.degeneracy_atol,
         opts.broadening,
     )
-    dV = julia_matrices(dVj)
-    return from_julia_vectors(dwj, batch), dV.reshape(*batch, *dV.shape[-2:])
+    return from_julia_vectors(dwj, batch), julia_matrices(dVj, batch)
 
 
 def eigh_topk(
@@ -816,9 +823,9 @@ def eigh_topk(
         *(settings[name] for name in _TOPK_SETTINGS),
     )
     # the blocks have p >= k columns, the kept ones first (ascending)
-    V = julia_matrices(Vj)[..., :k]  # conjugated in place by the glue, as for eigh
+    V = julia_matrices(Vj, batch)[..., :k]  # conjugated in place by the glue
     w = from_julia_vectors(wj, batch)[..., :k].contiguous()
-    out = (w, V.reshape(*batch, *V.shape[-2:]).contiguous())
+    out = (w, V.contiguous())
     return out, (handle(wj), handle(Vj), d)
 
 

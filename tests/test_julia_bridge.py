@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import io
 import os
 import re
@@ -985,6 +986,29 @@ def test_the_glue_defines_every_function_the_bridge_resolves():
     assert julia == ["Float32", "Float64", "ComplexF32", "ComplexF64"]
     torch_order = [torch.float32, torch.float64, torch.complex64, torch.complex128]
     assert [_julia._CODES[t] for t in torch_order] == [1, 2, 3, 4]
+
+
+def glue_parameters(glue: str, name: str) -> list[str]:
+    """The positional parameters of glue function ``name`` (its one method
+    called from Python), read from _glue.jl."""
+    pattern = rf"^(?:function )?{re.escape(name)}\(([^)]*)\)"
+    (params,) = re.findall(pattern, glue, re.M)
+    return [p.split("::")[0].strip() for p in params.split(";")[0].split(",")]
+
+
+@pytest.mark.parametrize("name", [n for n in _julia.GLUE_FUNCTIONS if "batched" in n])
+def test_the_stand_in_takes_the_glues_arguments(name):
+    """Each built-in op of the stand-in has the glue function's positional
+    parameters (the bridge is tested against the stand-in; the glue cannot run
+    here), one by one, Python's ASCII names for Julia's Greek ones."""
+    glue = glue_parameters(_julia.GLUE.read_text(), name)
+    impl = getattr(FakeJulia, name.replace("!", "_b"))
+    fake = list(inspect.signature(impl).parameters)[1:]
+    ascii = {"Δ": "d", "λ": "w"}
+    assert len(glue) == len(fake), (glue, fake)
+    for j, f in zip(glue, fake):
+        j = "".join(ascii.get(c, c) for c in j)
+        assert j == f or j.lower() == f.lower(), (name, glue, fake)
 
 
 def test_a_stray_numpy_array_fails_the_stand_in(fake):
