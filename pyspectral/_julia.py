@@ -50,6 +50,7 @@ import importlib.util
 import math
 import os
 import re
+import subprocess
 import sys
 import threading
 import warnings
@@ -1191,9 +1192,21 @@ TEST_PACKAGES = {
 }
 
 
-def install(tests: bool = False) -> None:
+# Started by install(): Julia first, then torch (the order PythonCall recommends),
+# PySpectral and the glue loaded (precompiled on the way), the status printed.
+LOAD_CHECK = """
+import juliacall
+from pyspectral import _julia
+_julia.glue()
+print(_julia.status()[1])
+"""
+
+
+def install(tests: bool = False) -> str:
     """Install Julia (if needed) and the Julia packages through juliapkg, with
-    juliapkg's own progress output; then start Julia once to precompile."""
+    juliapkg's own progress output; then start Julia once, in a fresh process
+    that starts it before torch (this one has imported torch), to precompile
+    and check that the backend loads. Returns what that process reports."""
     if importlib.util.find_spec("juliacall") is None:
         raise BackendError(
             "juliacall is not installed: pip install 'pyspectral[julia]' first"
@@ -1210,4 +1223,15 @@ def install(tests: bool = False) -> None:
             f"juliapkg could not install Julia: {err}. " + INSTALL_HINT
         ) from err
     reset()
-    glue()
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)  # this pyspectral first
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    run = subprocess.run(
+        [sys.executable, "-c", LOAD_CHECK], capture_output=True, text=True, env=env
+    )
+    if run.returncode != 0:
+        raise BackendError(
+            "Julia and its packages are installed, but the backend does not load: "
+            + (run.stderr.strip().splitlines() or ["(no message)"])[-1]
+        )
+    return run.stdout.strip().splitlines()[-1]

@@ -9,9 +9,10 @@ first (which starts Julia) when :func:`julia_first` says so:
 ``PYSPECTRAL_START_JULIA=yes`` (always; the import's errors are raised),
 ``PYSPECTRAL_START_JULIA=auto`` (when :func:`probe` finds Julia usable; the
 benchmarks set it), or a command line of pyspectral's that runs Julia
-(``python -m pyspectral test-julia``, ``install-julia``, ``bench julia`` or
-``bench all``; also as the ``pyspectral`` script), when usable. Where Julia
-is not usable nothing is started: the first Julia call says why.
+(``python -m pyspectral test-julia``, ``bench julia`` or ``bench all``; also
+as the ``pyspectral`` script), when usable. Where Julia is not usable nothing
+is started: the first Julia call says why. (``install-julia`` installs first
+and then checks the backend in a fresh process that starts Julia first.)
 """
 
 from __future__ import annotations
@@ -100,8 +101,8 @@ def juliapkg_reason(juliapkg: Any) -> str | None:
 
 
 # The subcommands of ``python -m pyspectral`` (pyspectral/__main__.py) that run
-# Julia, and the benchmarks of ``bench`` that do.
-JULIA_COMMANDS = ("test-julia", "install-julia")
+# Julia in their own process, and the benchmarks of ``bench`` that do.
+JULIA_COMMANDS = ("test-julia",)
 _BENCHMARKS = ("svd", "eigh", "topk", "julia", "all")
 
 

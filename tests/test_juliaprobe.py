@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
     [
         (["-m", "test-julia"], ["python", "-m", "pyspectral", "test-julia"], True),
         (["-m", "test-julia", "x.jl"], None, True),  # Python < 3.10: no orig_argv
-        (["-m", "install-julia", "--tests"], None, True),
+        (["-m", "install-julia", "--tests"], None, False),  # a child checks
         (["-m", "bench", "julia", "--quick"], None, True),
         (["-m", "bench", "--quick"], None, True),  # bench's default: all
         (["-m", "bench", "--sizes", "8", "all"], None, True),
@@ -183,3 +183,30 @@ def test_user_programs_start_julia_at_the_first_julia_call(usable_julia):
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "False"
     assert not Path(usable_julia["STUB_JULIACALL_RECORD"]).exists()
+
+
+def test_install_checks_the_backend_in_a_process_that_starts_julia_first(
+    usable_julia,
+):
+    """``install-julia`` installs in a process that has imported torch (here:
+    nothing to install, juliapkg's resolve is skipped), then starts Julia in a
+    fresh one, Julia first (the stub has no PySpectral: the check then fails,
+    saying so)."""
+    code = (
+        "import juliapkg\n"
+        "juliapkg.resolve = lambda: None\n"
+        "from pyspectral.__main__ import main\n"
+        "raise SystemExit(main(['install-julia']))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=usable_julia,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert order(usable_julia) == "julia first", run.stderr
+    assert "started Julia after torch" not in run.stderr
+    assert run.returncode == 1
+    assert "installed, but the backend does not load" in run.stderr
