@@ -937,6 +937,22 @@ def test_a_spy_that_saw_nothing_fails_the_test():
     assert _spy.data_calls(seen) == seen
 
 
+def test_the_spy_parses_as_one_julia_module():
+    """tests/_spy.py's Julia source (it runs only where Julia is present)."""
+    ts = pytest.importorskip("tree_sitter")
+    tsj = pytest.importorskip("tree_sitter_julia")
+    tree = ts.Parser(ts.Language(tsj.language())).parse(_spy.SPY_JL.encode())
+    bad, stack = [], [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            bad.append(f"line {node.start_point[0] + 1}: {node.type}")
+        stack.extend(node.children)
+    assert not bad, bad
+    top = [c for c in tree.root_node.children if c.type != "line_comment"]
+    assert len(top) == 1 and top[0].type == "module_definition"  # seval: one expr
+
+
 def test_every_glue_call_passes_the_spied_entry(fake, monkeypatch):
     """The spy sits on ``_julia._state["enter"]``: every glue call, forward and
     pullback alike, passes there. (The bridge resolves its glue functions once,
