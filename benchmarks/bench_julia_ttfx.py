@@ -1,5 +1,6 @@
-"""Time to the first ``ps.svd(A, backend="julia")`` in a fresh process, with
-PySpectral's PrecompileTools workload as shipped (enabled) and disabled.
+"""Time to the first Julia call in a fresh process: the first
+``ps.svd(A, backend="julia")`` and its first backward, with PySpectral's
+PrecompileTools workload as shipped (on) and disabled (off).
 
     python benchmarks/bench_julia_ttfx.py            # 3 timed processes per variant
     python benchmarks/bench_julia_ttfx.py --runs 5
@@ -8,26 +9,33 @@ Where Julia is not usable it prints ``skipped: <reason>`` and exits 0.
 
 Each variant first runs one untimed "cold" process (it precompiles PySpectral
 if the variant's cache does not exist yet; its wall time is reported), then
-``--runs`` fresh processes, each timing: ``import pyspectral``, starting Julia
-and loading PySpectral and the glue, the first ``ps.svd`` of a 2 x 6x4
-float64 batch, its first backward, and a second svd + backward (compiled by
+``--runs`` fresh processes, each timing, in the order the README recommends
+(Julia before torch): ``import juliacall`` (Julia itself), ``import torch`` and
+``pyspectral``, loading PySpectral and the glue (``_julia.glue()``), the first
+``ps.svd`` of a 2 x 6x4 float64 batch, its first backward (the time to the
+first Julia call is the sum of these), and a second svd + backward (compiled by
 then: the floor). The table gives medians over the timed processes.
 
-How the workload is disabled without touching your environment. PrecompileTools
-runs ``@compile_workload`` only if the preference ``precompile_workload`` of the
+"on (shipped)" runs in exactly your setup: the environment this process has
+(juliapkg's project, offline or not, PYTHON_JULIAPKG_PROJECT, your depots),
+unchanged. "off" differs only in the workload. PrecompileTools runs
+``@compile_workload`` only if the preference ``precompile_workload`` of the
 package being precompiled is true (its default; PrecompileTools documents
 ``set_preferences!(MyPackage, "precompile_workload" => false; force=true)``,
-which writes that into the active project's LocalPreferences.toml). Julia merges
-a package's preferences over every environment in the load path, earlier ones
-winning, from environments whose Project.toml lists the package. So each child
-gets, first in JULIA_LOAD_PATH, a temporary environment whose Project.toml lists
-PySpectral (no manifest: loading falls through to your environment) and, for
-"off", sets ``[preferences.PySpectral] precompile_workload = false``; and, first
-in JULIA_DEPOT_PATH, a temporary depot, where Julia writes the cache of the
-differently configured PySpectral (the preference is part of a cache's
-identity). The temporary directory is removed at the end; your projects,
-preferences and depot are not written to. The "on" environment sets no
-preference, so it loads the cache your normal sessions use.
+which writes it into the active project's LocalPreferences.toml). Julia
+merges a package's preferences over every environment of the load path whose
+Project.toml lists the package, earlier ones winning (``Base.get_preferences``),
+but loads the package from the first environment that lists it. So the "off"
+children get a temporary environment that lists PySpectral and sets
+``[preferences.PySpectral] precompile_workload = false``, appended *last* to
+Julia's load path (PySpectral is still found, and loaded, where your
+environment has it: a temporary environment listed first, without your
+manifest, made Julia 1.9 report PySpectral "required but not installed"), and
+a temporary first depot, where Julia writes the cache of the differently
+configured PySpectral (the preference is part of a cache's identity). The
+temporary directory is removed at the end; your projects, preferences and
+depot are not written to. Should your environment itself set the preference,
+"off" cannot override it and the benchmark says so.
 """
 
 from __future__ import annotations
@@ -45,10 +53,11 @@ from pathlib import Path
 
 MARK = "pyspectral-ttfx "
 
-# Prints the Julia configuration a child must reproduce (after Julia started
+# Prints the Julia configuration the "off" children extend (after Julia started
 # the way pyspectral starts it).
 PROBE = f"""
 import json, juliapkg
+import juliacall
 from pyspectral import _julia
 _julia.glue()
 from juliacall import Main as jl
@@ -64,37 +73,49 @@ print({MARK!r} + json.dumps({{
 CHILD = f"""
 import time
 t0 = time.perf_counter()
+import juliacall  # Julia first, then torch: the order the README recommends
+t1 = time.perf_counter()
 import json
 import torch
 import pyspectral as ps
 from pyspectral import _julia
-t1 = time.perf_counter()
-_julia.glue()  # start Julia, load PySpectral and the glue
 t2 = time.perf_counter()
+_julia.glue()  # load PySpectral and the glue
+t3 = time.perf_counter()
 A = torch.randn(2, 6, 4, dtype=torch.float64,
                 generator=torch.Generator().manual_seed(0))
 X = A.clone().requires_grad_(True)
-t3 = time.perf_counter()
-U, S, Vh = ps.svd(X, backend="julia")
 t4 = time.perf_counter()
-(S.sum() + (U @ Vh).sum()).backward()
+U, S, Vh = ps.svd(X, backend="julia")
 t5 = time.perf_counter()
+(S.sum() + (U @ Vh).sum()).backward()
+t6 = time.perf_counter()
 U2, S2, Vh2 = ps.svd(X, backend="julia")
 (S2.sum() + (U2 @ Vh2).sum()).backward()
-t6 = time.perf_counter()
+t7 = time.perf_counter()
 assert torch.allclose(S, torch.linalg.svdvals(A), atol=1e-12, rtol=0)
 assert torch.allclose((U * S.unsqueeze(-2)) @ Vh, A, atol=1e-12, rtol=0)
 from juliacall import Main as jl
 prefs = "Base.get_preferences(Base.PkgId(PySpectral).uuid)"
 workload = bool(jl.seval(f'get({{prefs}}, "precompile_workload", true)'))
 print({MARK!r} + json.dumps({{
-    "import": t1 - t0, "start": t2 - t1, "first svd": t4 - t3,
-    "first backward": t5 - t4, "second svd+backward": t6 - t5,
+    "Julia": t1 - t0, "torch+pyspectral": t2 - t1, "load PySpectral": t3 - t2,
+    "first svd": t5 - t4, "first backward": t6 - t5,
+    "to first backward": (t3 - t0) + (t6 - t4),
+    "second svd+backward": t7 - t6,
     "workload": workload,
 }}))
 """
 
-COLUMNS = ("import", "start", "first svd", "first backward", "second svd+backward")
+COLUMNS = (
+    "Julia",
+    "torch+pyspectral",
+    "load PySpectral",
+    "first svd",
+    "first backward",
+    "to first backward",
+    "second svd+backward",
+)
 
 
 class ChildFailed(RuntimeError):
@@ -137,20 +158,23 @@ def base_env() -> dict[str, str]:
 
 
 def variant_env(base: dict, probe: dict, where: Path, workload: bool) -> dict:
-    """``base`` plus a temporary environment first in the load path (listing
-    PySpectral; disabling its workload unless ``workload``) and a temporary
-    first depot."""
+    """``base`` itself for the workload as shipped (your setup, unchanged); for
+    "off", ``base`` plus a temporary environment appended to the load path
+    (listing PySpectral, disabling its workload) and a temporary first depot."""
+    env = dict(base)
+    if workload:
+        return env
+    # Outside a venv juliapkg derives its project from the first depot, which
+    # changes here: pin the project your setup uses.
+    env.setdefault("PYTHON_JULIAPKG_PROJECT", probe["project"])
     project = where / "env"
     project.mkdir(parents=True)
-    toml = f'[deps]\nPySpectral = "{probe["uuid"]}"\n'
-    if not workload:
-        toml += "\n[preferences.PySpectral]\nprecompile_workload = false\n"
-    (project / "Project.toml").write_text(toml)
-    env = dict(base)
-    env["JULIA_LOAD_PATH"] = os.pathsep.join([str(project), *probe["load_path"]])
+    (project / "Project.toml").write_text(
+        f'[deps]\nPySpectral = "{probe["uuid"]}"\n\n'
+        "[preferences.PySpectral]\nprecompile_workload = false\n"
+    )
+    env["JULIA_LOAD_PATH"] = os.pathsep.join([*probe["load_path"], str(project)])
     env["JULIA_DEPOT_PATH"] = os.pathsep.join([str(where / "depot"), *probe["depots"]])
-    # Outside a venv juliapkg derives its project from the first depot: pin it.
-    env.setdefault("PYTHON_JULIAPKG_PROJECT", probe["project"])
     return env
 
 
@@ -159,8 +183,10 @@ def measure(env: dict, runs: int, timeout: float, workload: bool) -> dict:
     timed = [run_child(CHILD, env, timeout)[0] for _ in range(runs)]
     if any(t["workload"] != workload for t in timed):
         raise ChildFailed(
-            f"the children did not see precompile_workload = {workload}: "
-            "the temporary environment did not reach Julia's load path"
+            f"the children did not see precompile_workload = {workload}: your "
+            "environment sets PySpectral's precompile_workload preference itself "
+            "(its Project.toml or LocalPreferences.toml), which wins over the "
+            "temporary environment's"
         )
     row = {c: statistics.median(t[c] for t in timed) for c in COLUMNS}
     row["cold process"] = cold
@@ -209,10 +235,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bench_julia_ttfx: {err}", file=sys.stderr)
         return 1
     print(
-        f"Time to first ps.svd(A, backend='julia') in a fresh process "
-        f"(Julia {probe['julia']}; A: 2 x 6x4 float64; medians of {args.runs} "
-        "processes; 'cold process': wall time of the first, which precompiles "
-        "PySpectral if needed)"
+        f"Time to the first Julia call in a fresh process: ps.svd(A, "
+        f"backend='julia') and its backward (Julia {probe['julia']}; A: 2 x 6x4 "
+        f"float64; medians of {args.runs} processes, seconds; 'to first "
+        "backward': Julia, PySpectral, the first svd and backward; 'cold "
+        "process': wall time of the first, which precompiles PySpectral if "
+        "needed)"
     )
     print(table(rows))
     return 0

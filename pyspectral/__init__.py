@@ -1,12 +1,13 @@
 """pyspectral: SVD, eigh and spectral matrix functions for PyTorch with correct,
 finite gradients at degenerate spectra."""
 
-import os as _os
+from . import _juliaprobe
 
-if _os.environ.get("PYSPECTRAL_START_JULIA", "").lower() in ("1", "yes", "true"):
-    # Opt-in: start Julia before torch loads (torch is imported just below), the
-    # import order that avoids the crashes of PythonCall.jl #215/#384.
-    import juliacall  # noqa: F401
+if _juliaprobe.julia_first():
+    # Start Julia before torch loads (torch is imported just below), the import
+    # order that avoids the crashes of PythonCall.jl #215/#384: when
+    # PYSPECTRAL_START_JULIA asks for it, or for pyspectral's own Julia commands.
+    _juliaprobe.start_julia()
 
 from . import julia
 from ._settings import defaults, get_defaults, set_defaults

@@ -141,8 +141,8 @@ def install_julia(tests: bool) -> int:
     """Install Julia and the Julia packages (juliapkg prints its progress)."""
     from . import _julia
 
-    _julia.install(tests=tests)
-    print("pyspectral: the Julia backend is installed and loads:", _julia.status()[1])
+    loaded = _julia.install(tests=tests)
+    print("pyspectral: the Julia backend is installed and loads:", loaded)
     return 0
 
 

@@ -9,7 +9,20 @@
 #          is Python's Uᵀ; both come back C-contiguous on the Python side.
 #   eigh:  Aᵀ = conj(A) for Hermitian A, so Julia's eigenvectors are conj(V),
 #          and Python's lower triangle is Julia's upper one.
-# Every function takes and returns plain arrays, never wrappers.
+#
+# Memory both ways. Python's memory arrives as a plain `Array` over the tensor's data
+# ([`wrap`](@ref): `unsafe_wrap` of its address), never as PythonCall's `PyArray`, so
+# that every product and factorisation below is BLAS/LAPACK on strided arrays (generic
+# Julia code on `PyArray` views made the cost of a call grow like n³). Such an array is
+# used only during the call that received it: nothing here keeps, returns or stores it
+# (the bridge holds the tensor until the call returns). Results are arrays Julia
+# allocates, returned with their address, size and element type ([`out`](@ref)); the
+# bridge wraps that memory for torch and keeps the array alive as long as the tensor.
+#
+# Each entry point (called from Python, through `logged`) takes positional arguments
+# only (no keyword conversion per call) and unwraps them before calling a typed `*_core`
+# function, which works on plain arrays: those are what the benchmark times inside
+# Julia (benchmarks/bench_julia.py) and what PySpectral's precompile workload compiles.
 module PySpectralGlue
 
 using LinearAlgebra
@@ -24,7 +37,44 @@ function zygote()
     return getfield(Main, :Zygote)
 end
 
-# ------------------------------------------------------------------ helpers
+# ------------------------------------------------------- memory crossing
+
+# The element types that cross, by the code the bridge sends (pyspectral/_julia.py
+# `_CODES`): torch.float32, float64, complex64, complex128.
+const ELTYPES = (Float32, Float64, ComplexF32, ComplexF64)
+
+eltype_code(::Type{Float32}) = 1
+eltype_code(::Type{Float64}) = 2
+eltype_code(::Type{ComplexF32}) = 3
+eltype_code(::Type{ComplexF64}) = 4
+
+"""
+    wrap(x)
+
+An argument from Python as the array the functions below work on. A tensor arrives as
+`(address, code, dims...)` (column-major dims: a C-contiguous `(B, m, n)` tensor is
+`(address, code, n, m, B)`, a `(B, k)` one `(address, code, k, B)`) and becomes
+`unsafe_wrap(Array, Ptr{T}(address), dims; own=false)`: the tensor's own memory, which
+Julia neither copies nor frees, valid for this call only. A result of an earlier call
+(an `Array` Julia allocated and the bridge passes back) and `nothing` (an absent
+cotangent) are themselves.
+"""
+wrap(::Nothing) = nothing
+wrap(x::Array) = x
+wrap(s::NTuple{4,Integer}) = _wrap(ELTYPES[s[2]], s[1], (Int(s[3]), Int(s[4])))
+wrap(s::NTuple{5,Integer}) = _wrap(ELTYPES[s[2]], s[1], (Int(s[3]), Int(s[4]), Int(s[5])))
+_wrap(::Type{T}, address, dims) where {T} =
+    unsafe_wrap(Array, Ptr{T}(UInt(address)), dims; own=false)
+
+"""
+    out(x::Array) -> (x, address, size, code)
+
+A result for Python: the array itself (the bridge keeps it, which keeps it alive), the
+address of its first element, its size and its element type code.
+"""
+out(x::Array) = (x, UInt(pointer(x)), size(x), eltype_code(eltype(x)))
+out(x::AbstractArray) = out(Array(x))  # a lazy or strided result: Julia's own copy
+outs(xs::Tuple) = map(out, xs)
 
 slice(::Nothing, b) = nothing
 slice(x::AbstractArray{<:Any,3}, b) = view(x, :, :, b)
@@ -34,13 +84,20 @@ slice(x::AbstractMatrix, b) = view(x, :, b)
 # several: stack them (the only copy, made in Julia, of Julia-owned results).
 batch(xs::Vector) = length(xs) == 1 ? reshape(xs[1], size(xs[1])..., 1) : stack(xs)
 
-# Gauge violations found under the "warn" and "raise" policies are recorded, not
-# acted on: Python applies the policy once per call, with the native backend's
-# message and batch-wide tolerance (so both backends warn and raise alike).
-const GAUGE_LOG = Tuple{String,Float64,Float64}[]
-record_gauge(op, viol, tol) = (push!(GAUGE_LOG, (String(op), Float64(viol), Float64(tol))); nothing)
-gauge_policy(p::AbstractString) = p in ("warn", "raise") ? record_gauge : Symbol(p)
-take_gauge_log() = (log = Tuple(GAUGE_LOG); empty!(GAUGE_LOG); log)
+# --------------------------------------------------------- gauge records
+
+# Gauge violations are recorded, not acted on: Python applies the policy once per call,
+# with the native backend's message and batch-wide tolerance (so both backends warn and
+# raise alike). Each pullback call gets its own recorder and returns what it recorded,
+# `(op, measured, tol)` per violation: no state outlives the call. `measure = false`
+# (Python's gauge="ignore") skips the measurement.
+function pullback_options(degeneracy_atol, broadening, measure::Bool, gauge_atol)
+    recorder = PySpectral.GaugeRecorder()
+    gauge = measure ? recorder : :ignore
+    return (; degeneracy_atol, broadening, gauge, gauge_atol), recorder
+end
+
+records(r::PySpectral.GaugeRecorder) = Tuple((String(op), v, t) for (op, v, t) in r.records)
 
 """
 Collects the log records of level `Warn` and above that a glue call emits (Python
@@ -72,17 +129,15 @@ function Logging.handle_message(l::WarningCollector, level, message, _module, gr
 end
 
 """
-    logged(f, args...; kw...) -> (value, warnings, gauge_records)
+    logged(f, args...) -> (value, warnings)
 
-Every call from Python comes through here: `f(args...; kw...)` with its warnings
-collected, `(level, message, module, group, kwargs)` each, and the gauge violations
-its pullbacks recorded, `(op, measured, tol)` each.
+Every call from Python comes through here: `f(args...)` with its warnings collected,
+`(level, message, module, group, kwargs)` each.
 """
-function logged(f, args...; kw...)
-    empty!(GAUGE_LOG)  # records left by a call that threw
+function logged(f, args...)
     collector = WarningCollector()
-    value = Logging.with_logger(() -> f(args...; kw...), collector)
-    return value, Tuple(collector.records), take_gauge_log()
+    value = Logging.with_logger(() -> f(args...), collector)
+    return value, Tuple(collector.records)
 end
 
 """
@@ -120,12 +175,12 @@ end
 
 A Julia exception as Python reports it: its kind (`"gauge"`, `"domain"`,
 `"argument"`, `"other"`), Julia's message without the backtrace, and the spectra
-of a [`SpectrumError`](@ref) (else `nothing`).
+of a [`SpectrumError`](@ref) as [`out`](@ref) gives them (else `nothing`).
 """
 function error_description(e)
     spectrum = nothing
     if e isa SpectrumError
-        e, spectrum = e.exception, e.spectrum
+        e, spectrum = e.exception, out(e.spectrum)
     end
     message = e isa PySpectral.GaugeError ? e.msg : sprint(showerror, e)
     return exception_kind(e), message, spectrum
@@ -138,21 +193,19 @@ missing_packages(names) = [String(n) for n in names if Base.find_package(String(
 fspec(f::AbstractString) = Symbol(f)
 fspec(f::Tuple{AbstractString,Real}) = (Symbol(f[1]), f[2])
 
-options(; degeneracy_atol=nothing, broadening=nothing, gauge="warn", gauge_atol=nothing) =
-    (; degeneracy_atol, broadening, gauge=gauge_policy(gauge), gauge_atol)
-
 # ------------------------------------------------------------------- SVD
 
-function svd_batched(At::AbstractArray{<:Any,3}, full::Bool)
+function svd_core(At::Array{T,3}, full::Bool) where {T}
     Fs = [PySpectral.svd(view(At, :, :, b); full=full) for b in axes(At, 3)]
     return batch([F.U for F in Fs]), batch([F.S for F in Fs]), batch([F.Vt for F in Fs])
 end
+svd_batched(At, full::Bool) = outs(svd_core(wrap(At), full))
 
-svdvals_batched(At::AbstractArray{<:Any,3}) =
+svdvals_core(At::Array{T,3}) where {T} =
     batch([PySpectral.svdvals(view(At, :, :, b)) for b in axes(At, 3)])
+svdvals_batched(At) = out(svdvals_core(wrap(At)))
 
-function svd_pullback_batched!(ΔAt, U, S, Vt, ΔU, ΔS, ΔVt; kw...)
-    opts = options(; kw...)
+function svd_pullback_core!(ΔAt, U, S, Vt, ΔU, ΔS, ΔVt, opts)
     for b in axes(ΔAt, 3)
         PySpectral.svd_pullback!(slice(ΔAt, b), slice(U, b), slice(S, b), slice(Vt, b),
                                  slice(ΔU, b), slice(ΔS, b), slice(ΔVt, b); opts...)
@@ -160,18 +213,28 @@ function svd_pullback_batched!(ΔAt, U, S, Vt, ΔU, ΔS, ΔVt; kw...)
     return ΔAt
 end
 
+# Writes the gradient into Python's zeroed buffer ΔAt; returns the gauge records.
+function svd_pullback_batched!(ΔAt, U, S, Vt, ΔU, ΔS, ΔVt, degeneracy_atol, broadening,
+                               gauge::Bool, gauge_atol)
+    opts, recorder = pullback_options(degeneracy_atol, broadening, gauge, gauge_atol)
+    svd_pullback_core!(wrap(ΔAt), U, S, Vt, wrap(ΔU), wrap(ΔS), wrap(ΔVt), opts)
+    return records(recorder)
+end
+
 # Forward mode: the tangents of svd_batched's factors (Julia's, of the transposes) along
 # the tangent ΔAt of the transposes; the bridge swaps roles as for the factors. No gauge
 # options: a pushforward checks nothing.
-function svd_pushforward_batched(U, S, Vt, ΔAt; degeneracy_atol=nothing, broadening=nothing)
+function svd_pushforward_core(U, S, Vt, ΔAt, degeneracy_atol, broadening)
     Δs = [PySpectral.svd_pushforward(slice(U, b), slice(S, b), slice(Vt, b), slice(ΔAt, b);
                                      degeneracy_atol, broadening) for b in axes(ΔAt, 3)]
     return batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs]), batch([Δ[3] for Δ in Δs])
 end
+svd_pushforward_batched(U, S, Vt, ΔAt, degeneracy_atol, broadening) =
+    outs(svd_pushforward_core(U, S, Vt, wrap(ΔAt), degeneracy_atol, broadening))
 
 # The truncation-inside-a-cluster check runs on the Python side (gauge=:ignore
 # here), so both backends warn with the same message and policy.
-function svd_function_batched(At::AbstractArray{<:Any,3}, f; degeneracy_atol=nothing)
+function svd_function_core(At::Array{T,3}, f, degeneracy_atol) where {T}
     g = fspec(f)
     Fs = [PySpectral.svd(view(At, :, :, b)) for b in axes(At, 3)]
     S = batch([F.S for F in Fs])
@@ -180,8 +243,10 @@ function svd_function_batched(At::AbstractArray{<:Any,3}, f; degeneracy_atol=not
     end
     return batch(Ys), batch([F.U for F in Fs]), S, batch([F.Vt for F in Fs])
 end
+svd_function_batched(At, f, degeneracy_atol) =
+    outs(svd_function_core(wrap(At), f, degeneracy_atol))
 
-function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt; degeneracy_atol=nothing)
+function svd_function_pullback_core!(ΔAt, U, S, Vt, f, ΔYt, degeneracy_atol)
     g = fspec(f)
     for b in axes(ΔAt, 3)
         PySpectral.svd_function_pullback!(slice(ΔAt, b), slice(U, b), slice(S, b), slice(Vt, b),
@@ -189,21 +254,28 @@ function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt; degeneracy_atol
     end
     return ΔAt
 end
+function svd_function_pullback_batched!(ΔAt, U, S, Vt, f, ΔYt, degeneracy_atol)
+    svd_function_pullback_core!(wrap(ΔAt), U, S, Vt, f, wrap(ΔYt), degeneracy_atol)
+    return nothing
+end
 
 # The tangent of Yᵀ (as svd_function_batched returns Y) along ΔAt.
-function svd_function_pushforward_batched(U, S, Vt, f, ΔAt; degeneracy_atol=nothing)
+function svd_function_pushforward_core(U, S, Vt, f, ΔAt, degeneracy_atol)
     g = fspec(f)
     return batch([PySpectral.svd_function_pushforward(slice(U, b), slice(S, b), slice(Vt, b),
                                                       g, slice(ΔAt, b); degeneracy_atol)
                   for b in axes(ΔAt, 3)])
 end
+svd_function_pushforward_batched(U, S, Vt, f, ΔAt, degeneracy_atol) =
+    out(svd_function_pushforward_core(U, S, Vt, f, wrap(ΔAt), degeneracy_atol))
 
 # Top-k: Julia's svd_topk_block of the transposes, per batch element. Each returns its
 # block of p Ritz triplets (kept k first, the first d certified); under method "auto" an
 # element that does not certify takes the full path (its block is the whole thin SVD),
 # and then the whole batch does, as the native backend decides for its whole batch, so
 # that the blocks stack. The truncated pullbacks multiply by the input again, which the
-# bridge passes back (the same zero-copy view), with the blocks and the d's.
+# bridge passes back (wrapped again: the tensor saved for backward), with the blocks and
+# the d's.
 function topk_blocks(block, width, At, k; method, kw...)
     Bs = [block(view(At, :, :, b), k; method=Symbol(method), kw...) for b in axes(At, 3)]
     w = maximum(width, Bs; init=0)
@@ -211,17 +283,21 @@ function topk_blocks(block, width, At, k; method, kw...)
             for (b, B) in enumerate(Bs)]
 end
 
-function svd_topk_batched(At::AbstractArray{<:Any,3}, k::Integer; method, oversample,
-                          n_iter, rtol, maxiter, degeneracy_atol=nothing)
+function svd_topk_core(At::Array{T,3}, k::Integer, method, oversample, n_iter, rtol,
+                       maxiter, degeneracy_atol) where {T}
     Bs = topk_blocks(PySpectral.svd_topk_block, B -> length(B.S), At, k; method, oversample,
                      n_iter, rtol, maxiter, degeneracy_atol)
     return (batch([B.U for B in Bs]), batch([B.S for B in Bs]), batch([B.Vt for B in Bs]),
             Tuple(B.d for B in Bs))
 end
+function svd_topk_batched(At, k::Integer, method, oversample, n_iter, rtol, maxiter,
+                          degeneracy_atol)
+    U, S, Vt, d = svd_topk_core(wrap(At), k, method, oversample, n_iter, rtol, maxiter,
+                                degeneracy_atol)
+    return (outs((U, S, Vt))..., d)
+end
 
-function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, d, ΔU, ΔS, ΔVt; rtol, maxiter,
-                                     kw...)
-    opts = options(; kw...)
+function svd_trunc_pullback_core!(ΔAt, At, U, S, Vt, d, ΔU, ΔS, ΔVt, rtol, maxiter, opts)
     for b in axes(ΔAt, 3)
         PySpectral.svd_trunc_pullback!(slice(ΔAt, b), slice(At, b), slice(U, b), slice(S, b),
                                        slice(Vt, b), slice(ΔU, b), slice(ΔS, b),
@@ -229,39 +305,58 @@ function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, d, ΔU, ΔS, ΔVt; rtol
     end
     return ΔAt
 end
+function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, d, ΔU, ΔS, ΔVt, rtol, maxiter,
+                                     degeneracy_atol, broadening, gauge::Bool, gauge_atol)
+    opts, recorder = pullback_options(degeneracy_atol, broadening, gauge, gauge_atol)
+    svd_trunc_pullback_core!(wrap(ΔAt), wrap(At), U, S, Vt, d, wrap(ΔU), wrap(ΔS),
+                             wrap(ΔVt), rtol, maxiter, opts)
+    return records(recorder)
+end
 
 # Forward mode of the top-k: the tangents of the kept k triplets of svd_topk_batched
 # (Julia's, of the transposes) along the tangent ΔAt of the transposes, through the
-# blocks and d's it returned and the input (PySpectral.truncated_svd_pushforward: dense
+# blocks and d's it returned (passed back as they are) and the input (wrapped again: the
+# tensor saved for forward mode), by PySpectral.truncated_svd_pushforward (dense
 # fallback and warning included); the bridge swaps roles as for the factors. No gauge
 # options: a pushforward checks nothing.
-function svd_trunc_pushforward_batched(At, U, S, Vt, d, k::Integer, ΔAt; rtol, maxiter,
-                                       degeneracy_atol=nothing, broadening=nothing)
+function svd_trunc_pushforward_core(At, U, S, Vt, d, k::Integer, ΔAt, rtol, maxiter,
+                                    degeneracy_atol, broadening)
     Δs = [PySpectral.truncated_svd_pushforward(slice(At, b), slice(U, b), slice(S, b),
                                                slice(Vt, b), k, slice(ΔAt, b); d=d[b],
                                                rtol, maxiter, degeneracy_atol, broadening)
           for b in axes(ΔAt, 3)]
     return batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs]), batch([Δ[3] for Δ in Δs])
 end
+function svd_trunc_pushforward_batched(At, U, S, Vt, d, k::Integer, ΔAt, rtol, maxiter,
+                                       degeneracy_atol, broadening)
+    return outs(svd_trunc_pushforward_core(wrap(At), U, S, Vt, d, k, wrap(ΔAt), rtol,
+                                           maxiter, degeneracy_atol, broadening))
+end
 
 # ------------------------------------------------------------------ eigh
 
 # Julia decomposes conj(A), whose eigenvectors are conj(V): conjugate them in
 # place (Julia owns them), so Python wraps V itself without a copy or lazy conj.
-function eigh_batched(At::AbstractArray{<:Any,3}, uplo::AbstractString)
+function eigh_core(At::Array{T,3}, uplo::AbstractString) where {T}
     Es = [PySpectral.eigh(view(At, :, :, b); uplo=Symbol(uplo)) for b in axes(At, 3)]
     return batch([E.values for E in Es]), conj!(batch([E.vectors for E in Es]))
 end
+eigh_batched(At, uplo::AbstractString) = outs(eigh_core(wrap(At), uplo))
 
 # V and ΔV arrive as Python's (V, gV); the pullback of conj(A) needs conj of both
 # (`conj` of a real array is the array itself, no copy).
-function eigh_pullback_batched!(ΔAt, λ, V, Δλ, ΔV, uplo::AbstractString; kw...)
-    opts = options(; kw...)
+function eigh_pullback_core!(ΔAt, λ, V, Δλ, ΔV, uplo::AbstractString, opts)
     for b in axes(ΔAt, 3)
         PySpectral.eigh_pullback!(slice(ΔAt, b), slice(λ, b), conj(slice(V, b)), slice(Δλ, b),
                                   conjugate(slice(ΔV, b)); uplo=Symbol(uplo), opts...)
     end
     return ΔAt
+end
+function eigh_pullback_batched!(ΔAt, λ, V, Δλ, ΔV, uplo::AbstractString, degeneracy_atol,
+                                broadening, gauge::Bool, gauge_atol)
+    opts, recorder = pullback_options(degeneracy_atol, broadening, gauge, gauge_atol)
+    eigh_pullback_core!(wrap(ΔAt), λ, V, wrap(Δλ), wrap(ΔV), uplo, opts)
+    return records(recorder)
 end
 
 conjugate(::Nothing) = nothing
@@ -270,27 +365,32 @@ conjugate(x) = conj(x)
 # Forward mode: Julia's problem is conj(A) with eigenvectors conj(V) (V as eigh_batched
 # returned it, Python's), read from the swapped triangle of the tangent's transpose;
 # its eigenvector tangent is conj(ΔV), conjugated in place (Julia owns it).
-function eigh_pushforward_batched(λ, V, ΔAt, uplo::AbstractString; degeneracy_atol=nothing,
-                                  broadening=nothing)
+function eigh_pushforward_core(λ, V, ΔAt, uplo::AbstractString, degeneracy_atol, broadening)
     Δs = [PySpectral.eigh_pushforward(slice(λ, b), conj(slice(V, b)), slice(ΔAt, b);
                                       uplo=Symbol(uplo), degeneracy_atol, broadening)
           for b in axes(ΔAt, 3)]
     return batch([first(Δ) for Δ in Δs]), conj!(batch([last(Δ) for Δ in Δs]))
 end
+eigh_pushforward_batched(λ, V, ΔAt, uplo::AbstractString, degeneracy_atol, broadening) =
+    outs(eigh_pushforward_core(λ, V, wrap(ΔAt), uplo, degeneracy_atol, broadening))
 
-function eigh_topk_batched(At::AbstractArray{<:Any,3}, k::Integer, uplo::AbstractString;
-                           largest, method, oversample, n_iter, rtol, maxiter,
-                           degeneracy_atol=nothing)
+function eigh_topk_core(At::Array{T,3}, k::Integer, uplo::AbstractString, largest::Bool,
+                        method, oversample, n_iter, rtol, maxiter, degeneracy_atol) where {T}
     Bs = topk_blocks(PySpectral.eigh_topk_block, B -> length(B.values), At, k; method,
                      uplo=Symbol(uplo), largest, oversample, n_iter, rtol, maxiter,
                      degeneracy_atol)
     return (batch([B.values for B in Bs]), conj!(batch([B.vectors for B in Bs])),
             Tuple(B.d for B in Bs))
 end
+function eigh_topk_batched(At, k::Integer, uplo::AbstractString, largest::Bool, method,
+                           oversample, n_iter, rtol, maxiter, degeneracy_atol)
+    λ, V, d = eigh_topk_core(wrap(At), k, uplo, largest, method, oversample, n_iter, rtol,
+                             maxiter, degeneracy_atol)
+    return (outs((λ, V))..., d)
+end
 
-function eigh_trunc_pullback_batched!(ΔAt, At, λ, V, d, Δλ, ΔV, uplo::AbstractString;
-                                      largest, rtol, maxiter, kw...)
-    opts = options(; kw...)
+function eigh_trunc_pullback_core!(ΔAt, At, λ, V, d, Δλ, ΔV, uplo::AbstractString,
+                                   largest::Bool, rtol, maxiter, opts)
     for b in axes(ΔAt, 3)
         PySpectral.eigh_trunc_pullback!(slice(ΔAt, b), slice(At, b), slice(λ, b),
                                         conj(slice(V, b)), slice(Δλ, b),
@@ -299,13 +399,22 @@ function eigh_trunc_pullback_batched!(ΔAt, At, λ, V, d, Δλ, ΔV, uplo::Abstr
     end
     return ΔAt
 end
+function eigh_trunc_pullback_batched!(ΔAt, At, λ, V, d, Δλ, ΔV, uplo::AbstractString,
+                                      largest::Bool, rtol, maxiter, degeneracy_atol,
+                                      broadening, gauge::Bool, gauge_atol)
+    opts, recorder = pullback_options(degeneracy_atol, broadening, gauge, gauge_atol)
+    eigh_trunc_pullback_core!(wrap(ΔAt), wrap(At), λ, V, d, wrap(Δλ), wrap(ΔV), uplo,
+                              largest, rtol, maxiter, opts)
+    return records(recorder)
+end
 
 # Forward mode of the top-k: as eigh_pushforward_batched, through eigh_topk_batched's
 # blocks (V as it returned them, Python's: Julia's problem conj(A) has conj(V)) and the
-# input, read from the swapped triangle; the tangent of conj(V_k) conjugated in place.
-function eigh_trunc_pushforward_batched(At, λ, V, d, k::Integer, ΔAt, uplo::AbstractString;
-                                        largest, rtol, maxiter, degeneracy_atol=nothing,
-                                        broadening=nothing)
+# input, read from the swapped triangle; the tangent of conj(V_k) conjugated in place
+# (Julia owns it).
+function eigh_trunc_pushforward_core(At, λ, V, d, k::Integer, ΔAt, uplo::AbstractString,
+                                     largest::Bool, rtol, maxiter, degeneracy_atol,
+                                     broadening)
     Δs = [PySpectral.truncated_eigh_pushforward(slice(At, b), slice(λ, b), conj(slice(V, b)),
                                                 k, slice(ΔAt, b); uplo=Symbol(uplo), largest,
                                                 d=d[b], rtol, maxiter, degeneracy_atol,
@@ -313,9 +422,15 @@ function eigh_trunc_pushforward_batched(At, λ, V, d, k::Integer, ΔAt, uplo::Ab
           for b in axes(ΔAt, 3)]
     return batch([first(Δ) for Δ in Δs]), conj!(batch([last(Δ) for Δ in Δs]))
 end
+function eigh_trunc_pushforward_batched(At, λ, V, d, k::Integer, ΔAt, uplo::AbstractString,
+                                        largest::Bool, rtol, maxiter, degeneracy_atol,
+                                        broadening)
+    return outs(eigh_trunc_pushforward_core(wrap(At), λ, V, d, k, wrap(ΔAt), uplo, largest,
+                                            rtol, maxiter, degeneracy_atol, broadening))
+end
 
-function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractString;
-                                 degeneracy_atol=nothing)
+function matrix_function_core(At::Array{T,3}, f, uplo::AbstractString,
+                              degeneracy_atol) where {T}
     g = fspec(f)
     Es = [PySpectral.eigh(view(At, :, :, b); uplo=Symbol(uplo)) for b in axes(At, 3)]
     λ = batch([E.values for E in Es])
@@ -324,9 +439,11 @@ function matrix_function_batched(At::AbstractArray{<:Any,3}, f, uplo::AbstractSt
     end
     return batch(Ys), λ, batch([E.vectors for E in Es])
 end
+matrix_function_batched(At, f, uplo::AbstractString, degeneracy_atol) =
+    outs(matrix_function_core(wrap(At), f, uplo, degeneracy_atol))
 
-function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractString;
-                                           degeneracy_atol=nothing)
+function matrix_function_pullback_core!(ΔAt, λ, V, f, ΔYt, uplo::AbstractString,
+                                        degeneracy_atol)
     g = fspec(f)
     for b in axes(ΔAt, 3)
         PySpectral.matrix_function_pullback!(slice(ΔAt, b), slice(λ, b), slice(V, b), g,
@@ -335,16 +452,23 @@ function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractS
     end
     return ΔAt
 end
+function matrix_function_pullback_batched!(ΔAt, λ, V, f, ΔYt, uplo::AbstractString,
+                                           degeneracy_atol)
+    matrix_function_pullback_core!(wrap(ΔAt), λ, V, f, wrap(ΔYt), uplo, degeneracy_atol)
+    return nothing
+end
 
 # The tangent of Yᵀ (λ, V: matrix_function_batched's, Julia's own eigenvectors).
-function matrix_function_pushforward_batched(λ, V, f, ΔAt, uplo::AbstractString;
-                                             degeneracy_atol=nothing)
+function matrix_function_pushforward_core(λ, V, f, ΔAt, uplo::AbstractString,
+                                          degeneracy_atol)
     g = fspec(f)
     return batch([PySpectral.matrix_function_pushforward(slice(λ, b), slice(V, b), g,
                                                          slice(ΔAt, b); uplo=Symbol(uplo),
                                                          degeneracy_atol)
                   for b in axes(ΔAt, 3)])
 end
+matrix_function_pushforward_batched(λ, V, f, ΔAt, uplo::AbstractString, degeneracy_atol) =
+    out(matrix_function_pushforward_core(λ, V, f, wrap(ΔAt), uplo, degeneracy_atol))
 
 # ------------------------------------------------- f given by its values (user pairs)
 
@@ -358,35 +482,44 @@ spectral_values(fX, dX, b) = PySpectral.SpectralValues(slice(fX, b), slice(dX, b
 # U, S, Vt: svd_batched's results, Julia's factors of the transposes, so this is
 # Yᵀ = conj(V) f(S) conj(U)ᴴ, which Python reads as Y. (Plain copies of the factors:
 # LinearAlgebra.SVD's field types differ between Julia versions, views may not fit.)
-function svd_function_values_batched(U, S, Vt, fS, dS)
+function svd_function_values_core(U, S, Vt, fS, dS)
     Fs = [LinearAlgebra.SVD(U[:, :, b], S[:, b], Vt[:, :, b]) for b in axes(U, 3)]
     return batch([PySpectral.svd_function_apply(Fs[b], spectral_values(fS, dS, b))
                   for b in axes(U, 3)])
 end
+svd_function_values_batched(U, S, Vt, fS, dS) =
+    out(svd_function_values_core(U, S, Vt, wrap(fS), wrap(dS)))
 
-function svd_function_values_pullback_batched!(ΔAt, U, S, Vt, fS, dS, ΔYt)
+function svd_function_values_pullback_core!(ΔAt, U, S, Vt, fS, dS, ΔYt)
     for b in axes(ΔAt, 3)
         PySpectral.svd_function_pullback!(slice(ΔAt, b), slice(U, b), slice(S, b), slice(Vt, b),
                                           spectral_values(fS, dS, b), slice(ΔYt, b))
     end
     return ΔAt
 end
+function svd_function_values_pullback_batched!(ΔAt, U, S, Vt, fS, dS, ΔYt)
+    svd_function_values_pullback_core!(wrap(ΔAt), U, S, Vt, wrap(fS), wrap(dS), wrap(ΔYt))
+    return nothing
+end
 
-svd_function_values_pushforward_batched(U, S, Vt, fS, dS, ΔAt) =
+svd_function_values_pushforward_core(U, S, Vt, fS, dS, ΔAt) =
     batch([PySpectral.svd_function_pushforward(slice(U, b), slice(S, b), slice(Vt, b),
                                                spectral_values(fS, dS, b), slice(ΔAt, b))
            for b in axes(ΔAt, 3)])
+svd_function_values_pushforward_batched(U, S, Vt, fS, dS, ΔAt) =
+    out(svd_function_values_pushforward_core(U, S, Vt, wrap(fS), wrap(dS), wrap(ΔAt)))
 
 # λ, V: eigh_batched's results, V already conjugated to Python's V; Julia's problem
 # is conj(A), whose eigenvectors are conj(V), giving conj(V) f(Λ) conj(V)ᴴ = Yᵀ.
-function matrix_function_values_batched(λ, V, fλ, dλ)
+function matrix_function_values_core(λ, V, fλ, dλ)
     Es = [LinearAlgebra.Eigen(slice(λ, b), conj(slice(V, b))) for b in axes(V, 3)]
     return batch([PySpectral.matrix_function_apply(Es[b], spectral_values(fλ, dλ, b))
                   for b in axes(V, 3)])
 end
+matrix_function_values_batched(λ, V, fλ, dλ) =
+    out(matrix_function_values_core(λ, V, wrap(fλ), wrap(dλ)))
 
-function matrix_function_values_pullback_batched!(ΔAt, λ, V, fλ, dλ, ΔYt,
-                                                  uplo::AbstractString)
+function matrix_function_values_pullback_core!(ΔAt, λ, V, fλ, dλ, ΔYt, uplo::AbstractString)
     for b in axes(ΔAt, 3)
         PySpectral.matrix_function_pullback!(slice(ΔAt, b), slice(λ, b), conj(slice(V, b)),
                                              spectral_values(fλ, dλ, b), slice(ΔYt, b);
@@ -394,13 +527,21 @@ function matrix_function_values_pullback_batched!(ΔAt, λ, V, fλ, dλ, ΔYt,
     end
     return ΔAt
 end
+function matrix_function_values_pullback_batched!(ΔAt, λ, V, fλ, dλ, ΔYt,
+                                                  uplo::AbstractString)
+    matrix_function_values_pullback_core!(wrap(ΔAt), λ, V, wrap(fλ), wrap(dλ), wrap(ΔYt),
+                                          uplo)
+    return nothing
+end
 
-function matrix_function_values_pushforward_batched(λ, V, fλ, dλ, ΔAt, uplo::AbstractString)
+function matrix_function_values_pushforward_core(λ, V, fλ, dλ, ΔAt, uplo::AbstractString)
     return batch([PySpectral.matrix_function_pushforward(slice(λ, b), conj(slice(V, b)),
                                                          spectral_values(fλ, dλ, b),
                                                          slice(ΔAt, b); uplo=Symbol(uplo))
                   for b in axes(ΔAt, 3)])
 end
+matrix_function_values_pushforward_batched(λ, V, fλ, dλ, ΔAt, uplo::AbstractString) =
+    out(matrix_function_values_pushforward_core(λ, V, wrap(fλ), wrap(dλ), wrap(ΔAt), uplo))
 
 # ------------------------------------------- user functions (ps.julia.function)
 

@@ -14,9 +14,14 @@ Crossing conventions (stated once, used by every op below):
   ``U`` is our ``Vh^T`` and Julia's ``Vt`` our ``U^T``; for Hermitian ``A``,
   ``A^T = conj(A)``, so Julia's eigenvectors are ``conj(V)`` (the glue
   conjugates them in place) and our lower triangle is Julia's upper one.
-  Julia-allocated results are wrapped by ``np.asarray`` and
-  ``torch.from_numpy`` without copies; the Julia arrays stay alive as long as
-  the tensors do (numpy holds the juliacall wrapper).
+* memory: a tensor crosses as ``(address, code, dims...)``, which the glue
+  wraps as a plain Julia ``Array`` over the tensor's memory (``unsafe_wrap``:
+  BLAS and LAPACK work on it as on any Julia array); the tensor is kept alive
+  until the call returns. Julia's results come back with their address, size
+  and element type and are wrapped for torch without copies; the Julia arrays
+  stay alive as long as the tensors do (numpy holds the juliacall wrapper).
+* calls: positional arguments only, through the glue's ``logged``, to glue
+  functions resolved once when Julia starts (``GLUE_FUNCTIONS``).
 
 Julia is entered by one Python thread at a time (``_lock``). Calls from a
 thread other than the one that started Julia run with Julia's GC paused, the
@@ -26,8 +31,9 @@ One behaviour whichever backend runs: arguments are validated in Python before
 Julia is called; what only Julia finds is reported as the native backend
 reports it. A spectral function's domain error carries the spectra it was
 found on, and the native check, rerun on them, raises the native error
-(0-based index, batch element); gauge violations are recorded by the glue and
-the native policy applied to them once per call; Julia's log records of level
+(0-based index, batch element); gauge violations are recorded by each pullback
+call in Julia (its own ``PySpectral.GaugeRecorder``) and returned, and the
+native policy applied to them once per call; Julia's log records of level
 Warn and above become the native warning for the same event
 (``warn_julia_logs``), or a ``RuntimeWarning`` naming the op. Other Julia
 exceptions become the pyspectral error of their kind with Julia's message,
@@ -41,8 +47,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 import os
 import re
+import subprocess
 import sys
 import threading
 import warnings
@@ -53,6 +61,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import _juliaprobe
+from ._juliaprobe import INSTALL_HINT, juliapkg_reason  # noqa: F401 - re-exported
 from ._warnings import warn
 from .common.gauge import apply_gauge_records
 from .exceptions import (
@@ -67,14 +77,6 @@ from .exceptions import (
 
 GLUE = Path(__file__).with_name("_glue.jl")
 
-INSTALL_HINT = (
-    "Install it with `python -m pyspectral install-julia` (downloads Julia and "
-    "the Julia packages once; needs network). To use an existing Julia instead, "
-    "set PYTHON_JULIAPKG_EXE=/path/to/julia (and PYTHON_JULIAPKG_OFFLINE=yes "
-    "with PYTHON_JULIAPKG_PROJECT=/path/to/env for an environment that already "
-    "has the packages). Or use backend='torch', which needs no Julia."
-)
-
 
 class JuliaRuntime:
     """The seam to the real Julia: tests replace ``_julia.runtime`` with a
@@ -85,20 +87,8 @@ class JuliaRuntime:
     def probe(self) -> str | None:
         """``None`` if Julia and the packages are installed, else why not.
         Fast: never downloads, installs or starts Julia (it may run
-        ``julia --version``)."""
-        if "juliacall" in sys.modules:
-            return None
-        if importlib.util.find_spec("juliacall") is None:
-            return (
-                "juliacall is not installed: pip install 'pyspectral[julia]', then "
-                + INSTALL_HINT[0].lower()
-                + INSTALL_HINT[1:]
-            )
-        try:
-            import juliapkg
-        except Exception as err:  # noqa: BLE001 - it checks its settings on import
-            return f"juliapkg cannot start: {err}"
-        return juliapkg_reason(juliapkg)
+        ``julia --version``); see :func:`pyspectral._juliaprobe.probe`."""
+        return _juliaprobe.probe()
 
     def start(self) -> Any:
         """Import juliacall, load PySpectral and the glue; return the glue module."""
@@ -135,64 +125,62 @@ class JuliaRuntime:
         return str(kind), str(message), spectrum
 
 
-def juliapkg_reason(juliapkg: Any) -> str | None:
-    """Why juliapkg cannot provide Julia and the packages here without a
-    network install, or None if it can.
-
-    juliapkg's rules (deps.py, find_julia.py, state.py): ``resolve()`` does
-    nothing when its state file (``meta.json`` in the project) matches the
-    settings (``deps.can_skip_resolve``). Otherwise, online, it may download
-    Julia and the packages (``install-julia`` runs it). Offline
-    (``PYTHON_JULIAPKG_OFFLINE=yes``) it installs nothing: it takes the Julia
-    ``find_julia`` finds without installing (``PYTHON_JULIAPKG_EXE``, else one
-    already installed), runs it once to locate libjulia and writes the state
-    file; the packages must already be in the environment, so it has to be
-    named (``PYTHON_JULIAPKG_PROJECT``).
-    """
-    try:
-        if juliapkg.deps.can_skip_resolve():
-            return None
-    except Exception:  # noqa: BLE001, S110 - an unreadable state file: resolve again
-        pass
-    state = juliapkg.state
-    if not state.STATE.get("offline"):
-        return "Julia or the PySpectral Julia package is not installed yet. " + (
-            INSTALL_HINT
-        )
-    project = state.get_config("project")[0]
-    if not project or not os.path.isdir(project):
-        return (
-            "PYTHON_JULIAPKG_OFFLINE=yes, so juliapkg installs no packages, but "
-            + (
-                "PYTHON_JULIAPKG_PROJECT is not set"
-                if not project
-                else f"PYTHON_JULIAPKG_PROJECT={project} does not exist"
-            )
-            + ": set it to the Julia environment that has PySpectral, "
-            "ChainRulesCore and Zygote (or unset PYTHON_JULIAPKG_OFFLINE and run "
-            "`python -m pyspectral install-julia`)"
-        )
-    find_julia = importlib.import_module("juliapkg.find_julia")
-    try:
-        find_julia.find_julia(prefix=state.STATE.get("install"))
-    except Exception as err:  # noqa: BLE001 - juliapkg raises plain Exceptions
-        return (
-            f"PYTHON_JULIAPKG_OFFLINE=yes, and juliapkg finds no Julia to use "
-            f"offline ({err}): set PYTHON_JULIAPKG_EXE=/path/to/julia (1.9 to 1.12)"
-        )
-    return None
-
-
 IMPORT_ORDER_WARNING = (
     "pyspectral started Julia after torch was imported. On some platforms this "
     "import order crashes (PythonCall.jl #215/#384, pytorch #78829). If it does, "
     "start Julia first: `import juliacall` before `import torch`, or set "
-    "PYSPECTRAL_START_JULIA=yes before importing pyspectral."
+    "PYSPECTRAL_START_JULIA=yes (or auto) before importing pyspectral."
 )
 
 runtime: Any = JuliaRuntime()
 _lock = threading.RLock()
-_state: dict[str, Any] = {"glue": None, "owner": None, "error": None, "probe": ()}
+_state: dict[str, Any] = {
+    "glue": None,  # the glue module
+    "fns": None,  # its functions by name, resolved once (GLUE_FUNCTIONS)
+    "enter": None,  # what every call goes through: the glue's ``logged``
+    "owner": None,
+    "error": None,
+    "probe": (),
+}
+
+# The glue functions the bridge calls (pyspectral/_glue.jl), resolved once when Julia
+# starts: a call then costs no attribute lookup in Julia. ``_state["enter"]`` (the
+# glue's ``logged``) runs each of them, and is the one seam a test spies on.
+GLUE_FUNCTIONS = (
+    "gc_enable",
+    "missing_packages",
+    "testset_names",
+    "run_testset",
+    "svd_batched",
+    "svdvals_batched",
+    "svd_pullback_batched!",
+    "svd_pushforward_batched",
+    "svd_function_batched",
+    "svd_function_pullback_batched!",
+    "svd_function_pushforward_batched",
+    "eigh_batched",
+    "eigh_pullback_batched!",
+    "eigh_pushforward_batched",
+    "matrix_function_batched",
+    "matrix_function_pullback_batched!",
+    "matrix_function_pushforward_batched",
+    "svd_function_values_batched",
+    "svd_function_values_pullback_batched!",
+    "svd_function_values_pushforward_batched",
+    "matrix_function_values_batched",
+    "matrix_function_values_pullback_batched!",
+    "matrix_function_values_pushforward_batched",
+    "svd_topk_batched",
+    "svd_trunc_pullback_batched!",
+    "svd_trunc_pushforward_batched",
+    "eigh_topk_batched",
+    "eigh_trunc_pullback_batched!",
+    "eigh_trunc_pushforward_batched",
+    "user_eval",
+    "user_include",
+    "function_forward",
+    "function_pullback",
+)
 
 
 def _probe() -> str | None:
@@ -223,38 +211,38 @@ def glue() -> Any:
         if reason is not None:
             raise BackendError("Julia backend unavailable: " + reason)
         try:
-            _state["glue"] = runtime.start()
+            g = runtime.start()
+            fns = {name: getattr(g, name) for name in GLUE_FUNCTIONS}
+            enter = g.logged
         except Exception as err:  # noqa: BLE001 - any failure to start is reported
             _state["error"] = f"Julia failed to start: {err}. " + INSTALL_HINT
             raise BackendError("Julia backend unavailable: " + _state["error"]) from err
         # The Thread object, not its ident: idents are reused after a thread ends.
-        _state["owner"] = threading.current_thread()
-        return _state["glue"]
+        _state.update(glue=g, fns=fns, enter=enter, owner=threading.current_thread())
+        return g
 
 
 def reset() -> None:
     """Forget the runtime state (for tests that swap ``runtime``)."""
     with _lock:
-        _state.update(glue=None, owner=None, error=None, probe=())
+        _state.update(glue=None, fns=None, enter=None, owner=None, error=None, probe=())
 
 
-def call(op: str, name: str, *args: Any, **kwargs: Any) -> Any:
-    """Call glue function ``name``; see :func:`invoke`."""
-    return invoke(op, name, *args, **kwargs)[0]
-
-
-def invoke(op: str, name: str, *args: Any, **kwargs: Any) -> tuple[Any, list]:
-    """Call glue function ``name`` under the lock, through the glue's
-    ``logged``; return its value and the gauge violations ``(op, measured,
-    tol)`` its pullbacks recorded. Julia's warnings are re-emitted as Python
-    warnings and Julia's exceptions raised as pyspectral errors (:func:`error`)."""
+def call(op: str, name: str, *args: Any) -> Any:
+    """Call glue function ``name`` with positional ``args`` under the lock,
+    through the glue's ``logged`` (``_state["enter"]``), and return its value.
+    Julia's warnings are re-emitted as Python warnings and Julia's exceptions
+    raised as pyspectral errors (:func:`error`)."""
     with _lock:
-        g = glue()
+        fns = _state["fns"]
+        if fns is None:
+            glue()
+            fns = _state["fns"]
         foreign = threading.current_thread() is not _state["owner"]
         if foreign:
-            was_on = g.gc_enable(False)
+            was_on = fns["gc_enable"](False)
         try:
-            value, logs, gauge = g.logged(getattr(g, name), *args, **kwargs)
+            value, logs = _state["enter"](fns[name], *args)
         except Exception as err:
             described = runtime.describe(err)
             if described is None:
@@ -262,9 +250,10 @@ def invoke(op: str, name: str, *args: Any, **kwargs: Any) -> tuple[Any, list]:
             raise error(op, err, *described) from _cause(err)
         finally:
             if foreign:
-                g.gc_enable(was_on)
-    warn_julia_logs(op, logs)
-    return value, [(str(o), float(v), float(t)) for o, v, t in gauge]
+                fns["gc_enable"](was_on)
+    if len(logs):
+        warn_julia_logs(op, logs)
+    return value
 
 
 _ERRORS = {"gauge": GaugeError, "domain": DomainError, "argument": InputError}
@@ -417,6 +406,25 @@ def warn_julia_logs(op: str, records: Any) -> None:
 
 
 # ------------------------------------------------------------ conversions
+# Python -> Julia: a tensor crosses as ``(address, code, dims...)`` (``_spec``), which
+# the glue's ``wrap`` turns into ``unsafe_wrap(Array, Ptr{T}(address), dims)``: the
+# tensor's own memory as a plain Julia ``Array``, so that Julia works on it with BLAS
+# and LAPACK (PythonCall's ``PyArray`` view of a numpy array is not a strided array
+# to Julia's linear algebra, whose generic fallbacks made the bridge's cost grow like
+# n^3). Julia neither copies nor frees that memory, and keeps no reference to it
+# after the call: the tensor must live until the call returns, which every op below
+# ensures by keeping it (and any contiguous copy made for the call) in a local list
+# ``keep`` until then.
+#
+# Julia -> Python: the glue returns each result as ``(array, address, dims, code)``
+# (its ``out``); ``_numpy`` wraps that memory with numpy's ``__array_interface__``
+# and holds the juliacall wrapper of the array, which keeps the Julia array alive as
+# long as any numpy array or tensor over its memory does.
+
+# torch dtype -> the glue's element type code (its ELTYPES) and back as numpy's
+_CODES = {torch.float32: 1, torch.float64: 2, torch.complex64: 3, torch.complex128: 4}
+_NUMPY = {1: np.float32, 2: np.float64, 3: np.complex64, 4: np.complex128}
+_TYPESTR = {code: np.dtype(t).str for code, t in _NUMPY.items()}
 
 
 def check_tensor(op: str, t: torch.Tensor) -> None:
@@ -428,46 +436,102 @@ def check_tensor(op: str, t: torch.Tensor) -> None:
         )
 
 
-def to_julia(t: torch.Tensor) -> np.ndarray:
-    """``(*, m, n)`` tensor -> numpy view of shape ``(n, m, B)`` (column-major),
-    which juliacall passes to Julia as a PyArray without copying. Copies only
-    when ``t`` is not C-contiguous or carries a lazy conj/neg bit."""
-    t = t.detach().resolve_conj().resolve_neg().contiguous()
+def _plain(t: torch.Tensor) -> torch.Tensor:
+    """``t`` C-contiguous, without lazy conj/neg bits: ``t`` itself if it is
+    (Julia only reads or writes its memory), else a detached copy."""
+    if t.is_contiguous() and not t.is_conj() and not t.is_neg():
+        return t
+    t = t.detach()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    return t.contiguous()
+
+
+def _spec(t: torch.Tensor, dims: tuple[int, ...], keep: list) -> tuple[int, ...]:
+    keep.append(t)  # the memory Julia reads must outlive the call
+    return (t.data_ptr(), _CODES[t.dtype], *dims)
+
+
+def to_julia(t: torch.Tensor, keep: list) -> tuple[int, ...]:
+    """``(*, m, n)`` tensor -> the column-major ``n x m x B`` array of its
+    transposes, without a copy (unless ``t`` is not C-contiguous or carries a lazy
+    conj/neg bit). ``keep`` holds what must live until the call returns."""
+    t = _plain(t)
     m, n = t.shape[-2:]
-    return t.reshape(-1, m, n).numpy().transpose(2, 1, 0)
+    return _spec(t, (n, m, t.numel() // max(m * n, 1)), keep)
 
 
-def to_julia_vectors(t: torch.Tensor) -> np.ndarray:
-    """``(*, k)`` tensor -> numpy view ``(k, B)`` (column-major)."""
-    t = t.detach().resolve_conj().resolve_neg().contiguous()
-    return t.reshape(-1, t.shape[-1]).numpy().T
+def to_julia_vectors(t: torch.Tensor, keep: list) -> tuple[int, ...]:
+    """``(*, k)`` tensor -> column-major ``k x B`` (no copy, as :func:`to_julia`)."""
+    t = _plain(t)
+    k = t.shape[-1]
+    return _spec(t, (k, t.numel() // max(k, 1)), keep)
+
+
+def to_julia_matrices(t: torch.Tensor, keep: list) -> tuple[int, ...]:
+    """``(*, p, q)`` tensor -> column-major ``p x q x B`` with the same indexing
+    (for eigenvector cotangents: a copy unless ``t`` already has column-major
+    strides, as the eigenvectors Julia returns do)."""
+    p, q = t.shape[-2:]
+    t = _plain(t.reshape(-1, p, q).mT)  # (B, q, p) C order = column-major p x q x B
+    return _spec(t, (p, q, t.shape[0]), keep)
+
+
+class _JuliaMemory:
+    """A Julia array's memory as numpy sees it (``__array_interface__``, from the
+    address and element type the glue reported, C-contiguous of ``shape``),
+    holding the juliacall wrapper of the array: numpy keeps this object as the
+    base of its array, so the Julia array lives as long as any numpy array or
+    tensor over its memory."""
+
+    __slots__ = ("__array_interface__", "array")
+
+    def __init__(self, array: Any, address: int, shape: tuple, code: int):
+        self.array = array
+        self.__array_interface__ = {
+            "shape": shape,
+            "typestr": _TYPESTR[code],
+            "data": (address, False),
+            "version": 3,
+        }
+
+
+def _numpy(x: Any, batch: tuple[int, ...] | None = None) -> np.ndarray:
+    """A result ``(array, address, dims, code)`` of the glue as a C-order numpy
+    array sharing Julia's memory: column-major ``d1 x ... x dn`` is C-order
+    ``dn x ... x d1``, whose leading (batch) axis is given the shape ``batch``
+    when given (no reshape afterwards)."""
+    array, address, dims, code = x
+    shape = tuple(map(int, dims))[::-1]
+    if batch is not None:
+        if math.prod(batch) != shape[0]:  # never read past Julia's array
+            raise RuntimeError(f"Julia returned {shape[0]} matrices for {batch}")
+        shape = (*batch, *shape[1:])
+    return np.asarray(_JuliaMemory(array, int(address), shape, int(code)))
+
+
+def handle(x: Any) -> Any:
+    """The Julia array of a glue result, to pass back to a later call."""
+    return x[0]
 
 
 def from_julia(x: Any, batch: tuple[int, ...]) -> torch.Tensor:
-    """Julia ``p x q x B`` array -> tensor ``(*batch, q, p)`` sharing its memory."""
-    a = np.asarray(x)
-    t = torch.from_numpy(a.transpose(2, 1, 0))
-    return t.reshape(*batch, *t.shape[1:])
+    """Julia ``p x q x B`` result -> tensor ``(*batch, q, p)`` sharing its memory."""
+    return torch.from_numpy(_numpy(x, batch))
 
 
 def from_julia_vectors(x: Any, batch: tuple[int, ...]) -> torch.Tensor:
-    """Julia ``k x B`` array -> tensor ``(*batch, k)`` sharing its memory."""
-    t = torch.from_numpy(np.asarray(x).T)
-    return t.reshape(*batch, t.shape[-1])
+    """Julia ``k x B`` result -> tensor ``(*batch, k)`` sharing its memory."""
+    return torch.from_numpy(_numpy(x, batch))
 
 
-def julia_matrices(x: Any) -> torch.Tensor:
-    """Julia ``p x q x B`` array -> tensor ``(B, p, q)`` with the same indexing
-    (column-major strides, no copy): for eigenvectors, which are not swapped."""
-    return torch.from_numpy(np.asarray(x).transpose(2, 0, 1))
-
-
-def to_julia_matrices(t: torch.Tensor) -> np.ndarray:
-    """``(*, p, q)`` tensor -> column-major numpy ``(p, q, B)`` with the same
-    indexing (a copy unless ``t`` already has column-major strides)."""
-    p, q = t.shape[-2:]
-    t = t.detach().resolve_conj().resolve_neg().reshape(-1, p, q)
-    return t.mT.contiguous().numpy().transpose(2, 1, 0)
+def julia_matrices(x: Any, batch: tuple[int, ...] | None = None) -> torch.Tensor:
+    """Julia ``p x q x B`` result -> tensor ``(*batch, p, q)`` (default batch:
+    ``(B,)``) with the same indexing (column-major strides, no copy): for
+    eigenvectors, which are not swapped."""
+    return torch.from_numpy(_numpy(x, batch)).mT
 
 
 def in_layout_of(t: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
@@ -487,25 +551,30 @@ def gradient_buffer(shape_dtype: tuple) -> torch.Tensor:
     return torch.zeros(shape, dtype=dtype, device="cpu")
 
 
-def options(opts: Any) -> dict[str, Any]:
-    return {
-        "degeneracy_atol": opts.degeneracy_atol,
-        "broadening": opts.broadening,
-        "gauge": opts.gauge,
-        "gauge_atol": opts.gauge_atol,
-    }
+def options(opts: Any) -> tuple:
+    """A pullback's settings, positionally as the glue takes them: degeneracy_atol,
+    broadening, whether to measure the gauge dependence (``gauge != "ignore"``:
+    Julia records, Python applies the policy), gauge_atol."""
+    return (
+        opts.degeneracy_atol,
+        opts.broadening,
+        opts.gauge != "ignore",
+        opts.gauge_atol,
+    )
 
 
 def _present(*cotangents: Any) -> tuple[torch.Tensor, ...]:
     return tuple(g for g in cotangents if g is not None)
 
 
-def _pullback(op: str, name: str, scale: tuple, opts: Any, *args: Any, **kw: Any):
-    """Run a pullback glue function, then the gauge policy on what it recorded
-    (``scale``: the cotangents that set the gauge tolerance, as natively)."""
-    _, records = invoke(op, name, *args, **kw)
-    if records:
-        apply_gauge_records(records, scale, opts)
+def _pullback(op: str, name: str, scale: tuple, opts: Any, *args: Any) -> None:
+    """Run a pullback glue function, then the gauge policy on the violations
+    ``(op, measured, tol)`` it returns, recorded by this call alone (``scale``:
+    the cotangents that set the gauge tolerance, as natively)."""
+    records = call(op, name, *args)
+    if len(records):
+        recorded = [(str(o), float(v), float(t)) for o, v, t in records]
+        apply_gauge_records(recorded, scale, opts)
 
 
 def _with_native_domain_error(batch: tuple, native_check: Any, run: Any) -> Any:
@@ -522,36 +591,37 @@ def _with_native_domain_error(batch: tuple, native_check: Any, run: Any) -> Any:
 
 # --------------------------------------------------------------------- ops
 # Each returns tensors in pyspectral's (torch's) layout plus the Julia handles
-# the matching pullback needs.
+# the matching pullback needs. Every tensor handed to Julia sits in ``keep``
+# until the call has returned.
 
 
 def svd(A: torch.Tensor, full_matrices: bool) -> tuple:
     check_tensor("svd", A)
-    batch = A.shape[:-2]
-    Uj, Sj, Vtj = call("svd", "svd_batched", to_julia(A), full_matrices)
-    U = from_julia(Vtj, batch)  # Julia's Vt is U^T
-    Vh = from_julia(Uj, batch)  # Julia's U is Vh^T
-    return (U, from_julia_vectors(Sj, batch), Vh), (Uj, Sj, Vtj)
+    batch, keep = A.shape[:-2], []
+    U, S, Vt = call("svd", "svd_batched", to_julia(A, keep), full_matrices)
+    # Julia's Vt is U^T, its U is Vh^T
+    out = (from_julia(Vt, batch), from_julia_vectors(S, batch), from_julia(U, batch))
+    return out, (handle(U), handle(S), handle(Vt))
 
 
 def svd_pullback(
     shape_dtype: tuple, handles: tuple, gU: Any, gS: Any, gVh: Any, opts: Any
 ) -> torch.Tensor:
     Uj, Sj, Vtj = handles
-    gA = gradient_buffer(shape_dtype)
+    gA, keep = gradient_buffer(shape_dtype), []
     _pullback(
         "svd",
         "svd_pullback_batched!",
         _present(gU, gVh),
         opts,
-        to_julia(gA),
+        to_julia(gA, keep),
         Uj,
         Sj,
         Vtj,
-        None if gVh is None else to_julia(gVh),  # cotangent of Julia's U = Vh^T
-        None if gS is None else to_julia_vectors(gS),
-        None if gU is None else to_julia(gU),  # cotangent of Julia's Vt = U^T
-        **options(opts),
+        None if gVh is None else to_julia(gVh, keep),  # cotangent of Julia's U = Vh^T
+        None if gS is None else to_julia_vectors(gS, keep),
+        None if gU is None else to_julia(gU, keep),  # cotangent of Julia's Vt = U^T
+        *options(opts),
     )
     return gA
 
@@ -561,14 +631,14 @@ def svd_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
     the transposes through its factors (``handles``) and the roles swap back
     as for the factors: Julia's ``dVt`` is our ``dU^T``, its ``dU`` our
     ``dVh^T``. Each comes back wrapping Julia's memory."""
-    batch = dA.shape[:-2]
+    batch, keep = dA.shape[:-2], []
     dUj, dSj, dVtj = call(
         "svd",
         "svd_pushforward_batched",
         *handles,
-        to_julia(dA),
-        degeneracy_atol=opts.degeneracy_atol,
-        broadening=opts.broadening,
+        to_julia(dA, keep),
+        opts.degeneracy_atol,
+        opts.broadening,
     )
     dU, dVh = from_julia(dVtj, batch), from_julia(dUj, batch)
     return dU, from_julia_vectors(dSj, batch), dVh
@@ -576,9 +646,9 @@ def svd_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
 
 def svdvals(A: torch.Tensor) -> torch.Tensor:
     check_tensor("svdvals", A)
-    return from_julia_vectors(
-        call("svdvals", "svdvals_batched", to_julia(A)), A.shape[:-2]
-    )
+    keep: list = []
+    S = call("svdvals", "svdvals_batched", to_julia(A, keep))
+    return from_julia_vectors(S, A.shape[:-2])
 
 
 def svd_function(A: torch.Tensor, f: Any, opts: Any, native_check: Any = None) -> tuple:
@@ -587,33 +657,34 @@ def svd_function(A: torch.Tensor, f: Any, opts: Any, native_check: Any = None) -
     ``native_check(S)``: the native domain check of ``f``, which reports a
     domain error Julia finds."""
     check_tensor("svd_function", A)
-    batch = A.shape[:-2]
-    Yj, *handles = _with_native_domain_error(
+    batch, keep = A.shape[:-2], []
+    Y, U, S, Vt = _with_native_domain_error(
         batch,
         native_check,
         lambda: call(
             "svd_function",
             "svd_function_batched",
-            to_julia(A),
+            to_julia(A, keep),
             f,
-            degeneracy_atol=opts.degeneracy_atol,
+            opts.degeneracy_atol,
         ),
     )
-    return from_julia(Yj, batch), from_julia_vectors(handles[1], batch), tuple(handles)
+    handles = (handle(U), handle(S), handle(Vt))
+    return from_julia(Y, batch), from_julia_vectors(S, batch), handles
 
 
 def svd_function_pullback(
     shape_dtype: tuple, handles: tuple, f: Any, gY: torch.Tensor, opts: Any
 ) -> torch.Tensor:
-    gA = gradient_buffer(shape_dtype)
+    gA, keep = gradient_buffer(shape_dtype), []
     call(
         "svd_function",
         "svd_function_pullback_batched!",
-        to_julia(gA),
+        to_julia(gA, keep),
         *handles,
         f,
-        to_julia(gY),
-        degeneracy_atol=opts.degeneracy_atol,
+        to_julia(gY, keep),
+        opts.degeneracy_atol,
     )
     return gA
 
@@ -623,15 +694,28 @@ def svd_function_pushforward(
 ) -> torch.Tensor:
     """Forward mode: the tangent of ``Y`` along ``dA`` (Julia's, of the
     transposes, which reads as ours as ``Y`` does)."""
-    dYj = call(
+    keep: list = []
+    dY = call(
         "svd_function",
         "svd_function_pushforward_batched",
         *handles,
         f,
-        to_julia(dA),
-        degeneracy_atol=opts.degeneracy_atol,
+        to_julia(dA, keep),
+        opts.degeneracy_atol,
     )
-    return from_julia(dYj, dA.shape[:-2])
+    return from_julia(dY, dA.shape[:-2])
+
+
+# The forward settings of Julia's top-k blocks, positionally (topk.py's
+# _julia_settings gives them by name).
+_TOPK_SETTINGS = (
+    "method",
+    "oversample",
+    "n_iter",
+    "rtol",
+    "maxiter",
+    "degeneracy_atol",
+)
 
 
 def svd_topk(A: torch.Tensor, k: int, settings: dict[str, Any]) -> tuple:
@@ -640,13 +724,20 @@ def svd_topk(A: torch.Tensor, k: int, settings: dict[str, Any]) -> tuple:
     ``method`` ("auto"/"randomized"), ``oversample``, ``n_iter`` (None:
     automatic), ``rtol``, ``maxiter`` (the backward's) and ``degeneracy_atol``."""
     check_tensor("svd", A)
-    batch = A.shape[:-2]
-    Uj, Sj, Vtj, d = call("svd", "svd_topk_batched", to_julia(A), k, **settings)
+    batch, keep = A.shape[:-2], []
+    Uj, Sj, Vtj, d = call(
+        "svd",
+        "svd_topk_batched",
+        to_julia(A, keep),
+        k,
+        *(settings[name] for name in _TOPK_SETTINGS),
+    )
     # the blocks have p >= k columns: the kept ones, contiguous as natively
     U = from_julia(Vtj, batch)[..., :k]  # Julia's Vt is U^T
     Vh = from_julia(Uj, batch)[..., :k, :]  # Julia's U is Vh^T
     S = from_julia_vectors(Sj, batch)[..., :k]
-    return tuple(t.contiguous() for t in (U, S, Vh)), (Uj, Sj, Vtj, d)
+    out = tuple(t.contiguous() for t in (U, S, Vh))
+    return out, (handle(Uj), handle(Sj), handle(Vtj), d)
 
 
 def svd_trunc_pullback(
@@ -661,21 +752,21 @@ def svd_trunc_pullback(
 ) -> torch.Tensor:
     """Gradient of the top-k triplets from the blocks of :func:`svd_topk`
     (Julia's svd_trunc_pullback!, dense fallback and warning included)."""
-    gA = gradient_buffer((A.shape, A.dtype))
+    gA, keep = gradient_buffer((A.shape, A.dtype)), []
     _pullback(
         "svd",
         "svd_trunc_pullback_batched!",
         _present(gU, gVh),
         opts,
-        to_julia(gA),
-        to_julia(A),
+        to_julia(gA, keep),
+        to_julia(A, keep),
         *handles,
-        None if gVh is None else to_julia(gVh),  # cotangent of Julia's U = Vh^T
-        None if gS is None else to_julia_vectors(gS),
-        None if gU is None else to_julia(gU),  # cotangent of Julia's Vt = U^T
-        rtol=rtol,
-        maxiter=maxiter,
-        **options(opts),
+        None if gVh is None else to_julia(gVh, keep),  # cotangent of Julia's U = Vh^T
+        None if gS is None else to_julia_vectors(gS, keep),
+        None if gU is None else to_julia(gU, keep),  # cotangent of Julia's Vt = U^T
+        rtol,
+        maxiter,
+        *options(opts),
     )
     return gA
 
@@ -695,18 +786,18 @@ def svd_trunc_pushforward(
     pushes the transposed tangent through its factors of the transposes and
     the roles swap back as for the factors (Julia's ``dVt`` is our ``dU^T``,
     its ``dU`` our ``dVh^T``); each comes back wrapping Julia's memory."""
-    batch = dA.shape[:-2]
+    batch, keep = dA.shape[:-2], []
     dUj, dSj, dVtj = call(
         "svd",
         "svd_trunc_pushforward_batched",
-        to_julia(A),
+        to_julia(A, keep),
         *handles,
         k,
-        to_julia(dA),
-        rtol=rtol,
-        maxiter=maxiter,
-        degeneracy_atol=opts.degeneracy_atol,
-        broadening=opts.broadening,
+        to_julia(dA, keep),
+        rtol,
+        maxiter,
+        opts.degeneracy_atol,
+        opts.broadening,
     )
     dU, dVh = from_julia(dVtj, batch), from_julia(dUj, batch)
     return dU, from_julia_vectors(dSj, batch), dVh
@@ -717,29 +808,30 @@ _SWAP = {"L": "U", "U": "L"}
 
 def eigh(A: torch.Tensor, uplo: str) -> tuple:
     check_tensor("eigh", A)
-    batch = A.shape[:-2]
-    wj, Vj = call("eigh", "eigh_batched", to_julia(A), _SWAP[uplo])
-    V = julia_matrices(Vj)  # the glue conjugated Julia's conj(V) in place
-    return (from_julia_vectors(wj, batch), V.reshape(*batch, *V.shape[-2:])), (wj, Vj)
+    batch, keep = A.shape[:-2], []
+    w, V = call("eigh", "eigh_batched", to_julia(A, keep), _SWAP[uplo])
+    # the glue conjugated Julia's conj(V) in place
+    out = (from_julia_vectors(w, batch), julia_matrices(V, batch))
+    return out, (handle(w), handle(V))
 
 
 def eigh_pullback(
     shape_dtype: tuple, handles: tuple, gw: Any, gV: Any, uplo: str, opts: Any
 ) -> torch.Tensor:
     wj, Vj = handles
-    gA = gradient_buffer(shape_dtype)
+    gA, keep = gradient_buffer(shape_dtype), []
     _pullback(
         "eigh",
         "eigh_pullback_batched!",
         _present(gV),
         opts,
-        to_julia(gA),
+        to_julia(gA, keep),
         wj,
         Vj,
-        None if gw is None else to_julia_vectors(gw),
-        None if gV is None else to_julia_matrices(gV),
+        None if gw is None else to_julia_vectors(gw, keep),
+        None if gV is None else to_julia_matrices(gV, keep),
         _SWAP[uplo],
-        **options(opts),
+        *options(opts),
     )
     return gA
 
@@ -748,18 +840,17 @@ def eigh_pushforward(handles: tuple, dA: torch.Tensor, uplo: str, opts: Any) -> 
     """Forward mode: ``(dw, dV)`` along ``dA`` (read from the ``uplo``
     triangle); the glue conjugates Julia's ``conj(dV)`` in place, as it does
     the eigenvectors."""
-    batch = dA.shape[:-2]
+    batch, keep = dA.shape[:-2], []
     dwj, dVj = call(
         "eigh",
         "eigh_pushforward_batched",
         *handles,
-        to_julia(dA),
+        to_julia(dA, keep),
         _SWAP[uplo],
-        degeneracy_atol=opts.degeneracy_atol,
-        broadening=opts.broadening,
+        opts.degeneracy_atol,
+        opts.broadening,
     )
-    dV = julia_matrices(dVj)
-    return from_julia_vectors(dwj, batch), dV.reshape(*batch, *dV.shape[-2:])
+    return from_julia_vectors(dwj, batch), julia_matrices(dVj, batch)
 
 
 def eigh_topk(
@@ -769,20 +860,21 @@ def eigh_topk(
     ascending, and the handles of its blocks; ``settings`` as for
     :func:`svd_topk`."""
     check_tensor("eigh", A)
-    batch = A.shape[:-2]
+    batch, keep = A.shape[:-2], []
     wj, Vj, d = call(
         "eigh",
         "eigh_topk_batched",
-        to_julia(A),
+        to_julia(A, keep),
         k,
         _SWAP[uplo],
-        largest=largest,
-        **settings,
+        largest,
+        *(settings[name] for name in _TOPK_SETTINGS),
     )
     # the blocks have p >= k columns, the kept ones first (ascending)
-    V = julia_matrices(Vj)[..., :k]  # conjugated in place by the glue, as for eigh
+    V = julia_matrices(Vj, batch)[..., :k]  # conjugated in place by the glue
     w = from_julia_vectors(wj, batch)[..., :k].contiguous()
-    return (w, V.reshape(*batch, *V.shape[-2:]).contiguous()), (wj, Vj, d)
+    out = (w, V.contiguous())
+    return out, (handle(wj), handle(Vj), d)
 
 
 def eigh_trunc_pullback(
@@ -798,24 +890,24 @@ def eigh_trunc_pullback(
 ) -> torch.Tensor:
     """Gradient of the top-k eigenpairs from the blocks of :func:`eigh_topk`."""
     wj, Vj, d = handles
-    gA = gradient_buffer((A.shape, A.dtype))
+    gA, keep = gradient_buffer((A.shape, A.dtype)), []
     _pullback(
         "eigh",
         "eigh_trunc_pullback_batched!",
         _present(gV),
         opts,
-        to_julia(gA),
-        to_julia(A),
+        to_julia(gA, keep),
+        to_julia(A, keep),
         wj,
         Vj,
         d,
-        None if gw is None else to_julia_vectors(gw),
-        None if gV is None else to_julia_matrices(gV),
+        None if gw is None else to_julia_vectors(gw, keep),
+        None if gV is None else to_julia_matrices(gV, keep),
         _SWAP[uplo],
-        largest=largest,
-        rtol=rtol,
-        maxiter=maxiter,
-        **options(opts),
+        largest,
+        rtol,
+        maxiter,
+        *options(opts),
     )
     return gA
 
@@ -836,25 +928,24 @@ def eigh_trunc_pushforward(
     truncated_eigh_pushforward through the blocks of :func:`eigh_topk`; the
     glue conjugates Julia's ``conj(dV)`` in place, as for :func:`eigh_pushforward`."""
     wj, Vj, d = handles
-    batch = dA.shape[:-2]
+    batch, keep = dA.shape[:-2], []
     dwj, dVj = call(
         "eigh",
         "eigh_trunc_pushforward_batched",
-        to_julia(A),
+        to_julia(A, keep),
         wj,
         Vj,
         d,
         k,
-        to_julia(dA),
+        to_julia(dA, keep),
         _SWAP[uplo],
-        largest=largest,
-        rtol=rtol,
-        maxiter=maxiter,
-        degeneracy_atol=opts.degeneracy_atol,
-        broadening=opts.broadening,
+        largest,
+        rtol,
+        maxiter,
+        opts.degeneracy_atol,
+        opts.broadening,
     )
-    dV = julia_matrices(dVj)
-    return from_julia_vectors(dwj, batch), dV.reshape(*batch, *dV.shape[-2:])
+    return from_julia_vectors(dwj, batch), julia_matrices(dVj, batch)
 
 
 def matrix_function(
@@ -863,35 +954,35 @@ def matrix_function(
     """``(Y, handles)``; ``native_check(w)``: the native domain check of ``f``,
     which reports a domain error Julia finds."""
     check_tensor("matrix_function", A)
-    batch = A.shape[:-2]
-    Yj, *handles = _with_native_domain_error(
+    batch, keep = A.shape[:-2], []
+    Y, w, V = _with_native_domain_error(
         batch,
         native_check,
         lambda: call(
             "matrix_function",
             "matrix_function_batched",
-            to_julia(A),
+            to_julia(A, keep),
             f,
             _SWAP[uplo],
-            degeneracy_atol=opts.degeneracy_atol,
+            opts.degeneracy_atol,
         ),
     )
-    return from_julia(Yj, batch), tuple(handles)
+    return from_julia(Y, batch), (handle(w), handle(V))
 
 
 def matrix_function_pullback(
     shape_dtype: tuple, handles: tuple, f: Any, gY: torch.Tensor, uplo: str, opts: Any
 ) -> torch.Tensor:
-    gA = gradient_buffer(shape_dtype)
+    gA, keep = gradient_buffer(shape_dtype), []
     call(
         "matrix_function",
         "matrix_function_pullback_batched!",
-        to_julia(gA),
+        to_julia(gA, keep),
         *handles,
         f,
-        to_julia(gY),
+        to_julia(gY, keep),
         _SWAP[uplo],
-        degeneracy_atol=opts.degeneracy_atol,
+        opts.degeneracy_atol,
     )
     return gA
 
@@ -900,16 +991,17 @@ def matrix_function_pushforward(
     handles: tuple, f: Any, dA: torch.Tensor, uplo: str, opts: Any
 ) -> torch.Tensor:
     """Forward mode: the tangent of ``Y`` along ``dA``."""
-    dYj = call(
+    keep: list = []
+    dY = call(
         "matrix_function",
         "matrix_function_pushforward_batched",
         *handles,
         f,
-        to_julia(dA),
+        to_julia(dA, keep),
         _SWAP[uplo],
-        degeneracy_atol=opts.degeneracy_atol,
+        opts.degeneracy_atol,
     )
-    return from_julia(dYj, dA.shape[:-2])
+    return from_julia(dY, dA.shape[:-2])
 
 
 # ------------------------------------------- f given by its values (user pairs)
@@ -918,7 +1010,8 @@ def matrix_function_pushforward(
 # f' on that spectrum in Python (it receives the spectrum as a tensor sharing
 # Julia's memory and returns real tensors of its shape and dtype), and the glue
 # forms Y and later the pullback from the values (PySpectral.SpectralValues).
-# The values cross like S: (*, k) tensors as column-major (k, B) views.
+# The values cross like S: (*, k) tensors as column-major (k, B) arrays; the
+# handles keep them (as tensors) for the pullback.
 
 SpectralValuesFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -926,36 +1019,37 @@ SpectralValuesFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 def svd_function_values(A: torch.Tensor, values: SpectralValuesFn) -> tuple:
     """``(Y, handles)`` of ``Y = U f(S) Vh``, ``(fS, dS) = values(S)``."""
     check_tensor("svd_function", A)
-    batch = A.shape[:-2]
-    Uj, Sj, Vtj = call("svd_function", "svd_batched", to_julia(A), False)
-    fS, dS = values(from_julia_vectors(Sj, batch))
-    Yj = call(
+    batch, keep = A.shape[:-2], []
+    U, S, Vt = call("svd_function", "svd_batched", to_julia(A, keep), False)
+    fS, dS = values(from_julia_vectors(S, batch))
+    Uj, Sj, Vtj = handle(U), handle(S), handle(Vt)
+    Y = call(
         "svd_function",
         "svd_function_values_batched",
         Uj,  # Julia's factors of the transposes: Y arrives transposed, as A did
         Sj,
         Vtj,
-        to_julia_vectors(fS),
-        to_julia_vectors(dS),
+        to_julia_vectors(fS, keep),
+        to_julia_vectors(dS, keep),
     )
-    return from_julia(Yj, batch), (Uj, Sj, Vtj, fS, dS)
+    return from_julia(Y, batch), (Uj, Sj, Vtj, fS, dS)
 
 
 def svd_function_values_pullback(
     shape_dtype: tuple, handles: tuple, gY: torch.Tensor
 ) -> torch.Tensor:
     Uj, Sj, Vtj, fS, dS = handles
-    gA = gradient_buffer(shape_dtype)
+    gA, keep = gradient_buffer(shape_dtype), []
     call(
         "svd_function",
         "svd_function_values_pullback_batched!",
-        to_julia(gA),
+        to_julia(gA, keep),
         Uj,
         Sj,
         Vtj,
-        to_julia_vectors(fS),
-        to_julia_vectors(dS),
-        to_julia(gY),
+        to_julia_vectors(fS, keep),
+        to_julia_vectors(dS, keep),
+        to_julia(gY, keep),
     )
     return gA
 
@@ -963,17 +1057,18 @@ def svd_function_values_pullback(
 def svd_function_values_pushforward(handles: tuple, dA: torch.Tensor) -> torch.Tensor:
     """Forward mode of :func:`svd_function_values`: the tangent of ``Y``."""
     Uj, Sj, Vtj, fS, dS = handles
-    dYj = call(
+    keep: list = []
+    dY = call(
         "svd_function",
         "svd_function_values_pushforward_batched",
         Uj,
         Sj,
         Vtj,
-        to_julia_vectors(fS),
-        to_julia_vectors(dS),
-        to_julia(dA),
+        to_julia_vectors(fS, keep),
+        to_julia_vectors(dS, keep),
+        to_julia(dA, keep),
     )
-    return from_julia(dYj, dA.shape[:-2])
+    return from_julia(dY, dA.shape[:-2])
 
 
 def matrix_function_values(
@@ -981,34 +1076,35 @@ def matrix_function_values(
 ) -> tuple:
     """``(Y, handles)`` of ``Y = V f(w) V^H``, ``(fw, dw) = values(w)``."""
     check_tensor("matrix_function", A)
-    batch = A.shape[:-2]
-    wj, Vj = call("matrix_function", "eigh_batched", to_julia(A), _SWAP[uplo])
-    fw, dw = values(from_julia_vectors(wj, batch))
-    Yj = call(
+    batch, keep = A.shape[:-2], []
+    w, V = call("matrix_function", "eigh_batched", to_julia(A, keep), _SWAP[uplo])
+    fw, dw = values(from_julia_vectors(w, batch))
+    wj, Vj = handle(w), handle(V)
+    Y = call(
         "matrix_function",
         "matrix_function_values_batched",
         wj,
         Vj,  # conjugated in place by eigh_batched: Python's V
-        to_julia_vectors(fw),
-        to_julia_vectors(dw),
+        to_julia_vectors(fw, keep),
+        to_julia_vectors(dw, keep),
     )
-    return from_julia(Yj, batch), (wj, Vj, fw, dw)
+    return from_julia(Y, batch), (wj, Vj, fw, dw)
 
 
 def matrix_function_values_pullback(
     shape_dtype: tuple, handles: tuple, gY: torch.Tensor, uplo: str
 ) -> torch.Tensor:
     wj, Vj, fw, dw = handles
-    gA = gradient_buffer(shape_dtype)
+    gA, keep = gradient_buffer(shape_dtype), []
     call(
         "matrix_function",
         "matrix_function_values_pullback_batched!",
-        to_julia(gA),
+        to_julia(gA, keep),
         wj,
         Vj,
-        to_julia_vectors(fw),
-        to_julia_vectors(dw),
-        to_julia(gY),
+        to_julia_vectors(fw, keep),
+        to_julia_vectors(dw, keep),
+        to_julia(gY, keep),
         _SWAP[uplo],
     )
     return gA
@@ -1019,17 +1115,18 @@ def matrix_function_values_pushforward(
 ) -> torch.Tensor:
     """Forward mode of :func:`matrix_function_values`: the tangent of ``Y``."""
     wj, Vj, fw, dw = handles
-    dYj = call(
+    keep: list = []
+    dY = call(
         "matrix_function",
         "matrix_function_values_pushforward_batched",
         wj,
         Vj,
-        to_julia_vectors(fw),
-        to_julia_vectors(dw),
-        to_julia(dA),
+        to_julia_vectors(fw, keep),
+        to_julia_vectors(dw, keep),
+        to_julia(dA, keep),
         _SWAP[uplo],
     )
-    return from_julia(dYj, dA.shape[:-2])
+    return from_julia(dY, dA.shape[:-2])
 
 
 # ------------------------------------------------------------ Julia's BLAS
@@ -1178,9 +1275,21 @@ TEST_PACKAGES = {
 }
 
 
-def install(tests: bool = False) -> None:
+# Started by install(): Julia first, then torch (the order PythonCall recommends),
+# PySpectral and the glue loaded (precompiled on the way), the status printed.
+LOAD_CHECK = """
+import juliacall
+from pyspectral import _julia
+_julia.glue()
+print(_julia.status()[1])
+"""
+
+
+def install(tests: bool = False) -> str:
     """Install Julia (if needed) and the Julia packages through juliapkg, with
-    juliapkg's own progress output; then start Julia once to precompile."""
+    juliapkg's own progress output; then start Julia once, in a fresh process
+    that starts it before torch (this one has imported torch), to precompile
+    and check that the backend loads. Returns what that process reports."""
     if importlib.util.find_spec("juliacall") is None:
         raise BackendError(
             "juliacall is not installed: pip install 'pyspectral[julia]' first"
@@ -1197,4 +1306,15 @@ def install(tests: bool = False) -> None:
             f"juliapkg could not install Julia: {err}. " + INSTALL_HINT
         ) from err
     reset()
-    glue()
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parent.parent)  # this pyspectral first
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    run = subprocess.run(
+        [sys.executable, "-c", LOAD_CHECK], capture_output=True, text=True, env=env
+    )
+    if run.returncode != 0:
+        raise BackendError(
+            "Julia and its packages are installed, but the backend does not load: "
+            + (run.stderr.strip().splitlines() or ["(no message)"])[-1]
+        )
+    return run.stdout.strip().splitlines()[-1]

@@ -1,24 +1,33 @@
 """A numpy stand-in for pyspectral's Julia glue (``pyspectral/_glue.jl``).
 
 It sits behind the one seam of the bridge, ``pyspectral._julia.runtime``, and
-behaves like the real glue on Julia's side of the layout: it receives numpy
-arrays in Julia's column-major convention (a C-contiguous ``(B, m, n)`` batch
-arrives as the ``n x m x B`` array ``At`` of its transposes), decomposes the
-transposes with ``numpy.linalg`` and returns Fortran-ordered stacked arrays,
-as Julia would. The pullbacks run pyspectral's native torch pullbacks on the
-glue's own (transposed-role) data and write the result in place into the
-``dAt`` array they receive, so a test that compares against the native
-backend checks every role swap the bridge makes, and a test of pointers checks
-that the gradient buffer is shared. The pushforwards (forward mode) likewise
-run the native pushforwards on that data and return new stacked arrays.
+behaves like the real glue on Julia's side of the layout and of the memory
+crossing. A tensor arrives as the glue receives it, ``(address, code, dims...)``,
+and the stand-in's ``_wrap`` makes of it what the glue's ``wrap`` makes
+(``unsafe_wrap``): an array over that very memory, column-major (a C-contiguous
+``(B, m, n)`` batch is the ``n x m x B`` array ``At`` of its transposes). It
+decomposes the transposes with ``numpy.linalg`` and returns each result as the
+glue's ``out`` does, ``(array, address, dims, code)`` of a Fortran-ordered array
+it owns, which the bridge wraps for torch. An array passed back must be such a
+result (a handle); any other numpy array reaching a built-in op fails the test:
+Julia would get PythonCall's ``PyArray``, whose products are not BLAS. Arguments
+are positional, as the glue takes them. The pullbacks run pyspectral's native
+torch pullbacks on the glue's own (transposed-role) data and write the result
+in place into the ``dAt`` array they receive, so a test that compares against
+the native backend checks every role swap the bridge makes, and a test of
+pointers checks that the gradient buffer is shared. The pushforwards (forward
+mode) likewise run the native pushforwards on that data.
 
 Errors and warnings come back in the real glue's shapes, so that the bridge's
 translation into the native backend's errors and warnings is what is tested:
 a domain error is a Julia ``DomainError`` text (1-based index, no batch
-element) with the spectra attached (the glue's ``SpectrumError``); gauge
-violations under "warn" and "raise" are recorded, not acted on; the top-k
-warnings are Julia log records with Julia's text (julia/PySpectral/src); every
-call goes through ``logged``, which returns ``(value, logs, gauge_records)``.
+element) with the spectra attached (the glue's ``SpectrumError``); a pullback
+measures the gauge dependence only when the bridge asks (its ``gauge`` flag,
+false for "ignore"), records the violations in a recorder of its own
+(PySpectral's ``GaugeRecorder``), and returns them as its value, as the glue's
+pullbacks do; the top-k warnings are Julia log records with Julia's text
+(julia/PySpectral/src); every call goes through ``logged``, which returns
+``(value, logs)``.
 
 Everything it receives is recorded (:class:`Call`): array pointers, dtypes,
 shapes, strides, the calling thread and whether "Julia's" GC was enabled.
@@ -28,11 +37,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import re
 import threading
 import time
 import types
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -268,7 +279,7 @@ class Call:
 
     name: str
     args: list  # Seen for arrays, the value itself otherwise
-    kwargs: dict
+    named: dict  # every argument by the glue function's parameter names
     thread: int
     gc_enabled: bool
     returned: list = field(default_factory=list)  # Seen of each array returned
@@ -300,26 +311,53 @@ def _t(x: np.ndarray | None, b: int) -> torch.Tensor | None:
     return None if x is None else torch.from_numpy(x[..., b])
 
 
-def _options(
-    degeneracy_atol: Any = None,
-    broadening: Any = None,
-    gauge: str = "warn",
-    gauge_atol: Any = None,
-) -> Options:
-    # The glue's gauge_policy: "warn" and "raise" record (the native pullbacks
-    # run under "warn", whose warnings _run turns into records).
-    policy = "ignore" if gauge == "ignore" else "warn"
-    return Options(degeneracy_atol, broadening, policy, gauge_atol)
-
-
 _GAUGE_TEXT = re.compile(r"^(\w+): .*measured (\S+) > gauge_atol (\S+)\)", re.DOTALL)
+
+
+class _GaugeRecorder:
+    """PySpectral's ``GaugeRecorder``, one per pullback call: the native
+    pullbacks, run under gauge="warn" inside it, report each violation as a
+    ``GaugeWarning``, which it records as ``(op, measured, tol)``; any other
+    warning passes on. ``records`` is what the glue's pullback returns."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, float, float]] = []
+        self._catch = warnings.catch_warnings(record=True)
+
+    def __enter__(self) -> _GaugeRecorder:
+        self._caught = self._catch.__enter__()
+        warnings.simplefilter("always")
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._catch.__exit__(*exc)
+        for w in self._caught:
+            gauge = _GAUGE_TEXT.match(str(w.message))
+            if issubclass(w.category, GaugeWarning) and gauge:
+                op, measured, tol = gauge.groups()
+                self.records.append((op, float(measured), float(tol)))
+            else:
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _pullback_options(
+    degeneracy_atol: Any, broadening: Any, gauge: bool, gauge_atol: Any
+) -> tuple[Options, _GaugeRecorder]:
+    """The glue's ``pullback_options``: ``gauge`` is the bridge's flag (false:
+    "ignore", nothing measured); the native pullbacks report under "warn" what
+    the recorder keeps."""
+    if not isinstance(gauge, bool):
+        raise AssertionError(f"gauge must arrive as a Bool, got {gauge!r}")
+    policy = "warn" if gauge else "ignore"
+    return Options(degeneracy_atol, broadening, policy, gauge_atol), _GaugeRecorder()
 
 
 def _check_argument(name: str, x: Any) -> None:
     """Only what juliacall converts to the types the glue's methods expect:
-    arrays (PyArray), None/bool/int/float/complex/str and tuples of them
-    (Julia values and Tuples), or handles the glue returned. A Python list
-    would arrive as ``PyList{Py}``, a dict as ``PyDict{Py,Py}``: wrong there."""
+    None/bool/int/float/complex/str and tuples of them (Julia values and
+    Tuples: the tensors' ``(address, code, dims...)`` among them), handles the
+    glue returned, or callables. A Python list would arrive as
+    ``PyList{Py}``, a dict as ``PyDict{Py,Py}``: wrong there."""
     if isinstance(x, tuple):
         for y in x:
             _check_argument(name, y)
@@ -332,6 +370,21 @@ def _check_argument(name: str, x: Any) -> None:
         )
     if isinstance(x, np.ndarray) and x.dtype.kind not in "fc":
         raise AssertionError(f"{name}: array of dtype {x.dtype} sent to Julia")
+
+
+# The glue's element type codes (its ELTYPES; pyspectral/_julia.py's _CODES).
+_CODES = {np.dtype(t): code for code, t in _julia._NUMPY.items()}
+
+
+def _memory(address: int, code: int, dims: tuple[int, ...]) -> np.ndarray:
+    """``unsafe_wrap(Array, Ptr{T}(address), dims)``: the column-major array
+    over that memory (no copy; the caller keeps it alive)."""
+    return _julia._numpy((None, address, dims, code)).transpose()
+
+
+def _is_op(name: str) -> bool:
+    """The built-in ops (not the test runner, user functions or GC)."""
+    return name.endswith(("_batched", "_batched!"))
 
 
 def _stored_values(fX: np.ndarray, dX: np.ndarray, b: int) -> SpectralFn:
@@ -444,7 +497,9 @@ class FakeJulia:
         self.calls: list[Call] = []
         self.gc_on = True
         self.gc_log: list[tuple[int, bool]] = []  # (thread, on) per gc_enable
-        self.gauge_log: list[tuple[str, float, float]] = []
+        # every result alive, by id: what may come back as a handle
+        self._handles: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+        self._current: Call | None = None
         self.log_records: list[tuple] = []  # (level, message, module, group, kwargs)
         self.delay = 0.0  # seconds each call takes (to provoke races)
         self.reentered = False
@@ -465,24 +520,25 @@ class FakeJulia:
         if self.start_error is not None:
             raise self.start_error
         glue = types.SimpleNamespace(logged=self.logged)
-        for name in GLUE_FUNCTIONS:
+        for name in _julia.GLUE_FUNCTIONS:
             impl = getattr(self, name.replace("!", "_b"))
             setattr(glue, name, functools.partial(self._run, name, impl))
         return glue
 
     def describe(self, err: BaseException) -> tuple[str, str, Any] | None:
         if isinstance(err, FakeJuliaError):
-            return err.kind, err.message, err.spectrum
+            spectrum = None if err.spectrum is None else self._out(err.spectrum)
+            return err.kind, err.message, spectrum
         return None
 
-    def logged(self, f: Callable, *args: Any, **kwargs: Any) -> tuple:
-        """The glue's ``logged``: ``f(args...; kwargs...)`` with its warnings
-        and gauge records collected (records left by a call that threw go)."""
-        self.gauge_log, self.log_records = [], []
-        value = f(*args, **kwargs)
-        logs, gauge = tuple(self.log_records), tuple(self.gauge_log)
-        self.gauge_log, self.log_records = [], []
-        return value, logs, gauge
+    def logged(self, f: Callable, *args: Any) -> tuple:
+        """The glue's ``logged``: ``f(args...)`` with its warnings collected.
+        Positional arguments only, as the bridge passes them."""
+        self.log_records = []
+        value = f(*args)
+        logs = tuple(self.log_records)
+        self.log_records = []
+        return value, logs
 
     # ---------------------------------------------------------- recording
 
@@ -493,18 +549,22 @@ class FakeJulia:
         """Make the next call of glue function ``name`` raise ``err``."""
         self.failures[name] = err
 
-    def _run(self, name: str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    def _run(self, name: str, fn: Callable, *args: Any) -> Any:
         with self._guard:
             if self._active:
                 self.reentered = True
                 raise AssertionError(f"fake Julia re-entered by {name}")
             self._active = True
         try:
-            for a in (*args, *kwargs.values()):
+            for a in args:
                 _check_argument(name, a)
+                if _is_op(name) and isinstance(a, np.ndarray):
+                    self._check_handle(name, a)
             seen = [Seen.of(a) if isinstance(a, np.ndarray) else a for a in args]
-            call = Call(name, seen, kwargs, threading.get_ident(), self.gc_on)
+            named = inspect.signature(fn).bind(*args).arguments
+            call = Call(name, seen, dict(named), threading.get_ident(), self.gc_on)
             self.calls.append(call)
+            self._current = call
             if self.delay:
                 time.sleep(self.delay)
             if name in self.failures:
@@ -512,30 +572,65 @@ class FakeJulia:
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
-                    out = fn(*args, **kwargs)
+                    out = fn(*args)
             except PySpectralError as err:
                 raise FakeJuliaError(
                     _kind(err), f"{type(err).__name__}: {err}"
                 ) from err
             for w in caught:
-                self._as_julia(w)
+                if issubclass(w.category, GaugeWarning):
+                    # Julia's glue never passes :warn: a pullback records
+                    raise AssertionError(f"{name} warned outside a recorder: {w}")
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            if _is_op(name):
+                out = self._outs(out)
             call.returned = [
                 Seen.of(a) for a in _flatten(out) if isinstance(a, np.ndarray)
             ]
             return out
         finally:
+            self._current = None
             self._active = False
 
-    def _as_julia(self, w: warnings.WarningMessage) -> None:
-        """A native warning raised inside a fake glue function, as Julia has it:
-        a gauge record (the glue's record_gauge) or, for anything else, the
-        warning itself (the top-k functions log their records directly)."""
-        gauge = _GAUGE_TEXT.match(str(w.message))
-        if issubclass(w.category, GaugeWarning) and gauge:
-            op, measured, tol = gauge.groups()
-            self.gauge_log.append((op, float(measured), float(tol)))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    # ------------------------------------------------- the memory crossing
+
+    def _wrap(self, x: Any) -> Any:
+        """The glue's ``wrap``: a tensor's ``(address, code, dims...)`` as the
+        column-major array over its memory, a handle (a result passed back) or
+        None as itself. Records what it made in place of the argument."""
+        if x is None or isinstance(x, np.ndarray):
+            return x
+        if not (isinstance(x, tuple) and len(x) in (4, 5)):
+            raise AssertionError(f"not a tensor as the glue takes one: {x!r}")
+        address, code, *dims = x
+        a = _memory(address, code, tuple(dims))
+        if self._current is not None:
+            args = self._current.args
+            for i, arg in enumerate(args):
+                if arg is x:
+                    args[i] = Seen.of(a)
+        return a
+
+    def _check_handle(self, name: str, a: np.ndarray) -> None:
+        if self._handles.get(id(a)) is not a:
+            raise AssertionError(
+                f"{name}: a numpy array that is not a result of an earlier call "
+                "reached a built-in op; Julia would get PythonCall's PyArray (no "
+                "BLAS): pass tensors as (address, code, dims...)"
+            )
+
+    def _out(self, a: np.ndarray) -> tuple:
+        """The glue's ``out``: ``(array, address, dims, code)`` of a result."""
+        a = np.asfortranarray(a)
+        self._handles[id(a)] = a
+        return a, pointer(a), a.shape, _CODES[a.dtype]
+
+    def _outs(self, value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            return self._out(value)
+        if isinstance(value, tuple):
+            return tuple(self._outs(v) for v in value)
+        return value
 
     def _log(self, message: str, group: str, kwargs: tuple) -> None:
         """``@warn message kwargs...`` in PySpectral's file ``group``."""
@@ -563,7 +658,8 @@ class FakeJulia:
 
     # ---------------------------------------------------------------- SVD
 
-    def svd_batched(self, At: np.ndarray, full: bool) -> tuple:
+    def svd_batched(self, At: Any, full: bool) -> tuple:
+        At = self._wrap(At)
         Us, Ss, Vts = [], [], []
         for b in range(At.shape[2]):
             U, S, Vt = np.linalg.svd(At[:, :, b], full_matrices=full)
@@ -572,30 +668,36 @@ class FakeJulia:
             Vts.append(Vt)
         return _stack(Us), _stack(Ss), _stack(Vts)
 
-    def svdvals_batched(self, At: np.ndarray) -> np.ndarray:
+    def svdvals_batched(self, At: Any) -> np.ndarray:
+        At = self._wrap(At)
         return _stack(
             [np.linalg.svd(At[:, :, b], compute_uv=False) for b in range(At.shape[2])]
         )
 
-    def svd_pullback_batched_b(self, dAt, U, S, Vt, dU, dS, dVt, **kw) -> np.ndarray:
-        opts = _options(**kw)
-        for b in range(dAt.shape[2]):
-            g = svd_pullback(
-                _t(U, b),
-                _t(S, b),
-                _t(Vt, b),
-                _t(dU, b),
-                _t(dS, b),
-                _t(dVt, b),
-                opts,
-            )
-            dAt[:, :, b] = 0 if g is None else g.numpy()
-        return dAt
-
-    def svd_pushforward_batched(
-        self, U, S, Vt, dAt, degeneracy_atol: Any = None, broadening: Any = None
+    def svd_pullback_batched_b(
+        self, dAt, U, S, Vt, dU, dS, dVt, degeneracy_atol, broadening, gauge, gauge_atol
     ) -> tuple:
+        dAt, dU, dS, dVt = map(self._wrap, (dAt, dU, dS, dVt))
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            for b in range(dAt.shape[2]):
+                g = svd_pullback(
+                    _t(U, b),
+                    _t(S, b),
+                    _t(Vt, b),
+                    _t(dU, b),
+                    _t(dS, b),
+                    _t(dVt, b),
+                    opts,
+                )
+                dAt[:, :, b] = 0 if g is None else g.numpy()
+        return tuple(recorder.records)
+
+    def svd_pushforward_batched(self, U, S, Vt, dAt, degeneracy_atol, broadening):
         # Julia's factors of the transposes pushed along the transposed tangent
+        dAt = self._wrap(dAt)
         opts = Options(degeneracy_atol, broadening)
         out = [
             svd_pushforward(_t(U, b), _t(S, b), _t(Vt, b), _t(dAt, b), opts)
@@ -605,9 +707,8 @@ class FakeJulia:
             _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(3)
         )
 
-    def svd_function_batched(
-        self, At: np.ndarray, f: Any, degeneracy_atol: Any = None
-    ) -> tuple:
+    def svd_function_batched(self, At: Any, f: Any, degeneracy_atol: Any) -> tuple:
+        At = self._wrap(At)
         fn = _svd_fn(f, min(At.shape[:2]))
         opts = Options(degeneracy_atol=degeneracy_atol, gauge="ignore")
         Us, Ss, Vts = zip(
@@ -626,8 +727,9 @@ class FakeJulia:
         return _stack(Ys), _stack(list(Us)), _stack(list(Ss)), _stack(list(Vts))
 
     def svd_function_pullback_batched_b(
-        self, dAt, U, S, Vt, f, dYt, degeneracy_atol: Any = None
-    ) -> np.ndarray:
+        self, dAt, U, S, Vt, f, dYt, degeneracy_atol
+    ) -> None:
+        dAt, dYt = self._wrap(dAt), self._wrap(dYt)
         fn = _svd_fn(f, min(dAt.shape[:2]))
         opts = Options(degeneracy_atol=degeneracy_atol)
         for b in range(dAt.shape[2]):
@@ -635,11 +737,11 @@ class FakeJulia:
                 _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), opts
             )
             dAt[:, :, b] = g.numpy()
-        return dAt
 
     def svd_function_pushforward_batched(
-        self, U, S, Vt, f, dAt, degeneracy_atol: Any = None
+        self, U, S, Vt, f, dAt, degeneracy_atol
     ) -> np.ndarray:
+        dAt = self._wrap(dAt)
         fn = _svd_fn(f, min(dAt.shape[:2]))
         opts = Options(degeneracy_atol=degeneracy_atol)
         return _stack(
@@ -657,7 +759,18 @@ class FakeJulia:
     # their full-path, dense-fallback and warning branches, by pyspectral's own
     # native implementation on Julia's side of the layout.
 
-    def svd_topk_batched(self, At, k, method, **kw) -> tuple:
+    def svd_topk_batched(
+        self, At, k, method, oversample, n_iter, rtol, maxiter, degeneracy_atol
+    ) -> tuple:
+        At = self._wrap(At)
+        kw = dict(
+            oversample=oversample,
+            n_iter=n_iter,
+            rtol=rtol,
+            maxiter=maxiter,
+            degeneracy_atol=degeneracy_atol,
+        )
+
         def block(b: int, method: str) -> tuple:
             A = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
             return self._svd_topk_block(A, k, method, **kw)
@@ -693,18 +806,37 @@ class FakeJulia:
             self._log(message, "topk", _uncertified_kwargs(why, cfg))
 
     def svd_trunc_pullback_batched_b(
-        self, dAt, At, U, S, Vt, d, dU, dS, dVt, rtol, maxiter, **kw
-    ) -> np.ndarray:
-        opts = _options(**kw)
-        for b in range(dAt.shape[2]):
-            A = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
-            cotangents = (_t(dU, b), _t(dS, b), _t(dVt, b))
-            block = (_t(U, b), _t(S, b), _t(Vt, b).mH)
-            g = self._svd_trunc_pullback(
-                A, block, d[b], cotangents, opts, rtol, maxiter
-            )
-            dAt[:, :, b] = 0 if g is None else g.numpy()
-        return dAt
+        self,
+        dAt,
+        At,
+        U,
+        S,
+        Vt,
+        d,
+        dU,
+        dS,
+        dVt,
+        rtol,
+        maxiter,
+        degeneracy_atol,
+        broadening,
+        gauge,
+        gauge_atol,
+    ) -> tuple:
+        dAt, At, dU, dS, dVt = map(self._wrap, (dAt, At, dU, dS, dVt))
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            for b in range(dAt.shape[2]):
+                A = torch.from_numpy(np.ascontiguousarray(At[:, :, b]))
+                cotangents = (_t(dU, b), _t(dS, b), _t(dVt, b))
+                block = (_t(U, b), _t(S, b), _t(Vt, b).mH)
+                g = self._svd_trunc_pullback(
+                    A, block, d[b], cotangents, opts, rtol, maxiter
+                )
+                dAt[:, :, b] = 0 if g is None else g.numpy()
+        return tuple(recorder.records)
 
     def _svd_trunc_pullback(self, A, block, d, cotangents, opts, rtol, maxiter):
         U, S, V = block
@@ -755,10 +887,13 @@ class FakeJulia:
         dAt,
         rtol,
         maxiter,
-        degeneracy_atol: Any = None,
-        broadening: Any = None,
+        degeneracy_atol,
+        broadening,
     ) -> tuple:
-        # Julia's blocks of the transposes pushed along the transposed tangent
+        # Julia's blocks of the transposes pushed along the transposed tangent; the
+        # input and the tangent arrive as tensors, the blocks as the handles that
+        # svd_topk_batched returned
+        At, dAt = self._wrap(At), self._wrap(dAt)
         opts = Options(degeneracy_atol, broadening)
         out = []
         for b in range(dAt.shape[2]):
@@ -797,7 +932,28 @@ class FakeJulia:
             self._unconverged("svd", maxiter, residual, "pushforward")
         return tuple(tangents)
 
-    def eigh_topk_batched(self, At, k, uplo, largest, method, **kw) -> tuple:
+    def eigh_topk_batched(
+        self,
+        At,
+        k,
+        uplo,
+        largest,
+        method,
+        oversample,
+        n_iter,
+        rtol,
+        maxiter,
+        degeneracy_atol,
+    ) -> tuple:
+        At = self._wrap(At)
+        kw = dict(
+            oversample=oversample,
+            n_iter=n_iter,
+            rtol=rtol,
+            maxiter=maxiter,
+            degeneracy_atol=degeneracy_atol,
+        )
+
         def block(b: int, method: str) -> tuple:
             H = _hermitian(At[:, :, b], uplo)
             return self._eigh_topk_block(H, k, largest, method, **kw)
@@ -838,26 +994,45 @@ class FakeJulia:
         return w[order].numpy(), V[:, order].numpy(), n
 
     def eigh_trunc_pullback_batched_b(
-        self, dAt, At, w, V, d, dw, dV, uplo, largest, rtol, maxiter, **kw
-    ) -> np.ndarray:
-        opts = _options(**kw)
-        for b in range(dAt.shape[2]):
-            H = _hermitian(At[:, :, b], uplo)
-            Vc = _t(V, b).conj()
-            dVc = None if dV is None else _t(dV, b).conj()
-            g = self._eigh_trunc_pullback(
-                H,
-                (_t(w, b), Vc),
-                d[b],
-                (_t(dw, b), dVc),
-                uplo,
-                largest,
-                opts,
-                rtol,
-                maxiter,
-            )
-            dAt[:, :, b] = 0 if g is None else g.numpy()
-        return dAt
+        self,
+        dAt,
+        At,
+        w,
+        V,
+        d,
+        dw,
+        dV,
+        uplo,
+        largest,
+        rtol,
+        maxiter,
+        degeneracy_atol,
+        broadening,
+        gauge,
+        gauge_atol,
+    ) -> tuple:
+        dAt, At, dw, dV = map(self._wrap, (dAt, At, dw, dV))
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            for b in range(dAt.shape[2]):
+                H = _hermitian(At[:, :, b], uplo)
+                Vc = _t(V, b).conj()
+                dVc = None if dV is None else _t(dV, b).conj()
+                g = self._eigh_trunc_pullback(
+                    H,
+                    (_t(w, b), Vc),
+                    d[b],
+                    (_t(dw, b), dVc),
+                    uplo,
+                    largest,
+                    opts,
+                    rtol,
+                    maxiter,
+                )
+                dAt[:, :, b] = 0 if g is None else g.numpy()
+        return tuple(recorder.records)
 
     def _eigh_trunc_pullback(
         self, H, block, d, cotangents, uplo, largest, opts, rtol, maxiter
@@ -901,11 +1076,14 @@ class FakeJulia:
         largest,
         rtol,
         maxiter,
-        degeneracy_atol: Any = None,
-        broadening: Any = None,
+        degeneracy_atol,
+        broadening,
     ) -> tuple:
         # Julia's problem conj(A) with eigenvectors conj(V), read from the swapped
-        # triangle; its conj(dV) conjugated back in place, as the glue does
+        # triangle; its conj(dV) conjugated back in place, as the glue does. The
+        # input and the tangent arrive as tensors, the blocks as eigh_topk_batched's
+        # handles
+        At, dAt = self._wrap(At), self._wrap(dAt)
         opts = Options(degeneracy_atol, broadening)
         dws, dVs = [], []
         for b in range(dAt.shape[2]):
@@ -954,7 +1132,8 @@ class FakeJulia:
 
     # --------------------------------------------------------------- eigh
 
-    def eigh_batched(self, At: np.ndarray, uplo: str) -> tuple:
+    def eigh_batched(self, At: Any, uplo: str) -> tuple:
+        At = self._wrap(At)
         ws, Vs = [], []
         for b in range(At.shape[2]):
             w, V = np.linalg.eigh(At[:, :, b], UPLO=uplo)
@@ -962,20 +1141,27 @@ class FakeJulia:
             Vs.append(V.conj())  # like the glue: conj!(vectors of conj(A)) = V
         return _stack(ws), _stack(Vs)
 
-    def eigh_pullback_batched_b(self, dAt, w, V, dw, dV, uplo, **kw) -> np.ndarray:
-        opts = _options(**kw)
-        for b in range(dAt.shape[2]):
-            Vc = None if V is None else _t(V, b).conj()
-            dVc = None if dV is None else _t(dV, b).conj()
-            g = eigh_pullback(_t(w, b), Vc, _t(dw, b), dVc, uplo, opts)
-            dAt[:, :, b] = 0 if g is None else g.numpy()
-        return dAt
+    def eigh_pullback_batched_b(
+        self, dAt, w, V, dw, dV, uplo, degeneracy_atol, broadening, gauge, gauge_atol
+    ) -> tuple:
+        dAt, dw, dV = map(self._wrap, (dAt, dw, dV))
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            for b in range(dAt.shape[2]):
+                Vc = None if V is None else _t(V, b).conj()
+                dVc = None if dV is None else _t(dV, b).conj()
+                g = eigh_pullback(_t(w, b), Vc, _t(dw, b), dVc, uplo, opts)
+                dAt[:, :, b] = 0 if g is None else g.numpy()
+        return tuple(recorder.records)
 
     def eigh_pushforward_batched(
-        self, w, V, dAt, uplo, degeneracy_atol: Any = None, broadening: Any = None
+        self, w, V, dAt, uplo, degeneracy_atol, broadening
     ) -> tuple:
         # Julia's problem conj(A), eigenvectors conj(V); its conj(dV) conjugated
         # back in place, as the glue does
+        dAt = self._wrap(dAt)
         opts = Options(degeneracy_atol, broadening)
         dws, dVs = [], []
         for b in range(dAt.shape[2]):
@@ -987,8 +1173,9 @@ class FakeJulia:
         return _stack(dws), _stack(dVs)
 
     def matrix_function_batched(
-        self, At: np.ndarray, f: Any, uplo: str, degeneracy_atol: Any = None
+        self, At: Any, f: Any, uplo: str, degeneracy_atol: Any
     ) -> tuple:
+        At = self._wrap(At)
         fn = _matfun(f)
         opts = Options(degeneracy_atol=degeneracy_atol)
         ws, Vs = zip(
@@ -1004,18 +1191,19 @@ class FakeJulia:
         return _stack(Ys), _stack(list(ws)), _stack(list(Vs))
 
     def matrix_function_pullback_batched_b(
-        self, dAt, w, V, f, dYt, uplo, degeneracy_atol: Any = None
-    ) -> np.ndarray:
+        self, dAt, w, V, f, dYt, uplo, degeneracy_atol
+    ) -> None:
+        dAt, dYt = self._wrap(dAt), self._wrap(dYt)
         fn = _matfun(f)
         opts = Options(degeneracy_atol=degeneracy_atol)
         for b in range(dAt.shape[2]):
             g = matrix_function_pullback(_t(w, b), _t(V, b), fn, _t(dYt, b), uplo, opts)
             dAt[:, :, b] = g.numpy()
-        return dAt
 
     def matrix_function_pushforward_batched(
-        self, w, V, f, dAt, uplo, degeneracy_atol: Any = None
+        self, w, V, f, dAt, uplo, degeneracy_atol
     ) -> np.ndarray:
+        dAt = self._wrap(dAt)
         fn = _matfun(f)
         opts = Options(degeneracy_atol=degeneracy_atol)
         return _stack(
@@ -1033,6 +1221,7 @@ class FakeJulia:
     # fX/dX the (k, B) values; PySpectral.SpectralValues is _stored_values.
 
     def svd_function_values_batched(self, U, S, Vt, fS, dS) -> np.ndarray:
+        fS, dS = self._wrap(fS), self._wrap(dS)
         Ys = []
         for b in range(U.shape[2]):
             f, _ = _stored_values(fS, dS, b)(_t(S, b), Options())
@@ -1041,18 +1230,19 @@ class FakeJulia:
 
     def svd_function_values_pullback_batched_b(
         self, dAt, U, S, Vt, fS, dS, dYt
-    ) -> np.ndarray:
+    ) -> None:
+        dAt, fS, dS, dYt = map(self._wrap, (dAt, fS, dS, dYt))
         for b in range(dAt.shape[2]):
             fn = _stored_values(fS, dS, b)
             g = svd_function_pullback(
                 _t(U, b), _t(S, b), _t(Vt, b), fn, _t(dYt, b), Options()
             )
             dAt[:, :, b] = g.numpy()
-        return dAt
 
     def svd_function_values_pushforward_batched(
         self, U, S, Vt, fS, dS, dAt
     ) -> np.ndarray:
+        fS, dS, dAt = map(self._wrap, (fS, dS, dAt))
         return _stack(
             [
                 svd_function_pushforward(
@@ -1068,6 +1258,7 @@ class FakeJulia:
         )
 
     def matrix_function_values_batched(self, w, V, fw, dw) -> np.ndarray:
+        fw, dw = self._wrap(fw), self._wrap(dw)
         Ys = []
         for b in range(V.shape[2]):
             f, _ = _stored_values(fw, dw, b)(_t(w, b), Options())
@@ -1077,18 +1268,19 @@ class FakeJulia:
 
     def matrix_function_values_pullback_batched_b(
         self, dAt, w, V, fw, dw, dYt, uplo
-    ) -> np.ndarray:
+    ) -> None:
+        dAt, fw, dw, dYt = map(self._wrap, (dAt, fw, dw, dYt))
         for b in range(dAt.shape[2]):
             fn = _stored_values(fw, dw, b)
             g = matrix_function_pullback(
                 _t(w, b), _t(V, b).conj(), fn, _t(dYt, b), uplo, Options()
             )
             dAt[:, :, b] = g.numpy()
-        return dAt
 
     def matrix_function_values_pushforward_batched(
         self, w, V, fw, dw, dAt, uplo
     ) -> np.ndarray:
+        fw, dw, dAt = map(self._wrap, (fw, dw, dAt))
         return _stack(
             [
                 matrix_function_pushforward(
@@ -1126,43 +1318,6 @@ class FakeJulia:
 
     def function_pullback(self, pullback: Callable, yb: Any) -> tuple:
         return pullback(_julia_value(yb))
-
-
-GLUE_FUNCTIONS = (
-    "gc_enable",
-    "missing_packages",
-    "testset_names",
-    "run_testset",
-    "svd_batched",
-    "svdvals_batched",
-    "svd_pullback_batched!",
-    "svd_pushforward_batched",
-    "svd_function_batched",
-    "svd_function_pullback_batched!",
-    "svd_function_pushforward_batched",
-    "eigh_batched",
-    "eigh_pullback_batched!",
-    "eigh_pushforward_batched",
-    "matrix_function_batched",
-    "matrix_function_pullback_batched!",
-    "matrix_function_pushforward_batched",
-    "svd_function_values_batched",
-    "svd_function_values_pullback_batched!",
-    "svd_function_values_pushforward_batched",
-    "matrix_function_values_batched",
-    "matrix_function_values_pullback_batched!",
-    "matrix_function_values_pushforward_batched",
-    "svd_topk_batched",
-    "svd_trunc_pullback_batched!",
-    "svd_trunc_pushforward_batched",
-    "eigh_topk_batched",
-    "eigh_trunc_pullback_batched!",
-    "eigh_trunc_pushforward_batched",
-    "user_eval",
-    "user_include",
-    "function_forward",
-    "function_pullback",
-)
 
 
 @contextlib.contextmanager

@@ -37,6 +37,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import _timing  # noqa: E402
 import bench_eigh  # noqa: E402
 import bench_julia  # noqa: E402
+import bench_julia_ttfx  # noqa: E402
 import bench_overhead  # noqa: E402
 
 JULIA_USABLE, JULIA_WHY = _julia.status()
@@ -347,39 +348,54 @@ def test_bench_julia_end_to_end_rows_with_the_stand_in_runtime():
 
 class StandInTimers:
     """bench_julia's Julia module PySpectralBench, in Python, over the stand-in
-    glue: Julia's ``Array(x)`` is a column-major copy, the passes call the glue
-    functions they are given as the Julia code does. ``swap``: pass the two
-    SVD cotangents in the wrong roles (what the gradient check must catch)."""
+    glue: the passes call the glue's typed functions (here the stand-in's) on
+    Julia's own copies of the tensors the bridge would pass, as the Julia code
+    does, and return the gradient as the glue returns results. ``swap``: pass
+    the two SVD cotangents in the wrong roles (what the gradient check must
+    catch)."""
 
-    def __init__(self, swap: bool = False) -> None:
-        self.swap = swap
+    def __init__(self, fake: FakeJulia, swap: bool = False) -> None:
+        self.fake, self.swap = fake, swap
 
-    def svd_gradient(self, fwd, bwd, At, dU, dS, dVt):
+    def _plain(self, *specs):
+        return [self.fake._wrap(s).copy(order="F") for s in specs]
+
+    def svd_pass(self, At, dU, dS, dVt):
         if self.swap:
             dU, dVt = dVt, dU
-        F = [np.array(x, order="F") for x in (At, dU, dS, dVt)]
-        U, S, Vt = fwd(F[0], False)
-        dAt = np.zeros(At.shape, order="F")
-        return bwd(dAt, U, S, Vt, *F[1:], gauge="warn")
+        U, S, Vt = self.fake.svd_batched(At, False)
+        dAt = np.zeros(At.shape, dtype=At.dtype, order="F")
+        self.fake.svd_pullback_batched_b(
+            dAt, U, S, Vt, dU, dS, dVt, None, None, True, None
+        )
+        return dAt
 
-    def eigh_gradient(self, fwd, bwd, At, dw, dV):
-        F = [np.array(x, order="F") for x in (At, dw, dV)]
-        w, V = fwd(F[0], "U")
-        dAt = np.zeros(At.shape, order="F")
-        return bwd(dAt, w, V, *F[1:], "U", gauge="warn")
+    def eigh_pass(self, At, dw, dV):
+        w, V = self.fake.eigh_batched(At, "U")
+        dAt = np.zeros(At.shape, dtype=At.dtype, order="F")
+        self.fake.eigh_pullback_batched_b(
+            dAt, w, V, dw, dV, "U", None, None, True, None
+        )
+        return dAt
+
+    def svd_gradient(self, *specs):
+        return self.fake._out(self.svd_pass(*self._plain(*specs)))
+
+    def eigh_gradient(self, *specs):
+        return self.fake._out(self.eigh_pass(*self._plain(*specs)))
 
     def svd_seconds(self, *args):
-        return self._seconds(self.svd_gradient, args)
+        return self._seconds(self.svd_pass, args)
 
     def eigh_seconds(self, *args):
-        return self._seconds(self.eigh_gradient, args)
+        return self._seconds(self.eigh_pass, args)
 
-    @staticmethod
-    def _seconds(one, args) -> float:
-        *args, number = args
+    def _seconds(self, one, args) -> float:
+        *specs, number = args
+        plain = self._plain(*specs)
         start = time.perf_counter()
         for _ in range(number):
-            one(*args)
+            one(*plain)
         return time.perf_counter() - start
 
     def version(self) -> str:
@@ -392,26 +408,50 @@ class StandInTimers:
 def test_bench_julia_overhead_rows_with_stand_in_timers(monkeypatch):
     """The overhead part's Python side: the arrays it hands the timing loop
     give the bridge's gradient (checked before timing), and rows come out."""
-    monkeypatch.setattr(bench_julia, "start_julia", lambda threads: StandInTimers())
     monkeypatch.setattr(bench_julia, "TARGET", 1e-4)  # few calls a round
-    with installed():
+    with installed() as fake:
+        monkeypatch.setattr(
+            bench_julia, "start_julia", lambda threads: StandInTimers(fake)
+        )
         status, out = run_bench_julia(
             "--sizes", "5,2x3", "--repeat", "1", "--part", "overhead"
         )
     assert status == 0
     assert out.startswith("Julia (stand-in), BLAS: None, 1 BLAS threads; torch")
-    assert out.count('| size | in Julia | ps backend="julia" | overhead |') == 2
-    assert out.count("| 5x5 |") == 2 and out.count("| 2 x 3x3 |") == 2
+    header = '| size | in Julia | ps backend="julia" | overhead | overhead % |'
+    assert out.count(header + " julia / in Julia | goals |") == 2
+    assert "goals: <= 20 us at 8x8, <= 2 % at n >= 256" in out
+    rows = [r for r in out.splitlines() if r.startswith(("| 5x5 |", "| 2 x 3x3 |"))]
+    assert len(rows) == 4
+    # every row is judged against the ratio goal; 5x5 also against 20 us
+    assert all("<= 1.10x: " in r for r in rows)
+    assert all(("<= 20 us: " in r) == r.startswith("| 5x5 |") for r in rows)
+
+
+@pytest.mark.parametrize(
+    "batch, n, overhead, ratio, expected",
+    [
+        (0, 8, 19.0, 1.5, "<= 1.10x: MISSED, <= 20 us: met"),
+        (0, 8, 25.0, 1.05, "<= 1.10x: met, <= 20 us: MISSED"),
+        (0, 64, 500.0, 1.09, "<= 1.10x: met"),
+        (0, 256, 1.0, 1.019, "<= 1.10x: met, <= 2 %: met"),
+        (0, 512, 1.0, 1.03, "<= 1.10x: met, <= 2 %: MISSED"),
+        (512, 8, 100.0, 1.2, "<= 1.10x: MISSED"),
+    ],
+)
+def test_bench_julia_goals(batch, n, overhead, ratio, expected):
+    assert bench_julia.goals(batch, n, overhead, ratio) == expected
 
 
 def test_bench_julia_gradient_check_catches_a_wrong_timing_loop():
     A = torch.randn(5, 5, dtype=torch.float64)
     cot = bench_julia.cotangents("svd", A, torch.Generator().manual_seed(1))
-    with installed():
-        _, gradient = bench_julia.julia_calls("svd", StandInTimers(True), A, cot)
+    with installed() as fake:
+        timers = StandInTimers(fake, swap=True)
+        _, gradient = bench_julia.julia_calls("svd", timers, A, cot)
         with pytest.raises(RuntimeError, match="differs from the bridge's"):
             bench_julia.check_same_rule("svd", A, cot, gradient)
-        _, gradient = bench_julia.julia_calls("svd", StandInTimers(), A, cot)
+        _, gradient = bench_julia.julia_calls("svd", StandInTimers(fake), A, cot)
         bench_julia.check_same_rule("svd", A, cot, gradient)
 
 
@@ -453,6 +493,75 @@ def test_julia_sources_in_python_parse(source):
     assert not bad, bad
     top = [c for c in tree.root_node.children if c.type != "line_comment"]
     assert len(top) == 1 and top[0].type == "module_definition"  # seval: one expr
+
+
+# ------------------------------------------- time to the first Julia call
+
+
+def test_bench_julia_ttfx_skips_where_julia_is_absent(capsys):
+    with installed(FakeJulia(probe_reason="no Julia in this test")):
+        assert bench_julia_ttfx.main([]) == 0
+    assert capsys.readouterr().out == (
+        "skipped: Julia is not installed: no Julia in this test\n"
+    )
+
+
+TTFX_PROBE = {
+    "depots": ["/home/u/.julia", "/opt/julia/share/julia"],
+    "load_path": ["@", "@v#.#", "@stdlib"],
+    "project": "/home/u/env",
+    "julia": "1.9.4",
+    "uuid": "dd8bc477-7c4c-4613-9fd1-89d37d8dead5",
+}
+
+
+def test_bench_julia_ttfx_variants(tmp_path):
+    """ "on" is your setup unchanged; "off" appends an environment that lists
+    PySpectral and disables its workload *after* your load path (PySpectral
+    is still found where your environment has it: listed first, without a
+    manifest, it made Julia 1.9 report PySpectral "required but not
+    installed", bench-julia-ttfx.log), with a temporary first depot."""
+    base = {"PATH": "/bin", "PYTHON_JULIAPKG_OFFLINE": "yes"}
+    on = bench_julia_ttfx.variant_env(base, TTFX_PROBE, tmp_path / "on", True)
+    assert on == base and not (tmp_path / "on").exists()
+    off = bench_julia_ttfx.variant_env(base, TTFX_PROBE, tmp_path / "off", False)
+    load_path = off["JULIA_LOAD_PATH"].split(os.pathsep)
+    assert load_path == ["@", "@v#.#", "@stdlib", str(tmp_path / "off" / "env")]
+    depots = off["JULIA_DEPOT_PATH"].split(os.pathsep)
+    assert depots == [str(tmp_path / "off" / "depot"), *TTFX_PROBE["depots"]]
+    assert off["PYTHON_JULIAPKG_PROJECT"] == "/home/u/env"
+    toml = (tmp_path / "off" / "env" / "Project.toml").read_text()
+    assert f'PySpectral = "{TTFX_PROBE["uuid"]}"' in toml
+    assert "[preferences.PySpectral]\nprecompile_workload = false" in toml
+    user = dict(base, PYTHON_JULIAPKG_PROJECT="/elsewhere")  # the user's own
+    off = bench_julia_ttfx.variant_env(user, TTFX_PROBE, tmp_path / "o2", False)
+    assert off["PYTHON_JULIAPKG_PROJECT"] == "/elsewhere"
+
+
+@pytest.mark.parametrize("code", ["PROBE", "CHILD"])
+def test_bench_julia_ttfx_children_compile(code):
+    source = getattr(bench_julia_ttfx, code)
+    compile(source, code, "exec")
+    if code == "CHILD":  # Julia first, as the README recommends
+        assert source.index("import juliacall") < source.index("import torch")
+
+
+@needs_julia
+def test_bench_julia_ttfx_runs_for_real():
+    """Slow (minutes: the "off" variant precompiles PySpectral without its
+    workload into a temporary depot). In this process's own Julia setup, both
+    variants run and the table comes out."""
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_julia_ttfx.py"), "--runs", "1"],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        timeout=3600,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "started Julia after torch" not in run.stderr
+    assert "to first backward" in run.stdout
+    assert "on (shipped)" in run.stdout and "off" in run.stdout
 
 
 @needs_julia

@@ -22,16 +22,18 @@ import textwrap
 import threading
 import warnings
 from pathlib import Path
-from typing import NamedTuple
 
+import _spy
 import pytest
 import torch
+from _gauge_cases import GAUGE_CASES, check_gauge_policy
 from _spectra import fd_grad, hermitian, hermitian_with_spectrum, randn, spd
+from _spy import JArray, data_calls
 
 import pyspectral as ps
 from pyspectral import _julia
 from pyspectral._settings import options
-from pyspectral.exceptions import DomainError, GaugeError, GaugeWarning, JuliaError
+from pyspectral.exceptions import DomainError, JuliaError
 
 _OK, _WHY = _julia.status()  # the real runtime, probed once (never starts Julia)
 pytestmark = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
@@ -375,132 +377,93 @@ def test_gradcheck_and_double_backward():
         assert torch.autograd.gradgradcheck(fn, (x,))
 
 
-def test_gauge_policy_through_julia():
-    A = with_spectrum(5, 3, (3.0, 1.0, 1.0)).requires_grad_(True)
-    U, S, Vh = ps.svd(A, backend="julia")
-    with pytest.warns(GaugeWarning, match=r"^svd: "):
-        U[:, 1].sum().backward()
-    U, S, Vh = ps.svd(A, backend="julia", gauge="raise")
-    with pytest.raises(GaugeError, match=r"svd \(Julia\)"):
-        U[:, 1].sum().backward()
+# ------------------------------------------------------------ gauge policy
+# Julia measures the gauge dependence in each pullback call (its own
+# PySpectral.GaugeRecorder) and returns what it recorded; Python applies the
+# policy once per call with the native message. Checked at each layer, so that a
+# failure says which one: the glue's return value, then the public functions
+# under "warn", "raise" and "ignore", for svd, eigh and both top-k paths, each
+# beside the native backend on the same input.
+
+
+def test_glue_pullback_returns_its_gauge_records():
+    """The glue's svd pullback, called as the bridge calls it: a basis-dependent
+    cotangent inside the cluster (3, 1, 1) comes back as one record per batch
+    element, (op, measured, tol), nothing when not asked to measure, nothing
+    for an invariant cotangent."""
+    A = with_spectrum(5, 3, (3.0, 1.0, 1.0)).expand(2, 5, 3).contiguous()
+    (U, S, Vh), handles = _julia.svd(A, False)
+    gU = torch.zeros_like(U)
+    gU[..., 1] = 1.0  # the second left vector: inside the cluster
+
+    def records(gU, measure):
+        gA, keep = torch.zeros_like(A), []
+        return _julia.call(
+            "svd",
+            "svd_pullback_batched!",
+            _julia.to_julia(gA, keep),
+            *handles,
+            None,
+            None,
+            _julia.to_julia(gU, keep),
+            None,
+            None,
+            measure,
+            None,
+        )
+
+    recorded = [(str(o), float(v), float(t)) for o, v, t in records(gU, True)]
+    assert len(recorded) == 2 and all(op == "svd" for op, _, _ in recorded)
+    assert all(v > t > 0 for _, v, t in recorded), recorded
+    assert len(records(gU, False)) == 0
+    invariant = U.detach().clone()  # gU = U: the cotangent of sum(U * U), invariant
+    assert len(records(invariant, True)) == 0
+
+
+@pytest.mark.parametrize("backend", ["julia", "torch"])
+@pytest.mark.parametrize("case", sorted(GAUGE_CASES))
+def test_gauge_policy_through_julia(case, backend):
+    """Each basis-dependent loss warns (one GaugeWarning, the native text) under
+    "warn", raises GaugeError under "raise", and is silent under "ignore", on
+    the Julia backend as on the native one (tests/_gauge_cases.py)."""
+    check_gauge_policy(case, backend)
+
+
+# -------------------------------------------------------------- error text
+# The README's promise ("One behaviour on both backends"): what only Julia can
+# see is reported as the native backend reports it. A spectrum outside f's
+# domain raises the native DomainError (native text, 0-based index), with
+# Julia's own message kept on the error (julia_message); any other Julia
+# exception is the pyspectral error of its kind, "<op> (Julia): " + Julia's
+# message.
 
 
 def test_julia_errors_carry_the_julia_message():
-    with pytest.raises(DomainError, match=r"matrix_function \(Julia\)"):
+    with pytest.raises(DomainError) as info:
         ps.matrix_function(-spd(3, 3), "log", backend="julia")
+    with pytest.raises(DomainError) as native:
+        ps.matrix_function(-spd(3, 3), "log", backend="torch")
+    assert str(info.value) == str(native.value)
+    assert str(info.value).startswith("matrix_function: 'log' needs a positive")
+    assert "DomainError" in info.value.julia_message  # Julia's words, kept
+    assert ":log" in info.value.julia_message
+    with pytest.raises(JuliaError, match=r"^no_such_function_anywhere \(Julia\): "):
+        ps.julia.function("no_such_function_anywhere")
     with pytest.raises(JuliaError, match="UndefVarError"):
         ps.julia.function("no_such_function_anywhere")
 
 
 # ------------------------------------------------------------ the spy
-# Every glue call goes through ``_julia.call(op, name, *args, **kwargs)``. The
-# ``spy`` fixture routes it through a Julia wrapper, injected into the glue
-# module, that calls the same glue function with the very objects Julia
-# received and records, for each call, the arrays among its arguments and
-# results as Julia holds them (kind, ``pointer``, size), the Python and the
-# Julia thread, and whether GC was enabled. The real ``call`` still runs
-# (lock, GC pause on foreign threads, error translation): only the glue
-# function it looks up is the wrapper.
-
-SPY_JL = """
-module PySpectralSpy
-
-const LOG = Any[]
-
-# (kind, address, size) of each numeric array in x (arrays in tuples too).
-arrays(x::Tuple) = reduce(vcat, map(arrays, x); init=Any[])
-arrays(x::AbstractArray{<:Number}) = Any[(kind(x), address(x), size(x))]
-arrays(x) = Any[]
-
-# "Array": Julia's own memory; "PyArray": PythonCall's wrapper of Python's.
-kind(x::AbstractArray) = x isa Array ? "Array" : string(nameof(typeof(x)))
-address(x::AbstractArray) = kind(x) in ("Array", "PyArray") ? UInt(pointer(x)) : UInt(0)
-
-# GC.enable returns the previous state; setting it back changes nothing.
-gc_enabled() = (on = GC.enable(false); GC.enable(on); on)
-
-function spy(glue::Module, name::AbstractString, pythread::Integer, args...; kw...)
-    gc = gc_enabled()
-    out = getproperty(glue, Symbol(name))(args...; kw...)
-    push!(LOG, (String(name), pythread, Threads.threadid(), gc,
-                Tuple(arrays(args)), Tuple(arrays(out))))
-    return out
-end
-
-take_log() = (log = Tuple(LOG); empty!(LOG); log)
-
-function install(glue::Module)
-    Core.eval(glue, :(pyspectral_spy(name, pythread, args...; kw...) =
-                          $spy($glue, name, pythread, args...; kw...)))
-    Core.eval(glue, :(pyspectral_spy_log() = $take_log()))
-    return nothing
-end
-
-end
-"""
-
-
-class JArray(NamedTuple):
-    """An array as Julia holds it: ``"PyArray"`` (Python's memory, wrapped)
-    or ``"Array"`` (Julia's own), its ``pointer`` and its (Julia) size."""
-
-    kind: str
-    address: int
-    size: tuple
-
-
-class Call(NamedTuple):
-    name: str
-    pythread: int
-    jlthread: int
-    gc_enabled: bool
-    args: tuple[JArray, ...]
-    results: tuple[JArray, ...]
-
-
-class Spy:
-    def __init__(self, real_call):
-        self._call = real_call
-
-    def take(self) -> list[Call]:
-        """The glue calls since the last ``take``, in order."""
-        return [
-            Call(
-                str(name),
-                int(pythread),
-                int(jlthread),
-                bool(gc),
-                tuple(JArray(str(k), int(a), tuple(s)) for k, a, s in args),
-                tuple(JArray(str(k), int(a), tuple(s)) for k, a, s in results),
-            )
-            for name, pythread, jlthread, gc, args, results in self._call(
-                "spy", "pyspectral_spy_log"
-            )
-        ]
+# tests/_spy.py: a Julia function on the bridge's one entry (every glue call,
+# forward and backward, goes through it) that records, for each call, the arrays
+# among its arguments and results as Julia holds them (kind, ``pointer``, size),
+# the Python and the Julia thread, and whether GC was enabled. ``take`` fails
+# when it recorded nothing.
 
 
 @pytest.fixture
-def spy(monkeypatch: pytest.MonkeyPatch) -> Spy:
-    main = jl()
-    if not bool(main.seval("isdefined(Main, :PySpectralSpy)")):
-        main.seval(SPY_JL)
-    main.seval("PySpectralSpy.install")(_julia.glue())
-    real = _julia.call
-
-    def spying_call(op, name, *args, **kwargs):
-        ident = threading.get_ident()
-        return real(op, "pyspectral_spy", name, ident, *args, **kwargs)
-
-    monkeypatch.setattr(_julia, "call", spying_call)
-    s = Spy(real)
-    s.take()
-    return s
-
-
-def data_calls(calls: list[Call]) -> list[Call]:
-    """The calls that pass matrices to Julia (the others are bookkeeping,
-    such as reading the gauge log)."""
-    return [c for c in calls if c.args]
+def spy(monkeypatch: pytest.MonkeyPatch) -> _spy.Spy:
+    return _spy.install(monkeypatch, jl(), _julia)
 
 
 def julia_size(X: torch.Tensor) -> tuple[int, ...]:
@@ -569,11 +532,11 @@ CASES = {
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("op", ["svd", "eigh", "matrix_function"])
 def test_zero_copy_as_julia_sees_it(spy, op, dtype, batch):
-    """Both ways, against Julia's own ``pointer``: the PyArray the glue
-    received is the input tensor's memory; every output tensor wraps an
-    array Julia allocated and returned; the backward hands Julia those same
-    arrays back and the gradient autograd delivers is the buffer Julia
-    wrote."""
+    """Both ways, against Julia's own ``pointer``: the array the glue makes of
+    what it receives (its ``wrap``: ``unsafe_wrap``, a plain ``Array``) is the
+    input tensor's memory; every output tensor wraps an array Julia allocated
+    and returned; the backward hands Julia those same arrays back and the
+    gradient autograd delivers is the buffer Julia wrote."""
     A, forward, loss = CASES[op](batch, dtype)
     X = A.clone().requires_grad_(True)
     delivered = []
@@ -581,7 +544,7 @@ def test_zero_copy_as_julia_sees_it(spy, op, dtype, batch):
 
     outs = forward(X, "julia")
     (fwd,) = spy.take()
-    assert JArray("PyArray", X.data_ptr(), julia_size(X)) in fwd.args, fwd
+    assert JArray("wrapped", X.data_ptr(), julia_size(X)) in fwd.args, fwd
     owned = {r.address for r in fwd.results if r.kind == "Array"}
     for t in outs:
         assert t.data_ptr() in owned, (fwd.name, t.shape, fwd.results)
@@ -591,7 +554,7 @@ def test_zero_copy_as_julia_sees_it(spy, op, dtype, batch):
     handles = {a.address for a in bwd.args if a.kind == "Array"}
     assert handles and handles <= owned, (bwd.name, bwd.args, fwd.results)
     (g,) = delivered
-    assert JArray("PyArray", g.data_ptr(), julia_size(X)) in bwd.args, bwd
+    assert JArray("wrapped", g.data_ptr(), julia_size(X)) in bwd.args, bwd
     # and what Julia wrote there is the gradient
     g0 = grad_of(lambda Y: loss(forward(Y, "torch")), A)
     torch.testing.assert_close(g, g0, atol=tol(dtype) * 100, rtol=tol(dtype) * 100)
@@ -607,7 +570,7 @@ def test_a_batch_is_one_julia_call(spy, op):
     outs = forward(X, "julia")
     fwd = spy.take()
     assert len(fwd) == 1, [c.name for c in fwd]
-    assert JArray("PyArray", X.data_ptr(), julia_size(X)) in fwd[0].args
+    assert JArray("wrapped", X.data_ptr(), julia_size(X)) in fwd[0].args
     assert all(r.size[-1] == 6 for r in fwd[0].results), fwd[0].results
 
     loss(outs).backward()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import io
 import os
 import re
@@ -17,10 +18,12 @@ import threading
 import time
 import warnings
 
+import _spy
 import numpy as np
 import pytest
 import torch
 from _fake_julia import FakeJulia, FakeJuliaError, installed, pointer
+from _gauge_cases import GAUGE_CASES, check_gauge_policy
 from _spectra import (
     hermitian,
     hermitian_with_spectrum,
@@ -312,10 +315,8 @@ def test_eigh_gradient_matches_native(fake, dtype, uplo, batch):
     torch.testing.assert_close(g, g0, atol=1e-10, rtol=1e-10)
     other = torch.triu(g, 1) if uplo == "L" else torch.tril(g, -1)
     assert not other.any()
-    assert (
-        fake.calls_to("eigh_pullback_batched!")[0].args[-1]
-        == {"L": "U", "U": "L"}[uplo]
-    )
+    (call, *_) = fake.calls_to("eigh_pullback_batched!")
+    assert call.named["uplo"] == {"L": "U", "U": "L"}[uplo]
 
 
 @pytest.mark.parametrize("uplo", ["L", "U"])
@@ -739,23 +740,67 @@ def test_batch_mapping(fake, batch, B):
     assert [a.shape for a in call.returned] == [(3, 3, B), (3, B), (3, 5, B)]
     assert U.shape == (*batch, 5, 3) and S.shape == (*batch, 3)
     assert Vh.shape == (*batch, 3, 3)
-    # the numpy view the bridge hands to Julia indexes the transposes
-    Aj = _julia.to_julia(A)
+    # the memory the bridge hands to Julia, read as Julia reads it
+    # (unsafe_wrap: column-major), indexes the transposes
+    keep: list = []
+    Aj = fake._wrap(_julia.to_julia(A, keep))
+    # the tensor's own memory, kept until the call returns
+    assert keep[0].data_ptr() == A.data_ptr() == pointer(Aj)
     flat = A.reshape(B, 5, 3)
     for b in range(B):
         assert np.array_equal(Aj[:, :, b], flat[b].numpy().T)
 
 
-def test_vector_and_matrix_conversions():
+def julia_result(a: np.ndarray) -> tuple:
+    """What the glue's ``out`` returns for a Julia array (here a numpy one)."""
+    a = np.asfortranarray(a)
+    code = {np.dtype(t): c for c, t in _julia._NUMPY.items()}[a.dtype]
+    return a, pointer(a), a.shape, code
+
+
+def test_vector_and_matrix_conversions(fake):
+    """Both ways without a copy: a tensor as ``(address, code, dims...)``
+    (column-major dims) and a Julia result wrapped for torch."""
     t = randn(2, 3, 4)
-    v = _julia.to_julia_vectors(t)
+    keep: list = []
+    spec = _julia.to_julia_vectors(t, keep)
+    assert spec == (t.data_ptr(), 2, 4, 6) and keep[0].data_ptr() == t.data_ptr()
+    v = fake._wrap(spec)
     assert v.shape == (4, 6) and pointer(v) == t.data_ptr()
-    back = _julia.from_julia_vectors(np.asfortranarray(v), (2, 3))
-    assert torch.equal(back, t)
+    result = julia_result(v.copy(order="F"))
+    back = _julia.from_julia_vectors(result, (2, 3))
+    assert torch.equal(back, t) and back.data_ptr() == pointer(result[0])
     M = randn(2, 3, 4)
-    Mj = _julia.to_julia_matrices(M)
+    Mj = fake._wrap(_julia.to_julia_matrices(M, keep))
     assert Mj.shape == (3, 4, 2) and Mj.flags.f_contiguous
-    assert torch.equal(_julia.julia_matrices(Mj), M)
+    result = julia_result(Mj.copy(order="F"))
+    assert torch.equal(_julia.julia_matrices(result), M)
+    assert _julia.julia_matrices(result).data_ptr() == pointer(result[0])
+    # complex, and a lazily conjugated tensor: resolved (a copy), then kept
+    Z = randn(2, 3, dtype=torch.complex128).conj()
+    spec = _julia.to_julia(Z, keep)
+    assert spec[1] == 4 and keep[-1].data_ptr() == spec[0] != Z.data_ptr()
+    assert np.array_equal(fake._wrap(spec)[:, :, 0], Z.resolve_conj().numpy().T)
+
+
+def test_results_keep_julias_array_alive(fake):
+    """A tensor over a Julia result holds the array (the juliacall wrapper, here
+    the stand-in's array) through numpy's base: dropping every other reference
+    leaves the memory valid."""
+    import gc
+    import weakref
+
+    a = np.asfortranarray(np.arange(6.0).reshape(2, 3))  # Julia's k x B = 2 x 3
+    expected = torch.from_numpy(a.T.copy())  # as (B, k)
+    ref = weakref.ref(a)
+    t = _julia.from_julia_vectors(julia_result(a), (3,))
+    del a
+    gc.collect()
+    assert ref() is not None  # still alive: the tensor holds it
+    assert torch.equal(t, expected)
+    del t
+    gc.collect()
+    assert ref() is None  # and only the tensor did
 
 
 # ------------------------------------------------------ error translation
@@ -836,7 +881,9 @@ def test_gauge_warning_surfaces_from_julia(fake, dtype):
     with pytest.warns(GaugeWarning, match=r"^svd: .*degenerate") as record:
         (U[:, 1] * r).real.sum().backward()
     assert len(record) == 1
-    assert not fake.gauge_log  # taken by the call that recorded it
+    # the glue recorded it in the pullback's own recorder and returned it
+    (pb,) = fake.calls_to("svd_pullback_batched!")
+    assert pb.named["gauge"] is True
     # the same loss on the native backend warns the same way (the gradients
     # differ: they depend on the basis each backend picked in the cluster)
     A2 = A.detach().clone().requires_grad_(True)
@@ -851,10 +898,144 @@ def test_gauge_raise_and_ignore_through_julia(fake):
     with pytest.raises(GaugeError, match=r"^svd: the incoming gradient depends") as e:
         U[:, 1].sum().backward()
     assert "Julia" not in str(e.value) and "Stacktrace" not in str(e.value)
-    assert fake.calls_to("svd_pullback_batched!")[-1].kwargs["gauge"] == "raise"
+    # "raise" is measured and recorded by Julia; Python raises
+    assert fake.calls_to("svd_pullback_batched!")[-1].named["gauge"] is True
     U, S, Vh = ps.svd(A, backend="julia", gauge="ignore")
     U[:, 1].sum().backward()  # no warning (pytest turns GaugeWarning into errors)
-    assert fake.calls_to("svd_pullback_batched!")[-1].kwargs["gauge"] == "ignore"
+    assert fake.calls_to("svd_pullback_batched!")[-1].named["gauge"] is False
+
+
+@pytest.mark.parametrize("case", sorted(GAUGE_CASES))
+def test_gauge_policy_on_every_checked_op(fake, case):
+    """svd, eigh and both top-k paths: one native GaugeWarning under "warn",
+    GaugeError under "raise", silence under "ignore", on the Julia backend (the
+    stand-in records in each pullback call and returns the records, as the
+    glue does) and natively (tests/_gauge_cases.py; the same check runs on real
+    Julia in test_julia_backend.py)."""
+    check_gauge_policy(case, "torch")
+    check_gauge_policy(case, "julia")
+    pullbacks = [c for c in fake.calls if "pullback" in c.name]
+    assert [c.named["gauge"] for c in pullbacks] == [True, True, False]
+
+
+# ------------------------------------------------------------- the spy
+
+
+def test_a_spy_that_saw_nothing_fails_the_test():
+    """The real-Julia spy (tests/_spy.py): ``take`` raises when it recorded no
+    call, so a spy off the bridge's path cannot pass a test vacuously (the
+    2026-11-27 run's spy tests failed only by unpacking an empty list)."""
+    empty = _spy.Spy(lambda: ())
+    with pytest.raises(_spy.SpySawNothing, match="recorded no Julia call"):
+        empty.take()
+    assert empty.take(allow_none=True) == []
+    one = ("svd_batched", 1, 1, True, (("wrapped", 64, (3, 5, 1)),), ())
+    seen = _spy.Spy(lambda: (one,)).take()
+    assert seen == [
+        _spy.Call(
+            "svd_batched", 1, 1, True, (_spy.JArray("wrapped", 64, (3, 5, 1)),), ()
+        )
+    ]
+    assert _spy.data_calls(seen) == seen
+
+
+def test_the_spy_parses_as_one_julia_module():
+    """tests/_spy.py's Julia source (it runs only where Julia is present)."""
+    ts = pytest.importorskip("tree_sitter")
+    tsj = pytest.importorskip("tree_sitter_julia")
+    tree = ts.Parser(ts.Language(tsj.language())).parse(_spy.SPY_JL.encode())
+    bad, stack = [], [tree.root_node]
+    while stack:
+        node = stack.pop()
+        if node.is_error or node.is_missing:
+            bad.append(f"line {node.start_point[0] + 1}: {node.type}")
+        stack.extend(node.children)
+    assert not bad, bad
+    top = [c for c in tree.root_node.children if c.type != "line_comment"]
+    assert len(top) == 1 and top[0].type == "module_definition"  # seval: one expr
+
+
+def test_every_glue_call_passes_the_spied_entry(fake, monkeypatch):
+    """The spy sits on ``_julia._state["enter"]``: every glue call, forward and
+    pullback alike, passes there. (The bridge resolves its glue functions once,
+    when Julia starts, so a spy replacing glue names afterwards would see
+    nothing; the old one replaced ``_julia.call``, which the gauge-checking
+    pullbacks did not go through either.)"""
+    ps.svd(randn(3, 3), backend="julia")  # the stand-in starts
+    seen: list[str] = []
+    enter = _julia._state["enter"]
+
+    def spying(f, *args):
+        seen.append(f.args[0])  # the stand-in's glue: partial(_run, name, impl)
+        return enter(f, *args)
+
+    monkeypatch.setitem(_julia._state, "enter", spying)
+    A = randn(2, 5, 3).requires_grad_(True)
+    svd_loss(A, "julia").backward()
+    H = hermitian(2, 4, 4).requires_grad_(True)
+    eigh_loss(H, "L", "julia").backward()
+    ps.matrix_function(H, "exp", backend="julia").sum().backward()
+    ps.svd_function(A, "polar", backend="julia").sum().backward()
+    assert seen == [
+        "svd_batched",
+        "svd_pullback_batched!",
+        "eigh_batched",
+        "eigh_pullback_batched!",
+        "matrix_function_batched",
+        "matrix_function_pullback_batched!",
+        "svd_function_batched",
+        "svd_function_pullback_batched!",
+    ]
+    assert [c.name for c in fake.calls[1:]] == seen  # and nothing else reached Julia
+
+
+def test_the_glue_defines_every_function_the_bridge_resolves():
+    """What the bridge resolves when Julia starts (GLUE_FUNCTIONS) is defined
+    in _glue.jl, and the element type codes agree on both sides."""
+    glue = _julia.GLUE.read_text()
+    defined = set(re.findall(r"^function (\w+!?)\(", glue, re.M))
+    defined |= set(re.findall(r"^(\w+!?)\([^\n]*\) =", glue, re.M))
+    assert set(_julia.GLUE_FUNCTIONS) <= defined, sorted(
+        set(_julia.GLUE_FUNCTIONS) - defined
+    )
+    assert "function logged(f, args...)" in glue  # positional only: no kwargs
+    (eltypes,) = re.findall(r"^const ELTYPES = \((.*)\)$", glue, re.M)
+    julia = [t.strip() for t in eltypes.split(",")]
+    assert julia == ["Float32", "Float64", "ComplexF32", "ComplexF64"]
+    torch_order = [torch.float32, torch.float64, torch.complex64, torch.complex128]
+    assert [_julia._CODES[t] for t in torch_order] == [1, 2, 3, 4]
+
+
+def glue_parameters(glue: str, name: str) -> list[str]:
+    """The positional parameters of glue function ``name`` (its one method
+    called from Python), read from _glue.jl."""
+    pattern = rf"^(?:function )?{re.escape(name)}\(([^)]*)\)"
+    (params,) = re.findall(pattern, glue, re.M)
+    return [p.split("::")[0].strip() for p in params.split(";")[0].split(",")]
+
+
+@pytest.mark.parametrize("name", [n for n in _julia.GLUE_FUNCTIONS if "batched" in n])
+def test_the_stand_in_takes_the_glues_arguments(name):
+    """Each built-in op of the stand-in has the glue function's positional
+    parameters (the bridge is tested against the stand-in; the glue cannot run
+    here), one by one, Python's ASCII names for Julia's Greek ones."""
+    glue = glue_parameters(_julia.GLUE.read_text(), name)
+    impl = getattr(FakeJulia, name.replace("!", "_b"))
+    fake = list(inspect.signature(impl).parameters)[1:]
+    ascii = {"Δ": "d", "λ": "w"}
+    assert len(glue) == len(fake), (glue, fake)
+    for j, f in zip(glue, fake):
+        j = "".join(ascii.get(c, c) for c in j)
+        assert j == f or j.lower() == f.lower(), (name, glue, fake)
+
+
+def test_a_stray_numpy_array_fails_the_stand_in(fake):
+    """Only a result of an earlier call may reach a built-in op as an array:
+    any other numpy array would reach Julia as PythonCall's PyArray, on which
+    Julia's linear algebra runs its generic (non-BLAS) code."""
+    ps.svd(randn(3, 3), backend="julia")
+    with pytest.raises(AssertionError, match="PyArray"):
+        _julia.call("svd", "svd_batched", np.ones((3, 3, 1), order="F"), False)
 
 
 def test_eigh_gauge_warning(fake):
@@ -893,10 +1074,11 @@ def test_options_reach_julia(fake):
     )
     (U @ Vh).sum().backward()
     call = fake.calls_to("svd_pullback_batched!")[0]
-    assert call.kwargs == {
+    options = ("degeneracy_atol", "broadening", "gauge", "gauge_atol")
+    assert {k: call.named[k] for k in options} == {
         "degeneracy_atol": 1e-3,
         "broadening": 1e-6,
-        "gauge": "ignore",
+        "gauge": False,
         "gauge_atol": 0.5,
     }
 
@@ -1439,15 +1621,13 @@ def test_truncation_inside_cluster_warns_through_julia(fake):
     with pytest.raises(GaugeError):
         ps.svd_function(A, ("truncate", 2), backend="julia", gauge="raise")
     call = fake.calls_to("svd_function_batched")[-1]
-    assert call.kwargs == {"degeneracy_atol": None}
+    assert call.named["degeneracy_atol"] is None
 
 
 def test_degeneracy_atol_reaches_julia_matrix_function(fake):
     A = spd(4, 4)
     ps.matrix_function(A, "sqrt", backend="julia", degeneracy_atol=1e-6)
-    assert fake.calls_to("matrix_function_batched")[-1].kwargs == {
-        "degeneracy_atol": 1e-6
-    }
+    assert fake.calls_to("matrix_function_batched")[-1].named["degeneracy_atol"] == 1e-6
 
 
 @pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)

@@ -35,7 +35,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
-from _fake_julia import GLUE_FUNCTIONS
 from _spectra import (
     fd_directional,
     hermitian_with_spectrum,
@@ -48,6 +47,7 @@ from _spectra import (
 import pyspectral as ps
 from pyspectral import _julia
 from pyspectral import topk as TK
+from pyspectral._julia import GLUE_FUNCTIONS
 from pyspectral._settings import Options, options
 from pyspectral.pullbacks.eigh import eigh_pushforward
 from pyspectral.pullbacks.svd import svd_pushforward
@@ -302,7 +302,7 @@ def test_options_reach_the_pushforwards(fake):
         assert rel_err(tangents[0], ref[0]) < 1e-12
         assert rel_err(tangents[0], plain[0]) > 1e-3  # the option mattered
         call = fake.calls_to("svd_pushforward_batched")[-1]
-        assert {k: call.kwargs[k] for k in kw} == kw
+        assert {k: call.named[k] for k in kw} == kw
     H = hermitian_with_spectrum((1.0, 1.001, 2.0), dtype=torch.complex128)
     dH = random_like(H, seed=3)
     (w, V), (_, dV) = dual(
@@ -311,7 +311,7 @@ def test_options_reach_the_pushforwards(fake):
     ref = eigh_pushforward(w, V, dH, "L", Options(degeneracy_atol=0.01))[1]
     assert rel_err(dV, ref) < 1e-12
     assert (
-        fake.calls_to("eigh_pushforward_batched")[-1].kwargs["degeneracy_atol"] == 0.01
+        fake.calls_to("eigh_pushforward_batched")[-1].named["degeneracy_atol"] == 0.01
     )
     kw = {"degeneracy_atol": 0.01}
     tangents = [
@@ -320,7 +320,7 @@ def test_options_reach_the_pushforwards(fake):
     ]
     assert rel_err(*tangents) < 1e-12
     call = fake.calls_to("matrix_function_pushforward_batched")[-1]
-    assert call.kwargs["degeneracy_atol"] == 0.01
+    assert call.named["degeneracy_atol"] == 0.01
 
 
 @pytest.mark.parametrize(

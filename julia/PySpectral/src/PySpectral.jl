@@ -28,7 +28,7 @@ export svd_pushforward, svd_function_pushforward, eigh_pushforward,
     matrix_function_pushforward
 export truncated_svd_pushforward, truncated_eigh_pushforward,
     dense_truncated_svd_pushforward, dense_truncated_eigh_pushforward
-export GaugeError
+export GaugeError, GaugeRecorder
 export SpectralValues
 
 include("common/defaults.jl")

@@ -605,6 +605,24 @@ end
     @test length(records) == 1
     op, viol, tol = only(records)
     @test op === :svd && viol > tol
+    # GaugeRecorder, the policy pyspectral's bridge passes (one per call): it records
+    # what the callable above records, and nothing for a gauge-invariant loss
+    recorder = GaugeRecorder()
+    Zygote.gradient(X -> basis_dependent(X; gauge=recorder), A)
+    op, viol, tol = only(recorder.records)
+    @test op === :svd && viol > tol
+    invariant = GaugeRecorder()
+    Zygote.gradient(X -> sum(abs2, PySpectral.svd(X; gauge=invariant).S), A)
+    @test isempty(invariant.records)
+    # and called as the bridge calls the pullbacks: on slices of 3-arrays
+    F = PySpectral.svd(A)
+    slices(X) = view(reshape(X, size(X)..., 1), :, :, 1)
+    ΔVt = zero(F.Vt)
+    ΔVt[2, 1] = 1  # the second right vector, inside the cluster {1, 2}
+    r = GaugeRecorder()
+    svd_pullback!(slices(zero(A)), slices(F.U), view(reshape(F.S, :, 1), :, 1), slices(F.Vt),
+                  nothing, nothing, slices(ΔVt); gauge=r)
+    @test length(r.records) == 1 && first(only(r.records)) === :svd
 
     # Complex phases: U[1, 1] depends on the phase of u₁, |U[1, 1]|² does not.
     Ac = randn(ComplexF64, 4, 3)
@@ -617,6 +635,12 @@ end
     H = with_eigenvalues(Float64, [1.0, 1.0, 2.0])
     @test_logs (:warn, r"^eigh: ") Zygote.gradient(X -> PySpectral.eigh(X).vectors[1, 1], H)
     @test_throws GaugeError Zygote.gradient(X -> PySpectral.eigh(X; gauge=:raise).vectors[1, 1], H)
+    E = PySpectral.eigh(H)
+    ΔV = zeros(3, 3)
+    ΔV[1, 2] = 1  # a basis-dependent cotangent inside the cluster {1, 2}
+    r = GaugeRecorder()
+    eigh_pullback!(zeros(3, 3), E.values, E.vectors, nothing, ΔV; gauge=r)
+    @test length(r.records) == 1 && first(only(r.records)) === :eigh
 
     # Truncating inside a degenerate cluster makes the result itself basis dependent.
     A3 = with_singular_values(Float64, 3, 3, [2.0, 2.0, 1.0])
@@ -1047,6 +1071,10 @@ end
             D = copy(A)
             D[2, 2] = complex(real(A[2, 2]), NaN)
             @test eigvalsh(D) ≈ eigvalsh(A)
+            @test PySpectral.eigh(D).values ≈ PySpectral.eigh(A).values
+            @test matrix_function(D, :exp) ≈ matrix_function(A, :exp)
+            @test PySpectral.eigh_topk(D, 2; method=:full).values ≈
+                  PySpectral.eigh_topk(A, 2; method=:full).values
         end
     end
 end

@@ -69,3 +69,21 @@ function _checks_gauge(policy)
     policy isa Union{Symbol,AbstractString} || return true
     return _policy_symbol(policy) !== :ignore
 end
+
+"""
+    GaugeRecorder()
+
+A gauge policy that records instead of acting: passed as `gauge`, it keeps each
+violation a pullback finds, `(op, measured, tol)`, in `records`, in the order found, for
+a caller that applies its own policy afterwards (pyspectral's Python bridge does, once per
+call, with the batch-wide tolerance). One recorder per call: it is the state of that call.
+"""
+struct GaugeRecorder
+    records::Vector{Tuple{Symbol,Float64,Float64}}
+end
+GaugeRecorder() = GaugeRecorder(Tuple{Symbol,Float64,Float64}[])
+
+function (r::GaugeRecorder)(op, viol, tol)
+    push!(r.records, (Symbol(op), Float64(viol), Float64(tol)))
+    return nothing
+end

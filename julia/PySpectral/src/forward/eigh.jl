@@ -49,7 +49,28 @@ function _hermitian_copy(op, A, uplo, check_hermitian, hermitian_tol)
     else
         _check_finite_triangle(op, A, uplo)
     end
-    return Hermitian(Matrix{_lapack_eltype(A)}(A), uplo)
+    return _read_triangle(A, uplo, _lapack_eltype(A))
+end
+
+"""
+    _read_triangle(A, uplo, T) -> Hermitian{T,Matrix{T}}
+
+A private dense copy of exactly what is read from `A`: the `uplo` triangle, the real part
+of the diagonal, zeros in the other triangle. LAPACK is handed nothing it may reject:
+`LinearAlgebra.LAPACK.syevr!` (Julia 1.9) first checks with `chkuplofinite` that the
+`uplo` triangle it is given, diagonal included, is finite, so a copy of `A` itself would
+make it throw on a NaN imaginary part of the diagonal, which LAPACK never reads.
+"""
+function _read_triangle(A::AbstractMatrix, uplo::Symbol, ::Type{T}) where {T}
+    n = size(A, 1)
+    H = zeros(T, n, n)
+    for j in 1:n
+        H[j, j] = real(A[j, j])
+        for i in (uplo === :L ? (j+1:n) : (1:j-1))
+            H[i, j] = A[i, j]
+        end
+    end
+    return Hermitian(H, uplo)
 end
 
 """

@@ -386,7 +386,7 @@ function eigh_topk_block(A::AbstractMatrix, k::Integer; uplo::Symbol=:L, largest
     _check_topk("eigh_topk", k, false, n)
     _check_finite_triangle("eigh_topk", A, uplo)
     T = _lapack_eltype(A)
-    H = Hermitian(Matrix{T}(A), uplo)  # a private copy: BLAS products, one triangle read
+    H = _read_triangle(A, uplo, T)  # a private copy of what is read: BLAS products
     path, cfg = topk_config(:eigh, n, n, T, k, method, oversample, n_iter, rtol, maxiter)
     if path === :iterative
         B = _eigh_iterate(H, k, largest, cfg, degeneracy_atol)
