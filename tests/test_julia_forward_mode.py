@@ -21,17 +21,20 @@ Top-k on the Julia backend pushes forward through Julia's truncated
 pushforwards (the transposes of its truncated pullbacks), checked against the
 full path's pushforward in the returned basis, against the native backend,
 as the transpose of the reverse mode (a forward-mode Jacobian against
-``jacrev``), for the bridge's claims, its dense fallback and warning, and its
-first-order limit (as natively).
+``jacrev``), for the bridge's claims (the stand-in's records; on real Julia,
+the spy of tests/_spy.py on the bridge's one entry), its dense fallback and
+warning, and its first-order limit (as natively).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+import sys
 import warnings
 from pathlib import Path
 
+import _spy
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -699,6 +702,79 @@ def test_top_k_bridge_one_call_per_batch_without_copies(fake):
         assert all(t.data_ptr() in returned for t in wrapped)
 
 
+def test_top_k_settings_reach_the_pushforwards(fake):
+    """The glue takes positional arguments only: each setting arrives as the
+    parameter of its name (the stand-in binds them to the glue's parameter
+    names), the triangle swapped as for the forward."""
+    A = topk_matrices(torch.float64, (), 24, 20)
+    H = topk_hermitian(torch.float64, (), [-x for x in decaying(20)], "U")
+    kw = dict(
+        k=3,
+        method="randomized",
+        backward_rtol=1e-9,
+        backward_maxiter=321,
+        degeneracy_atol=1e-10,
+        broadening=1e-12,
+        backend="julia",
+    )
+    dual(lambda X: tuple(ps.svd(X, **kw)), A, random_like(A, seed=1))
+    dual(lambda X: tuple(ps.eigh(X, "U", largest=False, **kw)), H, random_like(H))
+    settings = {
+        "k": 3,
+        "rtol": 1e-9,
+        "maxiter": 321,
+        "degeneracy_atol": 1e-10,
+        "broadening": 1e-12,
+    }
+    (svd_call,) = topk_calls(TRUNC[0])
+    assert {name: svd_call.named[name] for name in settings} == settings
+    (eigh_call,) = topk_calls(TRUNC[1])
+    assert {name: eigh_call.named[name] for name in settings} == settings
+    assert eigh_call.named["uplo"] == "L" and eigh_call.named["largest"] is False
+    # the blocks the forward returned, passed back as they are, and its d's
+    # (one per batch element, each at least k)
+    forward = fake.calls_to("svd_topk_batched")[-1]
+    assert [a.pointer for a in svd_call.args[1:4]] == [
+        a.pointer for a in forward.returned
+    ]
+    (d,) = svd_call.named["d"]
+    assert isinstance(d, int) and d >= 3
+
+
+def test_top_k_forward_mode_passes_the_spied_entry(fake, monkeypatch):
+    """Every top-k glue call, forward, pushforward and pullback, passes the
+    bridge's one entry (``_julia._state["enter"]``, where the real-Julia spy
+    of tests/_spy.py sits), and nothing else reaches Julia."""
+    ps.svd(randn(3, 3), backend="julia")  # the stand-in starts
+    seen: list[str] = []
+    enter = _julia._state["enter"]
+
+    def spying(f, *args):
+        seen.append(f.args[0])  # the stand-in's glue: partial(_run, name, impl)
+        return enter(f, *args)
+
+    monkeypatch.setitem(_julia._state, "enter", spying)
+    A = topk_matrices(torch.float64, (2,), 24, 20)
+    H = topk_hermitian(torch.float64, (2,), decaying(20))
+    svd = polar_projectors_values(3, "julia", method="randomized")
+    eigh = eigen_projector_values(3, True, "L", "julia", method="randomized")
+    for f, X in ((svd, A), (eigh, H)):
+        dual(f, X, random_like(X, seed=1))
+        X = X.clone().requires_grad_()
+        sum(t.sum() for t in f(X)).backward()
+    assert seen == [
+        "svd_topk_batched",
+        "svd_trunc_pushforward_batched",
+        "svd_topk_batched",
+        "svd_trunc_pullback_batched!",
+        "eigh_topk_batched",
+        "eigh_trunc_pushforward_batched",
+        "eigh_topk_batched",
+        "eigh_trunc_pullback_batched!",
+    ]
+    assert [c.name for c in fake.calls[1:]] == seen
+
+
 def test_top_k_on_julia_is_first_order(fake):
     """As natively: a derivative of the top-k tangent or gradient raises
     DerivativeError (double backward, reverse over forward, forward over
@@ -1017,3 +1093,49 @@ def test_real_julia_top_k_jvp_without_a_gap(op):
         t = fwAD.unpack_dual(S).tangent
     with pytest.raises(ps.DerivativeError, match="first order only"):
         torch.autograd.grad(t.sum(), X)
+
+
+def julia_size(X: torch.Tensor) -> tuple[int, ...]:
+    """How Julia sees a C-contiguous ``(*, m, n)`` tensor: ``n x m x B``."""
+    m, n = X.shape[-2:]
+    return (n, m, X.numel() // (m * n))
+
+
+@needs_julia
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_real_julia_top_k_jvp_zero_copy_as_julia_sees_it(op, monkeypatch):
+    """Through the spy on the bridge's one entry (tests/_spy.py; ``take``
+    fails when it recorded nothing): a (2, 3) batch pushes forward in one
+    Julia call after the forward's one, which reads the input's and the
+    tangent's own memory (the glue's ``wrap``), gets back the forward's blocks
+    (arrays Julia allocated) and returns the arrays the tangents wrap (eigh:
+    ``dw``; torch copies ``dV`` into the C order of the kept ``V``)."""
+    _julia.glue()
+    spy = _spy.install(monkeypatch, sys.modules["juliacall"].Main, _julia)
+    if op == "svd":
+        X = topk_matrices(torch.complex128, (2, 3), 24, 20)
+
+        def f(Y):
+            return ps.svd(Y, k=3, method="randomized", backend="julia")
+
+    else:
+        X = topk_hermitian(torch.complex128, (2, 3), decaying(20))
+
+        def f(Y):
+            return ps.eigh(Y, k=3, method="randomized", backend="julia")
+
+    dX = random_like(X, seed=1)
+    with torch.no_grad(), fwAD.dual_level():
+        tangents = [fwAD.unpack_dual(t).tangent for t in f(fwAD.make_dual(X, dX))]
+    fwd, jvp = _spy.data_calls(spy.take())
+    assert (fwd.name, jvp.name) == (f"{op}_topk_batched", TRUNC[op == "eigh"])
+    wrapped_input = _spy.JArray("wrapped", X.data_ptr(), julia_size(X))
+    assert wrapped_input in fwd.args and wrapped_input in jvp.args, jvp.args
+    assert _spy.JArray("wrapped", dX.data_ptr(), julia_size(dX)) in jvp.args
+    blocks = {r.address for r in fwd.results if r.kind == "Array"}
+    handles = {a.address for a in jvp.args if a.kind == "Array"}
+    assert handles and handles == blocks, (jvp.args, fwd.results)
+    assert all(r.size[-1] == 6 for r in jvp.results), jvp.results
+    returned = {r.address for r in jvp.results if r.kind == "Array"}
+    wrapped = tangents if op == "svd" else tangents[:1]
+    assert all(t.data_ptr() in returned for t in wrapped), jvp.results
