@@ -230,6 +230,22 @@ function svd_trunc_pullback_batched!(ΔAt, At, U, S, Vt, d, ΔU, ΔS, ΔVt; rtol
     return ΔAt
 end
 
+# ------------------------------------------------------------ truncation
+
+# The rank of each spectrum, a column of X (descending from the wanted end: singular
+# values, or eigenvalues read from the wanted end; the same on both sides of the
+# transpose), by PySpectral.truncation_rank. The bridge holds the decomposition and
+# applies the ranks to it; its pullback is Julia's svd_pullback! / eigh_pullback! (or
+# the top-k ones) with cotangents zero past each rank, as tsvd_pullback! does.
+function truncation_ranks_batched(X::AbstractMatrix; k=nothing, atol=nothing, rtol=nothing,
+                                  error_atol=nothing, error_rtol=nothing,
+                                  multiplets::AbstractString="cut", degeneracy_atol=nothing)
+    return Int64[PySpectral.truncation_rank(view(X, :, b); k, atol, rtol, error_atol,
+                                            error_rtol, multiplets=Symbol(multiplets),
+                                            degeneracy_atol)
+                 for b in axes(X, 2)]
+end
+
 # ------------------------------------------------------------------ eigh
 
 # Julia decomposes conj(A), whose eigenvectors are conj(V): conjugate them in

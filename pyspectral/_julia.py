@@ -668,6 +668,31 @@ def svd_trunc_pullback(
     return gA
 
 
+def truncation_ranks(
+    op: str, x: torch.Tensor, rule: Any, degeneracy_atol: Any
+) -> torch.Tensor:
+    """The rank of each spectrum ``x`` (``(*, K)``, descending from the wanted
+    end: singular values, or eigenvalues read from the wanted end) under the
+    truncation ``rule`` (``forward.truncation.TruncationRule``), by
+    PySpectral.truncation_rank; shape ``(*,)``, int64. The layout does not
+    matter here: a spectrum is the same on both sides of the transpose."""
+    check_tensor(op, x)
+    ranks = call(
+        op,
+        "truncation_ranks_batched",
+        to_julia_vectors(x),
+        k=rule.k,
+        atol=rule.atol,
+        rtol=rule.rtol,
+        error_atol=rule.error_atol,
+        error_rtol=rule.error_rtol,
+        multiplets=rule.multiplets,
+        degeneracy_atol=degeneracy_atol,
+    )
+    r = torch.from_numpy(np.asarray(ranks).astype(np.int64, copy=True))
+    return r.reshape(x.shape[:-1])
+
+
 _SWAP = {"L": "U", "U": "L"}
 
 

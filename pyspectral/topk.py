@@ -438,7 +438,9 @@ class SVDTopKJulia(torch.autograd.Function):
     certified subspace iteration; ``method="auto"`` falls back to the full
     SVD in Julia, never returning an uncertified result; ``"randomized"``
     warns with the measured residual) and svd_trunc_pullback! (the same
-    deflated CG backward, dense fallback and warning). First order only."""
+    deflated CG backward, dense fallback and warning). First order only.
+    Returns the top-k triplets and the block's singular values (not
+    differentiable; for the truncation rules)."""
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, k: int, cfg: TopKConfig, opts: Options) -> tuple:
@@ -446,11 +448,14 @@ class SVDTopKJulia(torch.autograd.Function):
         ctx.cfg, ctx.opts = cfg, opts
         ctx.save_for_backward(A)
         ctx.set_materialize_grads(False)
-        return out
+        # and, not differentiable, the block's singular values (truncation rules)
+        values = _julia.from_julia_vectors(ctx.handles[1], A.shape[:-2]).clone()
+        ctx.mark_non_differentiable(values)
+        return (*out, values)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
+    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor, *_: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         gA = _julia.svd_trunc_pullback(
@@ -481,11 +486,15 @@ class EighTopKJulia(torch.autograd.Function):
         ctx.largest, ctx.uplo, ctx.cfg, ctx.opts = largest, uplo, cfg, opts
         ctx.save_for_backward(A)
         ctx.set_materialize_grads(False)
-        return out
+        # and, not differentiable, the block's eigenvalues: the kept ones first,
+        # ascending, then the others from the wanted end (truncation rules)
+        values = _julia.from_julia_vectors(ctx.handles[0], A.shape[:-2]).clone()
+        ctx.mark_non_differentiable(values)
+        return (*out, values)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
+    def backward(ctx: Any, gw: Tensor, gV: Tensor, *_: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         gA = _julia.eigh_trunc_pullback(

@@ -55,6 +55,7 @@ from pyspectral.exceptions import (
     PySpectralError,
 )
 from pyspectral.forward import topk as T
+from pyspectral.forward.truncation import TruncationRule, truncation_rank
 from pyspectral.pullbacks.eigh import eigh_pullback, eigh_pushforward, fold_triangle
 from pyspectral.pullbacks.matfun import (
     matrix_function_pullback,
@@ -668,6 +669,28 @@ class FakeJulia:
         U, S, Vt = torch.linalg.svd(A, full_matrices=False)
         return U.numpy(), S.numpy(), Vt.numpy(), S.shape[-1]
 
+    # --------------------------------------------------------- truncation
+    # PySpectral.jl's truncation_rank (src/forward/truncation.jl) ports the
+    # native rules; the stand-in runs the native ones on each column.
+
+    def truncation_ranks_batched(
+        self,
+        X: np.ndarray,
+        k: Any = None,
+        atol: Any = None,
+        rtol: Any = None,
+        error_atol: Any = None,
+        error_rtol: Any = None,
+        multiplets: str = "cut",
+        degeneracy_atol: Any = None,
+    ) -> np.ndarray:
+        rule = TruncationRule(k, atol, rtol, error_atol, error_rtol, multiplets)
+        ranks = [
+            int(truncation_rank(torch.from_numpy(X[:, b]), rule, degeneracy_atol))
+            for b in range(X.shape[1])
+        ]
+        return np.array(ranks, dtype=np.int64)
+
     def _uncertified(self, op: str, k: int, why: str, cfg: T.TopKConfig) -> None:
         if why:
             full = "SVD" if op == "svd" else "eigh"
@@ -1019,6 +1042,7 @@ GLUE_FUNCTIONS = (
     "svd_trunc_pullback_batched!",
     "eigh_topk_batched",
     "eigh_trunc_pullback_batched!",
+    "truncation_ranks_batched",
     "user_eval",
     "user_include",
     "function_forward",
