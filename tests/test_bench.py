@@ -282,12 +282,23 @@ def test_bench_truncation_rows(capsys):
     triplets of the fixed k = n // 8 it is timed against, the times and
     ratios as numbers."""
     assert bench_truncation.main(["--sizes", "32", "--repeat", "1"]) == 0
-    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| 32x32")]
-    assert len(rows) == 7
-    for r in rows:
-        _, rule, kept, ms, ratio = (c.strip() for c in r.strip("| ").split(" | "))
+    calls, alone = capsys.readouterr().out.split("the rule's own work")
+
+    def rows(table: str) -> list[list[str]]:
+        lines = [r for r in table.splitlines() if r.startswith("| 32x32")]
+        return [[c.strip() for c in r.strip("| ").split(" | ")] for r in lines]
+
+    assert len(rows(calls)) == 7
+    for _, rule, kept, ms, ratio in rows(calls):
         assert kept == "4", rule
         float(ms), float(ratio)
+    assert [r[1] for r in rows(alone)] == [
+        "rtol",
+        "error_rtol",
+        "rtol, multiplets='down'",
+    ]
+    for _, _, us, share in rows(alone):
+        float(us), float(share)
 
 
 def test_ops_in_counts_dispatched_operations():
