@@ -30,6 +30,7 @@ from .exceptions import (
 )
 from .operator import LinearOperator, eigh_topk, svd_topk
 from .svd import SVDResult, svd, svd_function, svdvals
+from .truncation import TruncatedEighResult, TruncatedSVDResult
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,8 @@ __all__ = [
     "PySpectralError",
     "SVDResult",
     "ShapeError",
+    "TruncatedEighResult",
+    "TruncatedSVDResult",
     "UPLOError",
     "__version__",
     "defaults",

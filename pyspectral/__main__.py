@@ -69,7 +69,7 @@ def demo(seed: int) -> int:
     return _demo.run(seed)
 
 
-BENCHMARKS = ("svd", "eigh", "topk", "julia")
+BENCHMARKS = ("svd", "eigh", "topk", "truncation", "julia")
 
 # bench_topk.py's own quick mode (its smallest sensible problems).
 TOPK_QUICK = ["--quick"]
@@ -170,7 +170,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser(
         "bench",
         help="forward+backward time against torch.linalg, row by row: svd, eigh, "
-        "topk, julia or all (needs a source checkout)",
+        "topk, truncation (rules against a fixed k), julia or all (needs a source "
+        "checkout)",
     )
     b.add_argument("which", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
     b.add_argument(

@@ -47,6 +47,7 @@ eltype_code(::Type{Float32}) = 1
 eltype_code(::Type{Float64}) = 2
 eltype_code(::Type{ComplexF32}) = 3
 eltype_code(::Type{ComplexF64}) = 4
+eltype_code(::Type{Int64}) = 5  # results only (truncation ranks); never wrapped
 
 """
     wrap(x)
@@ -331,6 +332,27 @@ function svd_trunc_pushforward_batched(At, U, S, Vt, d, k::Integer, ΔAt, rtol, 
                                        degeneracy_atol, broadening)
     return outs(svd_trunc_pushforward_core(wrap(At), U, S, Vt, d, k, wrap(ΔAt), rtol,
                                            maxiter, degeneracy_atol, broadening))
+end
+
+# ------------------------------------------------------------ truncation
+
+# The rank of each spectrum, a column of X (descending from the wanted end: singular
+# values, or eigenvalues read from the wanted end; the same on both sides of the
+# transpose), by PySpectral.truncation_rank. The bridge holds the decomposition and
+# applies the ranks to it; its pullback is Julia's svd_pullback! / eigh_pullback! (or
+# the top-k ones) with cotangents zero past each rank, as tsvd_pullback! does. X arrives
+# as the k×B array of a (B, k) tensor; the ranks return as a Vector{Int64} of length B
+# (`out`, element type code 5). `nothing` (Python's None) leaves a rule out.
+function truncation_ranks_core(X::AbstractMatrix{<:Real}, k, atol, rtol, error_atol,
+                               error_rtol, multiplets::Symbol, degeneracy_atol)
+    return Int64[PySpectral.truncation_rank(view(X, :, b); k, atol, rtol, error_atol,
+                                            error_rtol, multiplets, degeneracy_atol)
+                 for b in axes(X, 2)]
+end
+function truncation_ranks_batched(X, k, atol, rtol, error_atol, error_rtol,
+                                  multiplets::AbstractString, degeneracy_atol)
+    return out(truncation_ranks_core(wrap(X), k, atol, rtol, error_atol, error_rtol,
+                                     Symbol(multiplets), degeneracy_atol))
 end
 
 # ------------------------------------------------------------------ eigh

@@ -176,6 +176,7 @@ GLUE_FUNCTIONS = (
     "eigh_topk_batched",
     "eigh_trunc_pullback_batched!",
     "eigh_trunc_pushforward_batched",
+    "truncation_ranks_batched",
     "user_eval",
     "user_include",
     "function_forward",
@@ -424,6 +425,7 @@ def warn_julia_logs(op: str, records: Any) -> None:
 # torch dtype -> the glue's element type code (its ELTYPES) and back as numpy's
 _CODES = {torch.float32: 1, torch.float64: 2, torch.complex64: 3, torch.complex128: 4}
 _NUMPY = {1: np.float32, 2: np.float64, 3: np.complex64, 4: np.complex128}
+_NUMPY[5] = np.int64  # results only: the truncation ranks (Julia's Vector{Int64})
 _TYPESTR = {code: np.dtype(t).str for code, t in _NUMPY.items()}
 
 
@@ -719,8 +721,10 @@ _TOPK_SETTINGS = (
 
 
 def svd_topk(A: torch.Tensor, k: int, settings: dict[str, Any]) -> tuple:
-    """The top-``k`` triplets by Julia's svd_topk_block on the transposes, and
-    the handles of its blocks for :func:`svd_trunc_pullback`. ``settings``:
+    """``(out, values, handles)``: the top-``k`` triplets by Julia's
+    svd_topk_block on the transposes, the block's singular values (all ``p``
+    of them, descending: a copy) and the handles of its blocks for
+    :func:`svd_trunc_pullback`. ``settings``:
     ``method`` ("auto"/"randomized"), ``oversample``, ``n_iter`` (None:
     automatic), ``rtol``, ``maxiter`` (the backward's) and ``degeneracy_atol``."""
     check_tensor("svd", A)
@@ -735,9 +739,11 @@ def svd_topk(A: torch.Tensor, k: int, settings: dict[str, Any]) -> tuple:
     # the blocks have p >= k columns: the kept ones, contiguous as natively
     U = from_julia(Vtj, batch)[..., :k]  # Julia's Vt is U^T
     Vh = from_julia(Uj, batch)[..., :k, :]  # Julia's U is Vh^T
-    S = from_julia_vectors(Sj, batch)[..., :k]
-    out = tuple(t.contiguous() for t in (U, S, Vh))
-    return out, (handle(Uj), handle(Sj), handle(Vtj), d)
+    Sp = from_julia_vectors(Sj, batch)
+    out = tuple(t.contiguous() for t in (U, Sp[..., :k], Vh))
+    # the block's singular values, descending, as a copy (the truncation rules
+    # read past the kept ones; Julia's array stays the pullback's)
+    return out, Sp.clone(), (handle(Uj), handle(Sj), handle(Vtj), d)
 
 
 def svd_trunc_pullback(
@@ -803,6 +809,34 @@ def svd_trunc_pushforward(
     return dU, from_julia_vectors(dSj, batch), dVh
 
 
+def truncation_ranks(
+    op: str, x: torch.Tensor, rule: Any, degeneracy_atol: Any
+) -> torch.Tensor:
+    """The rank of each spectrum ``x`` (``(*, K)``, descending from the wanted
+    end: singular values, or eigenvalues read from the wanted end) under the
+    truncation ``rule`` (``forward.truncation.TruncationRule``), by
+    PySpectral.truncation_rank; shape ``(*,)``, int64. The layout does not
+    matter here: a spectrum is the same on both sides of the transpose (it
+    crosses as the column-major ``K x B`` array of :func:`to_julia_vectors`).
+    The ranks come back as a Julia ``Vector{Int64}`` of length ``B``."""
+    check_tensor(op, x)
+    keep: list = []
+    ranks = call(
+        op,
+        "truncation_ranks_batched",
+        to_julia_vectors(x, keep),
+        rule.k,
+        rule.atol,
+        rule.rtol,
+        rule.error_atol,
+        rule.error_rtol,
+        rule.multiplets,
+        degeneracy_atol,
+    )
+    r = torch.from_numpy(_numpy(ranks).copy())  # Julia's Vector{Int64}: int64
+    return r.reshape(x.shape[:-1])
+
+
 _SWAP = {"L": "U", "U": "L"}
 
 
@@ -856,9 +890,10 @@ def eigh_pushforward(handles: tuple, dA: torch.Tensor, uplo: str, opts: Any) -> 
 def eigh_topk(
     A: torch.Tensor, k: int, uplo: str, largest: bool, settings: dict[str, Any]
 ) -> tuple:
-    """The ``k`` largest (smallest) eigenpairs by Julia's eigh_topk_block, kept
-    ascending, and the handles of its blocks; ``settings`` as for
-    :func:`svd_topk`."""
+    """``(out, values, handles)``: the ``k`` largest (smallest) eigenpairs by
+    Julia's eigh_topk_block, kept ascending, the block's eigenvalues (a copy:
+    the kept ones first, ascending, then the others from the wanted end) and
+    the handles of its blocks; ``settings`` as for :func:`svd_topk`."""
     check_tensor("eigh", A)
     batch, keep = A.shape[:-2], []
     wj, Vj, d = call(
@@ -872,9 +907,11 @@ def eigh_topk(
     )
     # the blocks have p >= k columns, the kept ones first (ascending)
     V = julia_matrices(Vj, batch)[..., :k]  # conjugated in place by the glue
-    w = from_julia_vectors(wj, batch)[..., :k].contiguous()
-    out = (w, V.contiguous())
-    return out, (handle(wj), handle(Vj), d)
+    wp = from_julia_vectors(wj, batch)
+    out = (wp[..., :k].contiguous(), V.contiguous())
+    # the block's eigenvalues (the kept ones first, ascending, then the others
+    # from the wanted end), as a copy, for the truncation rules
+    return out, wp.clone(), (handle(wj), handle(Vj), d)
 
 
 def eigh_trunc_pullback(

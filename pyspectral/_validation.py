@@ -46,7 +46,14 @@ _REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "degeneracy_atol": _TOLERANCE,
     "gauge_atol": _TOLERANCE,
     "hermitian_tol": _TOLERANCE,
+    # the truncation tolerances of svd / eigh (forward/truncation.py)
+    "atol": _TOLERANCE,
+    "rtol": _TOLERANCE,
+    "error_atol": _TOLERANCE,
+    "error_rtol": _TOLERANCE,
 }
+# With any of these, k is the maximum rank and may exceed min(m, n).
+_TRUNCATION_TOLERANCES = ("atol", "rtol", "error_atol", "error_rtol")
 
 
 # The keywords for which None is valid (None: automatic or from the data)
@@ -59,7 +66,9 @@ def check_keywords(
     """Validate the numeric keywords of a public call; the one place where
     they are checked, before any backend is chosen. Returns them normalised.
 
-    ``k`` (``None`` or an integer with ``1 <= k <= min(m, n)`` of ``A``),
+    ``k`` (``None`` or an integer with ``0 <= k <= min(m, n)`` of ``A``, or
+    any ``k >= 0``, a maximum rank, when a truncation tolerance ``atol``,
+    ``rtol``, ``error_atol`` or ``error_rtol`` is given),
     ``oversample``, ``n_iter`` (``None``: automatic), ``backward_maxiter``:
     integers given as a Python
     int, a numpy integer or a 0-d integer tensor (never a bool or a float),
@@ -73,7 +82,8 @@ def check_keywords(
         if value is None and name in _NONE_ALLOWED:
             checked[name] = None
         elif name == "k":
-            checked[name] = _check_k(op, A, value)
+            capped = any(keywords.get(t) is not None for t in _TRUNCATION_TOLERANCES)
+            checked[name] = _check_k(op, A, value, capped)
         elif name in _OPTIONAL_INTEGERS and value is None:
             checked[name] = None
         elif name in _INTEGER_KEYWORDS:
@@ -93,19 +103,67 @@ def check_keywords(
     return checked
 
 
-def _check_k(op: str, A: torch.Tensor | None, k: Any) -> int | None:
+def _check_k(
+    op: str, A: torch.Tensor | None, k: Any, capped: bool = False
+) -> int | None:
+    """``k`` as an int: ``0 <= k <= min(m, n)``; with a truncation tolerance
+    (``capped``) any ``k >= 0``, the maximum rank."""
     if k is None:
         return None
     if A is None:
         raise TypeError("check_keywords: k is checked against the shape of A")
     kmax = min(A.shape[-2:])
     x = _as_integer(k)
-    if x is None or not 1 <= x <= kmax:
+    if capped:
+        if x is None or x < 0:
+            raise InputError(
+                f"{op}: k must be an integer >= 0 (the maximum rank, with atol, "
+                f"rtol, error_atol or error_rtol given), got {k!r}"
+            )
+        return x
+    if x is None or not 0 <= x <= kmax:
         raise InputError(
-            f"{op}: k must be an integer with 1 <= k <= min(m, n) = {kmax} for "
-            f"A of shape {tuple(A.shape)}, got {k!r}"
+            f"{op}: k must be an integer with 0 <= k <= min(m, n) = {kmax} for "
+            f"A of shape {tuple(A.shape)}, got {k!r}; a larger k is a maximum "
+            "rank together with atol, rtol, error_atol or error_rtol"
         )
     return x
+
+
+def truncation_rule(
+    op: str, kw: dict[str, Any], multiplets: Any, return_error: Any
+) -> Any:
+    """The truncation rule of a ``svd`` / ``eigh`` call from its checked
+    keywords (``check_keywords``: ``k``, ``atol``, ``rtol``, ``error_atol``,
+    ``error_rtol``), ``multiplets`` (``"cut"``, ``"down"`` or ``"up"``) and
+    ``return_error`` (a bool); None when the call truncates nothing and
+    returns no error. ``multiplets`` other than ``"cut"`` without ``k`` or a
+    tolerance would be ignored: ``InputError``. Returns a
+    ``forward.truncation.TruncationRule``."""
+    # (imported here: the forward package imports _settings, which imports this)
+    from .forward.truncation import MULTIPLETS, TruncationRule
+
+    if not isinstance(return_error, bool):
+        raise InputTypeError(
+            f"{op}: return_error must be True or False, got {return_error!r}"
+        )
+    if not (isinstance(multiplets, str) and multiplets in MULTIPLETS):
+        raise InputError(
+            f"{op}: multiplets must be 'cut', 'down' or 'up', got {multiplets!r}"
+        )
+    rule = TruncationRule(
+        kw["k"], kw["atol"], kw["rtol"], kw["error_atol"], kw["error_rtol"], multiplets
+    )
+    if rule.k is None and not (rule.by_value or rule.by_error):
+        if multiplets != "cut":
+            raise InputError(
+                f"{op}: multiplets={multiplets!r} moves the cut of a truncation, "
+                "but none is asked for; pass k, atol, rtol, error_atol or "
+                "error_rtol, or drop multiplets"
+            )
+        if not return_error:
+            return None
+    return rule
 
 
 def _as_integer(x: Any) -> int | None:
@@ -196,24 +254,24 @@ def _read_finite(P: torch.Tensor, uplo: str | None) -> bool:
     return bool(torch.isfinite(strict).all()) and bool(torch.isfinite(diagonal).all())
 
 
-def check_out(
-    op: str, out: Any, backend: str, A: torch.Tensor, k: int | None = None
-) -> bool:
+def check_out(op: str, out: Any, backend: str, A: torch.Tensor, k: Any = None) -> bool:
     """Whether to run ``op`` with ``out=`` (not None), after checking that it can.
 
     With ``out=`` there is no autograd (torch raises if ``A`` requires grad), so
     the result is ``torch.linalg``'s forward, which is the native backend's:
     the call is handed to ``torch.linalg`` itself, whose ``out=`` semantics
     (resizing with a warning, dtype and device checks) are then torch's own.
-    Not with ``k`` (torch has no top-k ``op``) or ``backend="julia"``, which
-    raise ``InputError``; an unknown backend name raises ``BackendError``.
+    Not with ``k`` or a truncation rule (any value but None: torch has no
+    truncated ``op``) or ``backend="julia"``, which raise ``InputError``; an
+    unknown backend name raises ``BackendError``.
     """
     if out is None:
         return False
     if k is not None:
         raise InputError(
-            f"{op}: out= is not supported with k (top-k); drop out= and use the "
-            "returned tensors"
+            f"{op}: out= is not supported with k (top-k) or a truncation rule "
+            "(atol, rtol, error_atol, error_rtol, return_error); drop out= and use "
+            "the returned tensors"
         )
     if backend == "julia":
         raise InputError(

@@ -29,10 +29,10 @@ from ._validation import (
     check_out,
     check_uplo,
     require_hermitian,
+    truncation_rule,
 )
 from .common.defaults import degeneracy_tol, peek
 from .exceptions import DomainError, InputTypeError
-from .forward.topk import top_k_method
 from .pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
@@ -46,6 +46,12 @@ from .pullbacks.matfun import (
     matrix_function_second_order,
 )
 from .topk import EighTopK, EighTopKJulia
+from .truncation import (
+    TruncatedEighResult,
+    eigh_ranks,
+    truncated_eigh,
+    truncation_path,
+)
 
 __all__ = ["EighResult", "eigh", "eigvalsh", "matrix_function", "eigh_pullback"]
 
@@ -353,13 +359,19 @@ def eigh(
     gauge_atol: float | None = None,
     k: int | None = None,
     largest: bool = True,
+    atol: float | None = None,
+    rtol: float | None = None,
+    error_atol: float | None = None,
+    error_rtol: float | None = None,
+    multiplets: str = "cut",
+    return_error: bool = False,
     method: str = "auto",
     oversample: int | None = None,
     n_iter: int | None = None,
     backward_rtol: float | None = None,
     backward_maxiter: int = 500,
     out: tuple[Tensor, Tensor] | None = None,
-) -> EighResult:
+) -> EighResult | TruncatedEighResult:
     r"""eigh(A, UPLO="L", *, backend="auto", ...) -> (eigenvalues, eigenvectors)
 
     Eigendecomposition of a Hermitian (real symmetric) matrix with a stable
@@ -392,9 +404,28 @@ def eigh(
     like the full path; it converges where the wanted end of the spectrum is
     separated from the rest (``auto`` takes the full path, and
     ``"randomized"`` warns, where it is not).
+
+    Truncation as in :func:`svd`, by order: the kept eigenpairs are always
+    the ``r`` at the wanted end, and the rules read the eigenvalues from it,
+    ``x = lambda`` descending (``largest=True``) or ``x = -lambda`` from the
+    smallest (``largest=False``): ``k`` at most; ``atol``, ``rtol`` keep the
+    ``x_i > max(atol, rtol |x_1|)`` (``|x_1|``: the extreme eigenvalue at the
+    wanted end, the ``S_1`` of ``svd``; a positive semidefinite ``A`` keeps
+    the ``lambda_i > max(atol, rtol lambda_max)``); ``error_atol``,
+    ``error_rtol`` keep the fewest with ``||lambda_discarded||_2 <=
+    max(error_atol, error_rtol ||lambda||_2)`` (every discarded eigenvalue
+    counts, at either end); ``multiplets`` (``"cut"``, ``"down"``, ``"up"``:
+    towards fewer or more kept pairs) as in :func:`svd`. Batched, the width is
+    the largest rank, padded with zero eigenpairs on the side away from the
+    wanted end (before the kept ones for ``largest=True``, after them
+    otherwise). ``return_error=True`` returns a :class:`TruncatedEighResult`
+    ``(eigenvalues, eigenvectors, error, rel_error, rank)``,
+    ``error = ||lambda_discarded||_2`` and ``rel_error = error / ||A||_F``.
+    The iterative path supports the rules as :func:`svd` (its error is
+    ``||A - V_r diag(lambda_r) V_r^H||_F``).
     ``backend`` and ``out=(eigenvalues, eigenvectors)`` as in
     :func:`pyspectral.svd` (``"auto"``: native; ``out=`` as
-    ``torch.linalg.eigh``'s, without autograd, not with ``k``).
+    ``torch.linalg.eigh``'s, without autograd, not with a truncation).
 
     Returns:
         ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues are real
@@ -413,6 +444,10 @@ def eigh(
         "eigh",
         A,
         k=k,
+        atol=atol,
+        rtol=rtol,
+        error_atol=error_atol,
+        error_rtol=error_rtol,
         hermitian_tol=hermitian_tol,
         degeneracy_atol=degeneracy_atol,
         broadening=broadening,
@@ -422,36 +457,41 @@ def eigh(
         backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
     )
-    hermitian_tol, k = kw["hermitian_tol"], kw["k"]
+    rule = truncation_rule("eigh", kw, multiplets, return_error)
     if check_hermitian:
-        require_hermitian("eigh", A, hermitian_tol)
+        require_hermitian("eigh", A, kw["hermitian_tol"])
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh"
     )
-    if check_out("eigh", out, backend, A, k):
+    if check_out("eigh", out, backend, A, rule):
         return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
-    if k is not None:
-        method, cfg = top_k_method(
-            "eigh",
-            A,
-            k,
-            method,
-            kw["oversample"],
-            kw["n_iter"],
-            kw["backward_rtol"],
-            kw["backward_maxiter"],
-        )
-    impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
-    if k is None:
+    if rule is None:
+        impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
         return EighResult(*apply(impl, A, UPLO, opts))
-    if method == "iterative":
-        if impl is _Eigh:
-            return EighResult(*apply(EighTopK, A, k, largest, UPLO, cfg, opts)[:2])
-        args = (A, k, largest, UPLO, cfg, opts)
-        return EighResult(*apply(EighTopKJulia, *args))
-    w, V = apply(impl, A, UPLO, opts)
-    sel = slice(-k, None) if largest else slice(0, k)
-    return EighResult(w[..., sel], V[..., sel])
+    n = A.shape[-1]
+    cap = n if rule.k is None else min(rule.k, n)
+    path, cfg = truncation_path("eigh", A, rule, cap, method, kw)
+    julia = resolve_backend("eigh", backend, A) == "julia"
+    if path == "iterative":
+        at_cap = rule._replace(k=cap)
+        if julia:
+            w, V, block = apply(EighTopKJulia, A, cap, largest, UPLO, cfg, opts)
+            r = eigh_ranks(block, at_cap, largest, opts, True, kept_first=cap)
+        else:
+            out = apply(EighTopK, A, cap, largest, UPLO, cfg, opts)
+            w, V, wd, we = out[0], out[1], out[2], out[5]
+            if wd.shape[-1] == n:  # the whole decomposition, ascending
+                r = eigh_ranks(wd, at_cap, largest, opts, False)
+            else:  # the kept ones first, then from the wanted end
+                block = torch.cat([wd, we], -1)
+                r = eigh_ranks(block, at_cap, largest, opts, False, kept_first=cap)
+        H = hermitian_from_triangle(A, UPLO) if return_error else None
+        fields = truncated_eigh(H, w, V, r, cap, largest, return_error)
+    else:
+        w, V = apply(_EighJulia if julia else _Eigh, A, UPLO, opts)
+        r = eigh_ranks(w, rule, largest, opts, julia)
+        fields = truncated_eigh(None, w, V, r, cap, largest, return_error)
+    return TruncatedEighResult(*fields) if return_error else EighResult(*fields)
 
 
 def eigvalsh(

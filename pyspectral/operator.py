@@ -31,7 +31,7 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from . import topk as TK
 from ._backend import BACKENDS
 from ._settings import options
-from ._validation import _as_integer, check_keywords
+from ._validation import _as_integer, check_keywords, truncation_rule
 from ._warnings import warn
 from .eigh import EighResult, eigh
 from .exceptions import (
@@ -51,6 +51,7 @@ from .pullbacks.truncated import (
     truncated_svd_pullback,
 )
 from .svd import SVDResult, svd
+from .truncation import eigh_ranks, svd_ranks, truncated_eigh, truncated_svd
 
 __all__ = ["LinearOperator", "svd_topk", "eigh_topk"]
 
@@ -265,9 +266,35 @@ def _check_k(name: str, A: _Op, k: Any) -> None:
     """``k`` is required (``check_keywords`` takes None for "no k")."""
     if k is None:
         raise InputError(
-            f"{name}: k must be an integer with 1 <= k <= min(m, n) = "
+            f"{name}: k must be an integer with 0 <= k <= min(m, n) = "
             f"{min(A.shape[-2:])} for op of shape {A.shape}, got None"
         )
+
+
+def _operator_rule(name: str, kw: dict, multiplets: Any, return_error: Any) -> Any:
+    """The truncation rule of an operator call: the rules that cut inside the
+    top ``k`` (``atol``, ``rtol``, ``multiplets`` "cut" or "down"); what
+    needs the spectrum past ``k`` or ``||A||_F`` raises ``InputError``."""
+    rule = truncation_rule(name, kw, multiplets, return_error)
+    if rule.beyond_k:
+        what = (
+            "error_atol / error_rtol (the discarded weight)"
+            if rule.by_error
+            else "multiplets='up'"
+        )
+        raise InputError(
+            f"{name}: {what} depends on the spectrum past the top k, which the "
+            "linear-operator form does not compute; pass the matrix as a tensor "
+            "(method='auto' then takes the full decomposition)"
+        )
+    if return_error:
+        raise InputError(
+            f"{name}: return_error=True needs ||A||_F (the truncation error is "
+            "||A - U_r S_r V_r^H||_F), which a linear operator does not give; "
+            "pass the matrix as a tensor, or compute the error from a norm of "
+            "A you know"
+        )
+    return rule
 
 
 def _tracked(t: Tensor) -> bool:
@@ -343,6 +370,12 @@ def svd_topk(
     op: Any,
     k: int,
     *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    error_atol: float | None = None,
+    error_rtol: float | None = None,
+    multiplets: str = "cut",
+    return_error: bool = False,
     method: str = "auto",
     oversample: int | None = None,
     n_iter: int | None = None,
@@ -389,6 +422,13 @@ def svd_topk(
     ``backend="julia"`` raises ``BackendError`` for an operator (its
     products are Python callables).
 
+    Truncation rules as in :func:`svd`, ``k`` the maximum rank: for an
+    operator, those that cut inside the top ``k`` (``atol``, ``rtol``,
+    ``multiplets="cut"`` or ``"down"``); ``error_atol``, ``error_rtol``,
+    ``multiplets="up"`` (the spectrum past ``k``) and ``return_error=True``
+    (``||A||_F``) raise ``InputError`` (a tensor takes them all). ``k = 0``
+    returns empty factors without a product.
+
     The gradient is first order; ``torch.func.grad``, ``vjp`` and
     ``jacrev`` work over the tensors the callables use (``vmap`` does not:
     give the operator batch dimensions instead).
@@ -416,18 +456,44 @@ def svd_topk(
         backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
     )
+    trunc = dict(
+        atol=atol,
+        rtol=rtol,
+        error_atol=error_atol,
+        error_rtol=error_rtol,
+        multiplets=multiplets,
+    )
     if isinstance(op, Tensor):
-        return svd(op, k=k, method=method, gauge=gauge, backend=backend, **numeric)
+        return svd(
+            op,
+            k=k,
+            method=method,
+            gauge=gauge,
+            backend=backend,
+            return_error=return_error,
+            **trunc,
+            **numeric,
+        )
     _check_backend("svd_topk", backend)
     _check_operator("svd_topk", op, need_rmatmul=True)
     A = _Op(op, need_rmatmul=True)
     _check_k("svd_topk", A, k)
-    kw = check_keywords("svd_topk", A.meta, k=k, **numeric)
-    k = kw["k"]
+    tols = {name: trunc[name] for name in ("atol", "rtol", "error_atol", "error_rtol")}
+    kw = check_keywords("svd_topk", A.meta, k=k, **tols, **numeric)
+    rule = _operator_rule("svd_topk", kw, multiplets, return_error)
+    *batch, m, n = A.shape
+    k = min(kw["k"], m, n)
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd_topk"
     )
-    plan, cfg = _plan("svd", A, kw, method)
+    plan, cfg = _plan("svd", A, {**kw, "k": max(k, 1)}, method)
+    if k == 0:  # nothing to compute
+        real = A.meta.real.dtype
+        return SVDResult(
+            torch.zeros((*batch, m, 0), dtype=A.dtype, device=A.device),
+            torch.zeros((*batch, 0), dtype=real, device=A.device),
+            torch.zeros((*batch, 0, n), dtype=A.dtype, device=A.device),
+        )
     res = None
     if plan == "iterate":
         with torch.no_grad():
@@ -436,18 +502,19 @@ def svd_topk(
             )
     if res is None:  # formed: the full path, differentiable through A itself
         full = {**numeric, "oversample": None, "n_iter": None}
-        return svd(A.dense(), k=k, method="full", gauge=gauge, **full)
+        return svd(A.dense(), k=k, method="full", gauge=gauge, **trunc, **full)
     if res.message:
         _not_certified("svd_topk", k, method, A, res.message)
     U, S, V, d = res.U, res.S, res.V, res.d
     Uk, Sk, Vhk = U[..., :k], S[..., :k], V[..., :k].mH
+    out = (Uk.contiguous(), Sk.contiguous(), Vhk.contiguous())
     if torch.is_grad_enabled():
         Z, W = A.matmul(V[..., :k]), A.rmatmul(U[..., :d])
         if _tracked(Z) or _tracked(W):
             block = (U[..., :d], S[..., :d], V[..., :d], U[..., d:], S[..., d:])
             out = _SVDTopKOperator.apply(Z, W, Uk, Sk, Vhk, *block, A, k, cfg, opts)
-            return SVDResult(*out)
-    return SVDResult(Uk.contiguous(), Sk.contiguous(), Vhk.contiguous())
+    r = svd_ranks(S, rule._replace(k=k), opts, False, complete=S.shape[-1] == min(m, n))
+    return SVDResult(*truncated_svd(None, *out, r, k, False, full=False))
 
 
 # ------------------------------------------------------------------ eigh
@@ -520,6 +587,12 @@ def eigh_topk(
     k: int,
     *,
     largest: bool = True,
+    atol: float | None = None,
+    rtol: float | None = None,
+    error_atol: float | None = None,
+    error_rtol: float | None = None,
+    multiplets: str = "cut",
+    return_error: bool = False,
     method: str = "auto",
     oversample: int | None = None,
     n_iter: int | None = None,
@@ -548,7 +621,8 @@ def eigh_topk(
     flows through it into those tensors through the product ``A V_d``,
     computed once in the forward with autograd on. ``method``, the dense
     fallbacks and the other keywords as in :func:`svd_topk` (``"full"``
-    forms ``(A + A^H) / 2`` with ``A = op.matmul(I)``).
+    forms ``(A + A^H) / 2`` with ``A = op.matmul(I)``). Truncation rules as
+    in :func:`eigh`, with the operator restrictions of :func:`svd_topk`.
 
     Returns:
         ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues real and
@@ -573,6 +647,13 @@ def eigh_topk(
         backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
     )
+    trunc = dict(
+        atol=atol,
+        rtol=rtol,
+        error_atol=error_atol,
+        error_rtol=error_rtol,
+        multiplets=multiplets,
+    )
     if isinstance(op, Tensor):
         return eigh(
             op,
@@ -581,6 +662,8 @@ def eigh_topk(
             method=method,
             gauge=gauge,
             backend=backend,
+            return_error=return_error,
+            **trunc,
             **numeric,
         )
     _check_backend("eigh_topk", backend)
@@ -591,12 +674,19 @@ def eigh_topk(
             f"eigh_topk: op must be square, shape (*, n, n), got shape {A.shape}"
         )
     _check_k("eigh_topk", A, k)
-    kw = check_keywords("eigh_topk", A.meta, k=k, **numeric)
-    k = kw["k"]
+    tols = {name: trunc[name] for name in ("atol", "rtol", "error_atol", "error_rtol")}
+    kw = check_keywords("eigh_topk", A.meta, k=k, **tols, **numeric)
+    rule = _operator_rule("eigh_topk", kw, multiplets, return_error)
+    *batch, n, _ = A.shape
+    k = min(kw["k"], n)
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh_topk"
     )
-    plan, cfg = _plan("eigh", A, kw, method)
+    plan, cfg = _plan("eigh", A, {**kw, "k": max(k, 1)}, method)
+    if k == 0:  # nothing to compute
+        w0 = torch.zeros((*batch, 0), dtype=A.meta.real.dtype, device=A.device)
+        V0 = torch.zeros((*batch, n, 0), dtype=A.dtype, device=A.device)
+        return EighResult(w0, V0)
     res = None
     if plan == "iterate":
         with torch.no_grad():
@@ -606,15 +696,18 @@ def eigh_topk(
     if res is None:  # formed: the full path, differentiable through A itself
         full = {**numeric, "oversample": None, "n_iter": None}
         H = _hermitian(A.dense())
-        return eigh(H, k=k, largest=largest, method="full", gauge=gauge, **full)
+        return eigh(
+            H, k=k, largest=largest, method="full", gauge=gauge, **trunc, **full
+        )
     if res.message:
         _not_certified("eigh_topk", k, method, A, res.message)
     w, V, d = res.S, res.U, res.d
     wk, Vk = w[..., :k], V[..., :k]
+    out = (wk.contiguous(), Vk.contiguous())
     if torch.is_grad_enabled():
         Z = A.matmul(V[..., :d])
         if _tracked(Z):
             block = (w[..., :d], V[..., :d], V[..., d:], w[..., d:])
             out = _EighTopKOperator.apply(Z, wk, Vk, *block, A, k, largest, cfg, opts)
-            return EighResult(*out)
-    return EighResult(wk.contiguous(), Vk.contiguous())
+    r = eigh_ranks(w, rule._replace(k=k), largest, opts, False, kept_first=k)
+    return EighResult(*truncated_eigh(None, *out, r, k, largest, False))

@@ -23,11 +23,10 @@ from ._fns import (
 )
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
-from ._validation import check_keywords, check_matrix, check_out
+from ._validation import check_keywords, check_matrix, check_out, truncation_rule
 from .common.defaults import degeneracy_tol, peek
 from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
-from .forward.topk import top_k_method
 from .pullbacks.svd import (
     svd_function_pullback,
     svd_function_pushforward,
@@ -36,6 +35,7 @@ from .pullbacks.svd import (
     svd_pushforward,
 )
 from .topk import SVDTopK, SVDTopKJulia
+from .truncation import TruncatedSVDResult, svd_ranks, truncated_svd, truncation_path
 
 __all__ = ["SVDResult", "svd", "svdvals", "svd_function", "svd_pullback"]
 
@@ -315,6 +315,12 @@ def svd(
     *,
     full_matrices: bool = False,
     k: int | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    error_atol: float | None = None,
+    error_rtol: float | None = None,
+    multiplets: str = "cut",
+    return_error: bool = False,
     backend: str = "auto",
     degeneracy_atol: float | None = None,
     broadening: float | None = None,
@@ -326,8 +332,8 @@ def svd(
     backward_rtol: float | None = None,
     backward_maxiter: int = 500,
     out: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> SVDResult:
-    r"""svd(A, *, full_matrices=False, k=None, backend="auto", ...) -> (U, S, Vh)
+) -> SVDResult | TruncatedSVDResult:
+    r"""svd(A, *, full_matrices=False, k=None, atol=None, rtol=None, ...) -> (U, S, Vh)
 
     Singular value decomposition with a stable backward pass.
 
@@ -351,6 +357,30 @@ def svd(
         ``broadening=eta`` replaces the hard cutoff ``1/x`` by ``x/(x^2+eta^2)``.
         With ``full_matrices=True`` the extra columns count through their span.
 
+    Truncation (the rank ``r`` of each matrix is the smallest the rules give):
+    ``k`` keeps at most ``k`` triplets (``0 <= k <= min(m, n)``; any
+    ``k >= 0``, a maximum, together with a tolerance); ``atol``, ``rtol``
+    keep the ``S_i > max(atol, rtol * S_1)``, as
+    ``torch.linalg.matrix_rank`` counts; ``error_atol``, ``error_rtol`` keep
+    the fewest leading triplets whose discarded singular values have
+    ``||S_discarded||_2 <= max(error_atol, error_rtol * ||S||_2)``. Then
+    ``multiplets`` moves the cut: ``"cut"`` (default) leaves it, also inside a
+    degenerate multiplet (gap ``<= degeneracy_atol``; the kept basis is then
+    arbitrary, and a loss that depends on it triggers the ``gauge`` policy in
+    the backward), ``"down"`` moves it to the nearest multiplet boundary below
+    (drops the split multiplet: at most ``k`` kept, the discarded weight may
+    exceed the error target), ``"up"`` above (keeps it whole: may exceed
+    ``k``). A zero matrix keeps nothing under any tolerance; a rule may keep
+    nothing (``r = 0``: empty factors, zero gradient). The rank is piecewise
+    constant in ``A``: the gradient is that of the fixed-rank problem at
+    ``r``, with the exact coupling to the discarded triplets. Batched, the
+    result has the width ``max r`` over the batch, each matrix's places past
+    its own rank zero (values and vectors). ``return_error=True`` returns a
+    :class:`TruncatedSVDResult` ``(U, S, Vh, error, rel_error, rank)``:
+    ``error = ||S_discarded||_2``, ``rel_error = error / ||A||_F`` (both
+    ``(*,)``, differentiable, from the decomposition already computed) and
+    the ranks (``(*,)`` int64).
+
     Top-k methods (with ``k``): ``method="full"`` slices the full thin SVD.
     ``"randomized"`` runs block subspace iteration with ``p = k + oversample``
     columns (default ``oversample = max(10, k)``) and a Rayleigh-Ritz step,
@@ -364,7 +394,11 @@ def svd(
     default) iterates only where that is predicted to be much cheaper than
     the full SVD and keeps only a certified result, else takes the full path:
     it is exact on every spectrum. The iterative path's gradient is first
-    order (second derivatives: ``method="full"``).
+    order (second derivatives: ``method="full"``). It computes the top ``k``:
+    ``atol``, ``rtol`` and ``multiplets="down"`` cut inside them (its error
+    is ``||A - U_r U_r^H A||_F``, see :mod:`pyspectral.truncation`);
+    ``error_atol``, ``error_rtol`` and ``multiplets="up"`` need the spectrum
+    past ``k``: ``"auto"`` then takes the full path, ``"randomized"`` raises.
 
     ``backend``: ``"auto"`` (the default) and ``"torch"`` run the native
     backend (any device); ``"julia"`` runs the same rules in Julia (CPU
@@ -372,20 +406,25 @@ def svd(
 
     ``out=(U, S, Vh)``: as in ``torch.linalg.svd`` (results written into the
     given tensors, resized if needed, dtypes checked, no autograd: a ``RuntimeError``
-    if ``A`` requires grad); native backend only, not with ``k``
-    (``InputError`` otherwise).
+    if ``A`` requires grad); native backend only, not with ``k`` or another
+    truncation keyword (``InputError`` otherwise).
 
     Empty inputs (``m``, ``n`` or a batch size 0) give empty results, and
     empty gradients, as torch does.
 
     Returns:
-        ``(U, S, Vh)``, a named tuple; ``S`` is real and descending.
+        ``(U, S, Vh)``, a named tuple; ``S`` is real and descending. With
+        ``return_error=True``, ``(U, S, Vh, error, rel_error, rank)``.
 
     Example::
 
         >>> A = torch.randn(5, 3, dtype=torch.float64)
         >>> U, S, Vh = svd(A)
         >>> torch.dist(U @ torch.diag(S) @ Vh, A) < 1e-12
+        tensor(True)
+        >>> U, S, Vh, err, rel, r = svd(A, k=2, return_error=True)
+        >>> R = A - U @ torch.diag(S) @ Vh  # its norm is the truncation error
+        >>> torch.dist(torch.linalg.matrix_norm(R), err) < 1e-12
         tensor(True)
     """
     # Every argument is validated before a backend is chosen (and Julia started).
@@ -394,6 +433,10 @@ def svd(
         "svd",
         A,
         k=k,
+        atol=atol,
+        rtol=rtol,
+        error_atol=error_atol,
+        error_rtol=error_rtol,
         degeneracy_atol=degeneracy_atol,
         broadening=broadening,
         gauge_atol=gauge_atol,
@@ -402,37 +445,38 @@ def svd(
         backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
     )
+    rule = truncation_rule("svd", kw, multiplets, return_error)
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
     )
-    k = kw["k"]
-    if check_out("svd", out, backend, A, k):
+    if check_out("svd", out, backend, A, rule):
         return SVDResult(*torch.linalg.svd(A, full_matrices=full_matrices, out=out))
-    if k is not None:
-        if full_matrices:
-            raise InputError(
-                "svd: k (top-k triplets) cannot be combined with full_matrices=True; "
-                "pass one of them"
-            )
-        method, cfg = top_k_method(
-            "svd",
-            A,
-            k,
-            method,
-            kw["oversample"],
-            kw["n_iter"],
-            kw["backward_rtol"],
-            kw["backward_maxiter"],
-        )
-    impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
-    if k is None:
+    if rule is None:
+        impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
         return SVDResult(*apply(impl, A, full_matrices, opts))
-    if method == "iterative":
-        if impl is _SVD:
-            return SVDResult(*apply(SVDTopK, A, k, cfg, opts)[:3])
-        return SVDResult(*apply(SVDTopKJulia, A, k, cfg, opts))
-    U, S, Vh = apply(impl, A, False, opts)
-    return SVDResult(U[..., :k], S[..., :k], Vh[..., :k, :])
+    if full_matrices:
+        raise InputError(
+            "svd: k (top-k triplets) or a truncation rule cannot be combined with "
+            "full_matrices=True; pass one of them"
+        )
+    K = min(A.shape[-2:])
+    cap = K if rule.k is None else min(rule.k, K)
+    path, cfg = truncation_path("svd", A, rule, cap, method, kw)
+    julia = resolve_backend("svd", backend, A) == "julia"
+    if path == "iterative":
+        if julia:
+            U, S, Vh, block = apply(SVDTopKJulia, A, cap, cfg, opts)
+        else:
+            U, S, Vh, _, Sd, _, _, Se = apply(SVDTopK, A, cap, cfg, opts)
+            block = torch.cat([Sd, Se], -1)
+        at_cap = rule._replace(k=cap)
+        r = svd_ranks(block, at_cap, opts, julia, complete=block.shape[-1] == K)
+        fields = truncated_svd(A, U, S, Vh, r, cap, return_error, full=False)
+    else:
+        U, S, Vh = apply(_SVDJulia if julia else _SVD, A, False, opts)
+        r = svd_ranks(S, rule, opts, julia, complete=True)
+        fields = truncated_svd(A, U, S, Vh, r, cap, return_error, full=True)
+    return TruncatedSVDResult(*fields) if return_error else SVDResult(*fields)
 
 
 def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> Tensor:

@@ -449,19 +449,24 @@ class SVDTopKJulia(torch.autograd.Function):
     warns with the measured residual), svd_trunc_pullback! (the same
     deflated CG backward, dense fallback and warning) and its transpose
     truncated_svd_pushforward (the jvp, through the same blocks). First order
-    only, as natively: a derivative of either raises ``DerivativeError``."""
+    only, as natively: a derivative of either raises ``DerivativeError``.
+    Returns the top-k triplets and the block's singular values (not
+    differentiable; for the truncation rules)."""
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, k: int, cfg: TopKConfig, opts: Options) -> tuple:
-        out, ctx.handles = _julia.svd_topk(A, k, _julia_settings(k, cfg, opts))
+        settings = _julia_settings(k, cfg, opts)
+        out, values, ctx.handles = _julia.svd_topk(A, k, settings)
         ctx.k, ctx.cfg, ctx.opts = k, cfg, opts
         ctx.save_for_backward(A)
         ctx.save_for_forward(A)
         ctx.set_materialize_grads(False)
-        return _not_views(out)
+        # and, not differentiable, the block's singular values (truncation rules)
+        ctx.mark_non_differentiable(values)
+        return (*_not_views(out), values)
 
     @staticmethod
-    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
+    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor, *_: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         with torch.no_grad():
@@ -478,7 +483,8 @@ class SVDTopKJulia(torch.autograd.Function):
             tangents = _julia.svd_trunc_pushforward(
                 A, ctx.handles, ctx.k, dA, ctx.opts, cfg.rtol, cfg.maxiter
             )
-        return tuple(_first_order(t, A) for t in tangents)
+        # the block's values are a non-differentiable output: no tangent
+        return (*(_first_order(t, A) for t in tangents), None)
 
 
 class EighTopKJulia(torch.autograd.Function):
@@ -498,16 +504,19 @@ class EighTopKJulia(torch.autograd.Function):
         opts: Options,
     ) -> tuple:
         settings = _julia_settings(k, cfg, opts)
-        out, ctx.handles = _julia.eigh_topk(A, k, uplo, largest, settings)
+        out, values, ctx.handles = _julia.eigh_topk(A, k, uplo, largest, settings)
         ctx.k, ctx.largest, ctx.uplo = k, largest, uplo
         ctx.cfg, ctx.opts = cfg, opts
         ctx.save_for_backward(A)
         ctx.save_for_forward(A)
         ctx.set_materialize_grads(False)
-        return _not_views(out)
+        # and, not differentiable, the block's eigenvalues: the kept ones first,
+        # ascending, then the others from the wanted end (truncation rules)
+        ctx.mark_non_differentiable(values)
+        return (*_not_views(out), values)
 
     @staticmethod
-    def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
+    def backward(ctx: Any, gw: Tensor, gV: Tensor, *_: Tensor) -> tuple:
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         with torch.no_grad():
@@ -540,4 +549,5 @@ class EighTopKJulia(torch.autograd.Function):
                 cfg.rtol,
                 cfg.maxiter,
             )
-        return tuple(_first_order(t, A) for t in tangents)
+        # the block's values are a non-differentiable output: no tangent
+        return (*(_first_order(t, A) for t in tangents), None)

@@ -66,6 +66,7 @@ from pyspectral.exceptions import (
     PySpectralError,
 )
 from pyspectral.forward import topk as T
+from pyspectral.forward.truncation import TruncationRule, truncation_rank
 from pyspectral.pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
@@ -798,6 +799,33 @@ class FakeJulia:
                 )
         U, S, Vt = torch.linalg.svd(A, full_matrices=False)
         return U.numpy(), S.numpy(), Vt.numpy(), S.shape[-1]
+
+    # --------------------------------------------------------- truncation
+    # PySpectral.jl's truncation_rank (src/forward/truncation.jl) ports the
+    # native rules; the stand-in runs the native ones on each column.
+
+    def truncation_ranks_batched(
+        self,
+        X: Any,
+        k: Any,
+        atol: Any,
+        rtol: Any,
+        error_atol: Any,
+        error_rtol: Any,
+        multiplets: str,
+        degeneracy_atol: Any,
+    ) -> np.ndarray:
+        X = self._wrap(X)  # k x B: one spectrum per column
+        if X.dtype.kind != "f":
+            raise AssertionError(f"truncation_ranks_batched: spectra of {X.dtype}")
+        rule = TruncationRule(k, atol, rtol, error_atol, error_rtol, multiplets)
+        ranks = [
+            int(
+                truncation_rank(torch.from_numpy(X[:, b].copy()), rule, degeneracy_atol)
+            )
+            for b in range(X.shape[1])
+        ]
+        return np.array(ranks, dtype=np.int64)  # Vector{Int64}, through out()
 
     def _uncertified(self, op: str, k: int, why: str, cfg: T.TopKConfig) -> None:
         if why:

@@ -39,6 +39,7 @@ import bench_eigh  # noqa: E402
 import bench_julia  # noqa: E402
 import bench_julia_ttfx  # noqa: E402
 import bench_overhead  # noqa: E402
+import bench_truncation  # noqa: E402
 
 JULIA_USABLE, JULIA_WHY = _julia.status()
 needs_no_julia = pytest.mark.skipif(
@@ -63,7 +64,7 @@ def child_env() -> dict[str, str]:
 # ------------------------------------------------------------ command line
 
 
-@pytest.mark.parametrize("which", ["svd", "eigh", "topk", "julia", "all"])
+@pytest.mark.parametrize("which", ["svd", "eigh", "topk", "truncation", "julia", "all"])
 def test_bench_command_parses_every_benchmark(which, monkeypatch):
     seen = {}
 
@@ -105,8 +106,9 @@ def test_bench_arguments_per_benchmark():
 
 
 def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
-    """``bench all`` loads benchmarks/bench_<name>.py for svd, eigh, topk and
-    julia (stand-in scripts here) and calls main with their arguments."""
+    """``bench all`` loads benchmarks/bench_<name>.py for svd, eigh, topk,
+    truncation and julia (stand-in scripts here) and calls main with their
+    arguments."""
     for name in cli.BENCHMARKS:
         (tmp_path / f"bench_{name}.py").write_text(
             f"def main(argv):\n    print('ran {name}', list(argv))\n"
@@ -118,6 +120,7 @@ def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
         "ran svd ['--quick']",
         "ran eigh ['--quick']",
         f"ran topk {cli.TOPK_QUICK}",
+        "ran truncation ['--quick']",
         "ran julia ['--quick']",
     ]
     assert "running benchmarks/bench_topk.py" in out.err
@@ -273,6 +276,30 @@ def test_bench_overhead_rows(capsys):
             counts = rows[f"torch ops in the backward: {what}"]
             assert all(int(c.strip(" |")) >= 2 for c in counts)
         float(rows["overhead"][1].strip(" |"))
+
+
+def test_bench_truncation_rows(capsys):
+    """bench_truncation's table: a row per rule, each rule keeping the
+    triplets of the fixed k = n // 8 it is timed against, the times and
+    ratios as numbers."""
+    assert bench_truncation.main(["--sizes", "32", "--repeat", "1"]) == 0
+    calls, alone = capsys.readouterr().out.split("the rule's own work")
+
+    def rows(table: str) -> list[list[str]]:
+        lines = [r for r in table.splitlines() if r.startswith("| 32x32")]
+        return [[c.strip() for c in r.strip("| ").split(" | ")] for r in lines]
+
+    assert len(rows(calls)) == 7
+    for _, rule, kept, ms, ratio in rows(calls):
+        assert kept == "4", rule
+        float(ms), float(ratio)
+    assert [r[1] for r in rows(alone)] == [
+        "rtol",
+        "error_rtol",
+        "rtol, multiplets='down'",
+    ]
+    for _, _, us, share in rows(alone):
+        float(us), float(share)
 
 
 def test_ops_in_counts_dispatched_operations():

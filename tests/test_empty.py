@@ -140,8 +140,10 @@ def test_top_k_and_keywords_on_empty_input(shape) -> None:
     g, gg = grads(op, A)
     assert g.shape == gg.shape == A.shape
     if min(shape[-2:]) == 0:
-        with pytest.raises(ps.InputError, match=r"k must be an integer with 1 <= k"):
+        with pytest.raises(ps.InputError, match=r"k must be an integer with 0 <= k"):
             ps.svd(A, k=1)
+        # k = 0 keeps nothing, on an empty spectrum too
+        assert ps.svd(A, k=0).S.shape == (*shape[:-2], 0)
 
 
 def test_an_empty_batch_of_nonempty_matrices() -> None:

@@ -30,14 +30,15 @@ H = (H + H.mT) / 2  # exactly symmetric: hermitian_tol=0 accepts it
 
 TOP_K = ["k", "oversample", "n_iter", "backward_rtol", "backward_maxiter"]
 OPTIONS = ["degeneracy_atol", "broadening", "gauge_atol"]
+TRUNCATION = ["atol", "rtol", "error_atol", "error_rtol"]
 # op: (call on a matrix X, its numeric keywords)
 CALLS: dict[str, tuple[Callable[..., Any], list[str]]] = {
-    "svd": (ps.svd, [*TOP_K, *OPTIONS]),
+    "svd": (ps.svd, [*TOP_K, *OPTIONS, *TRUNCATION]),
     "svd_function": (
         lambda X, **kw: ps.svd_function(X, ("pow", 2), **kw),
         ["degeneracy_atol"],
     ),
-    "eigh": (ps.eigh, [*TOP_K, *OPTIONS, "hermitian_tol"]),
+    "eigh": (ps.eigh, [*TOP_K, *OPTIONS, *TRUNCATION, "hermitian_tol"]),
     "matrix_function": (
         lambda X, **kw: ps.matrix_function(X, "log", **kw),
         ["degeneracy_atol", "hermitian_tol"],
@@ -49,7 +50,7 @@ NAN, INF = float("nan"), float("inf")
 TOLERANCE_BAD = [-1.0, -1, -1e-300, NAN, INF, -INF, True, "1e-8", 1j]
 TOLERANCE_BAD += [torch.tensor([1.0]), torch.tensor(True), np.bool_(False)]
 BAD: dict[str, list[Any]] = {
-    "k": [0, -1, 4, 2.0, True, "2", np.float64(2.0), np.bool_(True)]
+    "k": [-1, 4, 2.0, True, "2", np.float64(2.0), np.bool_(True)]
     + [torch.tensor(2.0), torch.tensor([2]), torch.tensor(True)],
     "oversample": [-1, -2, 2.5, 1.0, True, "3", torch.tensor(1.0)],
     "n_iter": [-1, 1.0, False, np.float32(2), torch.tensor([1])],
@@ -59,9 +60,10 @@ BAD: dict[str, list[Any]] = {
     "degeneracy_atol": TOLERANCE_BAD,
     "gauge_atol": TOLERANCE_BAD,
     "hermitian_tol": TOLERANCE_BAD,
+    **{name: TOLERANCE_BAD for name in TRUNCATION},
 }
 REQUIRED = {
-    "k": "an integer with 1 <= k <= min(m, n) = 3",
+    "k": "an integer with 0 <= k <= min(m, n) = 3",
     "oversample": "an integer >= 0, or None (automatic)",
     "n_iter": "an integer >= 0, or None (automatic)",
     "backward_maxiter": "an integer >= 1",
@@ -70,6 +72,7 @@ REQUIRED = {
     "degeneracy_atol": "a finite number >= 0, or None",
     "gauge_atol": "a finite number >= 0, or None",
     "hermitian_tol": "a finite number >= 0, or None",
+    **{name: "a finite number >= 0, or None" for name in TRUNCATION},
 }
 
 
@@ -154,6 +157,7 @@ GOOD: dict[str, tuple[Any, list[Any]]] = {
     "degeneracy_atol": (0.0, [0, np.float32(0), torch.tensor(0)]),
     "gauge_atol": (0.0, [0, np.float64(0), torch.tensor(0.0)]),
     "hermitian_tol": (0.0, [0, np.float64(0), torch.tensor(0.0)]),
+    **{name: (0.0, [0, np.float32(0), torch.tensor(0)]) for name in TRUNCATION},
 }
 W = seeded_randn(4, 3, dtype=torch.float64, gen=_gen)
 

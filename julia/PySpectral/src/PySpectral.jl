@@ -20,6 +20,7 @@ using PrecompileTools: @compile_workload, @setup_workload
 using Random: Random
 
 export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
+export tsvd, teigh, truncation_rank, truncation_error
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
 export svd_trunc_pullback!, eigh_trunc_pullback!, dense_truncated_svd_pullback!,
@@ -34,6 +35,7 @@ export SpectralValues
 include("common/defaults.jl")
 include("common/safemethods.jl")
 include("common/gauge.jl")
+include("forward/truncation.jl")
 include("forward/svd.jl")
 include("forward/eigh.jl")
 include("forward/topk.jl")

@@ -6,23 +6,75 @@
 # (`AbstractZero`) gives itself back, without the pushforward; a thunk is unthunked.
 # Top-k (`svd_topk`, `eigh_topk`): the certified block of the forward, then the
 # truncated pushforwards (src/pullbacks/truncated.jl), the transposes of the truncated
-# pullbacks that the rrules use.
+# pullbacks that the rrules use. The truncations (`svd` with its rules, `tsvd`,
+# `teigh`) push forward at their rank, which is piecewise constant in A.
 
 function ChainRulesCore.frule((_, ΔA), ::typeof(svd), A::AbstractMatrix; full::Bool=false,
-                              k::Union{Nothing,Integer}=nothing, degeneracy_atol=nothing,
+                              k::Union{Nothing,Integer}=nothing, atol=nothing,
+                              rtol=nothing, error_atol=nothing, error_rtol=nothing,
+                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
-    # Top-k: the tangents of the kept triplets, from the pushforward of all of them
-    # (which couples them to the discarded ones), as the rrule pulls back through all.
-    _check_topk("svd", k, full, min(size(A)...))
+    # A truncation: the tangents of the kept triplets, from the pushforward of all of
+    # them (which couples them to the discarded ones), as the rrule pulls back through
+    # all; the rank is piecewise constant in A.
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    _check_truncation("svd", min(size(A)...), full; trunc...)
     Fall = svd(A; full, degeneracy_atol, broadening, gauge, gauge_atol)
-    F = k === nothing ? Fall : _topk(Fall, k)  # exactly what svd(A; k) returns
+    truncates = _truncates(k, atol, rtol, error_atol, error_rtol)
+    r = truncates ? truncation_rank(Fall.S; trunc..., degeneracy_atol) : nothing
+    F = r === nothing ? Fall : _topk(Fall, r)  # exactly what svd(A; ...) returns
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return F, ΔA
     ΔU, ΔS, ΔVᴴ = svd_pushforward(Fall.U, Fall.S, Fall.Vt, ΔA; degeneracy_atol, broadening)
-    if k !== nothing
-        ΔU, ΔS, ΔVᴴ = ΔU[:, 1:k], ΔS[1:k], ΔVᴴ[1:k, :]
+    if r !== nothing
+        ΔU, ΔS, ΔVᴴ = ΔU[:, 1:r], ΔS[1:r], ΔVᴴ[1:r, :]
     end
     return F, Tangent{typeof(F)}(; U=ΔU, S=ΔS, Vt=ΔVᴴ)
+end
+
+# The tangent of the truncation error ϵ = norm(x[discarded]) along the tangents Δx of
+# the values: Σ xᵢ Δxᵢ / ϵ over the discarded ones (0 when ϵ = 0, as the pullback).
+function _truncation_error_tangent(x, Δx, discarded, ϵ)
+    ϵ > 0 || return zero(ϵ)
+    return sum(i -> x[i] * real(Δx[i]), discarded; init=zero(ϵ)) / ϵ
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(tsvd), A::AbstractMatrix;
+                              k::Union{Nothing,Integer}=nothing, atol=nothing,
+                              rtol=nothing, error_atol=nothing, error_rtol=nothing,
+                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, degeneracy_atol,
+                    broadening, gauge, gauge_atol)
+    F, ϵ = _topk(Fall, r), truncation_error(Fall.S, r)  # exactly what tsvd returns
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return (F, ϵ), ΔA
+    ΔU, ΔS, ΔVᴴ = svd_pushforward(Fall.U, Fall.S, Fall.Vt, ΔA; degeneracy_atol, broadening)
+    Δϵ = _truncation_error_tangent(Fall.S, ΔS, r+1:length(Fall.S), ϵ)
+    ΔF = Tangent{typeof(F)}(; U=ΔU[:, 1:r], S=ΔS[1:r], Vt=ΔVᴴ[1:r, :])
+    return (F, ϵ), Tangent{typeof((F, ϵ))}(ΔF, Δϵ)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(teigh), A::AbstractMatrix; uplo::Symbol=:L,
+                              largest::Bool=true, k::Union{Nothing,Integer}=nothing,
+                              atol=nothing, rtol=nothing, error_atol=nothing,
+                              error_rtol=nothing, multiplets::Symbol=:cut,
+                              check_hermitian::Bool=false, hermitian_tol=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    Eall, r = _teigh(A; uplo, largest, k, atol, rtol, error_atol, error_rtol, multiplets,
+                     check_hermitian, hermitian_tol, degeneracy_atol, broadening, gauge,
+                     gauge_atol)
+    # exactly what teigh returns
+    E, ϵ = _kept_eigen(Eall, r, largest), _eigh_truncation_error(Eall.values, r, largest)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return (E, ϵ), ΔA
+    λ, n = Eall.values, length(Eall.values)
+    Δλ, ΔV = eigh_pushforward(λ, Eall.vectors, ΔA; uplo, degeneracy_atol, broadening)
+    kept = _kept_range(n, r, largest)
+    Δϵ = _truncation_error_tangent(λ, Δλ, largest ? (1:n-r) : (r+1:n), ϵ)
+    ΔE = Tangent{typeof(E)}(; values=Δλ[kept], vectors=ΔV[:, kept])
+    return (E, ϵ), Tangent{typeof((E, ϵ))}(ΔE, Δϵ)
 end
 
 function ChainRulesCore.frule((_, ΔA), ::typeof(svdvals), A::AbstractMatrix)

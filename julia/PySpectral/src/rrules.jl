@@ -44,18 +44,24 @@ _pad_rows(x, K) = iszerotangent(x) ? nothing : vcat(x, zeros(eltype(x), K - size
 _pad_vec(x, K) = iszerotangent(x) ? nothing : vcat(x, zeros(eltype(x), K - length(x)))
 
 function ChainRulesCore.rrule(::typeof(svd), A::AbstractMatrix; full::Bool=false,
-                              k::Union{Nothing,Integer}=nothing, degeneracy_atol=nothing,
+                              k::Union{Nothing,Integer}=nothing, atol=nothing,
+                              rtol=nothing, error_atol=nothing, error_rtol=nothing,
+                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
                               broadening=nothing, gauge=:warn, gauge_atol=nothing)
-    # Top-k pulls back through all triplets, with zero cotangents on the discarded
-    # ones: that is the exact coupling to the discarded spectrum.
-    _check_topk("svd", k, full, min(size(A)...))
+    # A truncation pulls back through all triplets, with zero cotangents on the
+    # discarded ones: that is the exact coupling to the discarded spectrum (the rank is
+    # piecewise constant in A: the fixed-rank problem's gradient).
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    _check_truncation("svd", min(size(A)...), full; trunc...)
     Fall = svd(A; full, degeneracy_atol, broadening, gauge, gauge_atol)
-    F = k === nothing ? Fall : _topk(Fall, k)  # exactly what svd(A; k) returns
+    truncates = _truncates(k, atol, rtol, error_atol, error_rtol)
+    r = truncates ? truncation_rank(Fall.S; trunc..., degeneracy_atol) : nothing
+    F = r === nothing ? Fall : _topk(Fall, r)  # exactly what svd(A; ...) returns
     project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
     function svd_back(ΔF)
         ΔU, ΔS, ΔVᴴ = _svd_cotangents(unthunk(ΔF))
         _allzero(ΔU, ΔS, ΔVᴴ) && return NoTangent(), ZeroTangent()
-        if k !== nothing
+        if r !== nothing
             K = length(Fall.S)
             ΔU, ΔS, ΔVᴴ = _pad_cols(ΔU, K), _pad_vec(ΔS, K), _pad_rows(ΔVᴴ, K)
         end
@@ -65,6 +71,30 @@ function ChainRulesCore.rrule(::typeof(svd), A::AbstractMatrix; full::Bool=false
         return NoTangent(), project_A(ΔA)
     end
     return F, svd_back
+end
+
+# A tuple output's cotangent, (ΔF, Δϵ): a Tangent{Tuple} or, from Zygote, a Tuple.
+_pair_cotangents(::Union{Nothing,AbstractZero}) = (nothing, nothing)
+_pair_cotangents(Δ::Union{Tuple,Tangent}) = (unthunk(Δ[1]), _nothing_if_zero(unthunk(Δ[2])))
+
+function ChainRulesCore.rrule(::typeof(tsvd), A::AbstractMatrix;
+                              k::Union{Nothing,Integer}=nothing, atol=nothing,
+                              rtol=nothing, error_atol=nothing, error_rtol=nothing,
+                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
+                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    opts = (; degeneracy_atol, broadening, gauge, gauge_atol)
+    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, opts...)
+    F, ϵ = _topk(Fall, r), truncation_error(Fall.S, r)  # exactly what tsvd returns
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function tsvd_back(Δ)
+        ΔF, Δϵ = _pair_cotangents(unthunk(Δ))
+        ΔU, ΔS, ΔVᴴ = _svd_cotangents(ΔF)
+        _allzero(ΔU, ΔS, ΔVᴴ, Δϵ) && return NoTangent(), ZeroTangent()
+        ΔA = zeros(_grad_eltype(Fall.U, ΔU, ΔS, ΔVᴴ), sz)
+        tsvd_pullback!(ΔA, Fall.U, Fall.S, Fall.Vt, r, ΔU, ΔS, ΔVᴴ, Δϵ; opts...)
+        return NoTangent(), project_A(ΔA)
+    end
+    return (F, ϵ), tsvd_back
 end
 
 function ChainRulesCore.rrule(::typeof(svdvals), A::AbstractMatrix)
@@ -111,6 +141,31 @@ function ChainRulesCore.rrule(::typeof(eigh), A::AbstractMatrix; uplo::Symbol=:L
         return NoTangent(), project_A(ΔA)
     end
     return E, eigh_back
+end
+
+function ChainRulesCore.rrule(::typeof(teigh), A::AbstractMatrix; uplo::Symbol=:L,
+                              largest::Bool=true, k::Union{Nothing,Integer}=nothing,
+                              atol=nothing, rtol=nothing, error_atol=nothing,
+                              error_rtol=nothing, multiplets::Symbol=:cut,
+                              check_hermitian::Bool=false, hermitian_tol=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    opts = (; degeneracy_atol, broadening, gauge, gauge_atol)
+    Eall, r = _teigh(A; uplo, largest, k, atol, rtol, error_atol, error_rtol, multiplets,
+                     check_hermitian, hermitian_tol, opts...)
+    # exactly what teigh returns
+    E, ϵ = _kept_eigen(Eall, r, largest), _eigh_truncation_error(Eall.values, r, largest)
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function teigh_back(Δ)
+        ΔE, Δϵ = _pair_cotangents(unthunk(Δ))
+        Δλ, ΔV = _eigen_cotangents(ΔE)
+        _allzero(Δλ, ΔV, Δϵ) && return NoTangent(), ZeroTangent()
+        ΔA = zeros(_grad_eltype(Eall.vectors, Δλ, ΔV), sz)
+        teigh_pullback!(ΔA, Eall.values, Eall.vectors, r, Δλ, ΔV, Δϵ; uplo, largest,
+                        opts...)
+        return NoTangent(), project_A(ΔA)
+    end
+    return (E, ϵ), teigh_back
 end
 
 function ChainRulesCore.rrule(::typeof(eigvalsh), A::AbstractMatrix; uplo::Symbol=:L,

@@ -322,7 +322,7 @@ end
     end
 
     A = randn(4, 3)
-    @test_throws ArgumentError PySpectral.svd(A; k=0)
+    @test_throws ArgumentError PySpectral.svd(A; k=-1)
     @test_throws ArgumentError PySpectral.svd(A; k=4)
     @test_throws ArgumentError PySpectral.svd(A; k=1, full=true)
     @test_throws ArgumentError PySpectral.svd([1.0 NaN; 0.0 1.0])
@@ -999,12 +999,20 @@ end
         end
     end
 
-    # k: an integer (not a Bool) with 1 <= k <= min(m, n)
+    # k: an integer (not a Bool) with 1 <= k <= min(m, n) for the iterative top-k, and
+    # 0 <= k <= min(m, n) for a truncation (larger only as a maximum, with a tolerance)
     for k in (0, -1, 4, true)
         need = "k must be an integer with 1 <= k <= min(m, n) = 3, got $(repr(k))"
-        @test argument_error_message(() -> PySpectral.svd(A; k)) == "svd: $need"
         @test argument_error_message(() -> svd_topk(A, k)) == "svd_topk: $need"
         @test argument_error_message(() -> eigh_topk(H, k)) == "eigh_topk: $need"
+    end
+    larger = "; a larger k is a maximum rank together with atol, rtol, error_atol or " *
+             "error_rtol"
+    for k in (-1, 4, true)
+        need = "k must be an integer with 0 <= k <= min(m, n) = 3, got $(repr(k))$larger"
+        @test argument_error_message(() -> PySpectral.svd(A; k)) == "svd: $need"
+        @test argument_error_message(() -> tsvd(A; k)) == "tsvd: $need"
+        @test argument_error_message(() -> teigh(H; k)) == "teigh: $need"
     end
     # method: a Symbol among :auto, :full, :randomized
     for (op, call) in (("svd_topk", m -> svd_topk(A, 2; method=m)),
@@ -1579,6 +1587,223 @@ end
         _, back = rrule(eigh_topk, A, k; kw...)
         Ē = Tangent{typeof(E)}(; values=randn(k), vectors=randn(T, 20, k))
         @test transposes(inner(ΔE, Ē, (:values, :vectors)), inner(ΔA, back(Ē)[2]))
+    end
+end
+
+# Issue 17: truncation by rank, tolerance and discarded weight, whole multiplets, k = 0
+# (src/forward/truncation.jl), as pyspectral's tests/test_truncation.py checks them.
+@testset "truncation rules" begin
+    S = [4.0, 3.0, 2.0, 1.0]
+    keep(x; kw...) = truncation_rank(x; kw...)
+    @test keep(S) == 4
+    @test keep(S; k=2) == 2
+    @test keep(S; k=0) == 0
+    @test keep(S; atol=2.0) == 2               # strictly above: 2 itself is cut
+    @test keep(S; rtol=0.5) == 2               # 0.5 * S₁ = 2
+    @test keep(S; atol=1.0, rtol=0.6) == 2     # max(1, 2.4)
+    @test keep(S; atol=0.0, k=1) == 1
+    @test keep(S; k=10, atol=0.0) == 4         # k a maximum past length(S)
+    # the discarded weight: tails ‖S[r+1:end]‖ = √30, √14, √5, 1, 0
+    @test keep(S; error_atol=1.0) == 3         # ≤ is inclusive (exact in units of S₁)
+    @test keep(S; error_atol=0.99) == 4
+    @test keep(S; error_rtol=0.5) == 2         # √5 ≤ 0.5 √30 < √14
+    @test keep(S; error_atol=6.0) == 0         # keeps nothing
+    @test keep(S; error_atol=1.0, k=2) == 2
+    @test truncation_error(S, 2) ≈ sqrt(5.0)
+    @test truncation_error(S, 4) == 0
+    @test truncation_error(S, 0) ≈ norm(S)
+    # multiplets: a cut inside {2, 2, 2} moves down to 1 or up to 4
+    M = [3.0, 2.0, 2.0, 2.0, 1.0]
+    @test keep(M; k=2) == 2
+    @test keep(M; k=2, multiplets=:down) == 1
+    @test keep(M; k=2, multiplets=:up) == 4
+    @test keep(M; k=4, multiplets=:down) == 4  # already at a gap
+    @test keep(M; atol=1.5, multiplets=:down) == 4
+    N = M .+ [0, 1e-13, 0, -1e-13, 0]
+    @test keep(N; k=2, multiplets=:down) == 1                        # within the tol
+    @test keep(N; k=2, multiplets=:down, degeneracy_atol=0.0) == 2   # every gap counts
+    @test keep(M; k=2, multiplets=:down, degeneracy_atol=0.0) == 1   # equal: still one
+    # zeros are a multiplet too; the zero matrix keeps nothing under any tolerance
+    Z = [2.0, 1.0, 0.0, 0.0]
+    @test keep(Z; k=3, multiplets=:down) == 2
+    @test keep(Z; k=3, multiplets=:up) == 4
+    @test keep(Z; atol=0.0) == 2
+    for kw in ((; atol=0.0), (; rtol=0.1), (; error_atol=0.0), (; error_rtol=0.5))
+        @test keep(zeros(3); kw...) == 0
+    end
+    @test keep(zeros(3); k=2) == 2
+    @test keep(zeros(3); k=2, multiplets=:down) == 0
+    # all equal: one multiplet
+    E = [2.0, 2.0, 2.0]
+    @test keep(E; k=1, multiplets=:down) == 0
+    @test keep(E; k=1, multiplets=:up) == 3
+    @test keep(E; rtol=1.0) == 0
+    @test keep(E; rtol=0.99) == 3
+    @test keep(Float64[]; atol=0.0) == 0
+    # scale invariance: the tails are summed in units of S₁
+    @test keep(S .* 1e200; error_rtol=0.5) == 2
+    @test keep(S .* 1e-200; error_rtol=0.5) == 2
+
+    # svd: the same rules on its singular values
+    Random.seed!(17)
+    A = with_singular_values(Float64, 6, 4, S)
+    @test PySpectral.svd(A; atol=2.5).S ≈ [4.0, 3.0]
+    @test size(PySpectral.svd(A; k=0).U) == (6, 0)
+    F, ϵ = tsvd(A; error_rtol=0.5)
+    @test F.S ≈ [4.0, 3.0] && ϵ ≈ sqrt(5.0)
+    @test ϵ ≈ norm(A - F.U * Diagonal(F.S) * F.Vt)
+    F, ϵ = tsvd(A; k=0)
+    @test size(F.U) == (6, 0) && size(F.Vt) == (0, 4) && ϵ ≈ norm(A)
+
+    # eigh, by order from the wanted end: λ descending, or -λ from the smallest
+    H = with_eigenvalues(Float64, [-3.0, -1.0, 0.5, 2.0])
+    H = (H + H') / 2
+    E2, ϵ2 = teigh(H; k=2)
+    @test E2.values ≈ [0.5, 2.0] && ϵ2 ≈ norm([-3.0, -1.0])
+    E2, ϵ2 = teigh(H; k=2, largest=false)
+    @test E2.values ≈ [-3.0, -1.0] && ϵ2 ≈ norm([0.5, 2.0])
+    @test teigh(H; atol=0.0)[1].values ≈ [0.5, 2.0]
+    @test teigh(H; atol=0.0, largest=false)[1].values ≈ [-3.0, -1.0]
+    @test teigh(H; rtol=0.3)[1].values ≈ [2.0]            # |x₁| = 2: above 0.6
+    @test teigh(H; error_atol=3.2)[1].values ≈ [0.5, 2.0] # √10 ≤ 3.2 < √10.25
+
+    # bad rules: an ArgumentError naming the keyword, in pyspectral's words
+    TOL = "a finite number >= 0, or nothing"
+    for name in (:atol, :rtol, :error_atol, :error_rtol), value in (-1.0, NaN, Inf, true)
+        kw = NamedTuple{(name,)}((value,))
+        for (op, call) in (("svd", () -> PySpectral.svd(A; kw...)),
+                           ("tsvd", () -> tsvd(A; kw...)), ("teigh", () -> teigh(H; kw...)))
+            @test argument_error_message(call) ==
+                  "$op: $name must be $TOL, got $(repr(value))"
+        end
+    end
+    @test argument_error_message(() -> tsvd(A; k=2, multiplets=:sideways)) ==
+          "tsvd: multiplets must be :cut, :down or :up, got :sideways"
+    @test startswith(argument_error_message(() -> tsvd(A; multiplets=:down)),
+                     "tsvd: multiplets=:down moves the cut of a truncation, but none")
+    @test startswith(argument_error_message(() -> PySpectral.svd(A; full=true, atol=1.0)),
+                     "svd: k (top-k triplets) or a truncation rule cannot be combined")
+    @test argument_error_message(() -> tsvd(A; k=-1, atol=1.0)) ==
+          "tsvd: k must be an integer >= 0 (the maximum rank, with atol, rtol, " *
+          "error_atol or error_rtol given), got -1"
+    @test size(tsvd(A; k=7, atol=0.0)[1].U) == (6, 4)   # a maximum, with a tolerance
+end
+
+@testset "truncated svd rrules" begin
+    Random.seed!(18)
+    rules = ((; k=2), (; atol=2.0), (; rtol=0.5, multiplets=:down), (; error_atol=1.2),
+             (; k=3, error_rtol=0.3))
+    for T in (Float64, ComplexF64), (m, n) in ((6, 4), (4, 6))
+        A = with_singular_values(T, m, n, [4.0, 3.0, 1.0, 0.5])
+        for kw in rules
+            F, ϵ = tsvd(A; kw...)
+            @test F.S ≈ [4.0, 3.0]
+            @test ϵ ≈ norm([1.0, 0.5])
+            Δ = Tangent{typeof((F, ϵ))}(fd_svd_tangent(F), 0.7)
+            test_rrule(tsvd, A; fkwargs=kw, output_tangent=Δ, check_inferred=false,
+                       rtol=RTOL, atol=ATOL)
+            test_rrule(PySpectral.svd, A; fkwargs=kw, output_tangent=fd_svd_tangent(F),
+                       check_inferred=false, rtol=RTOL, atol=ATOL)
+        end
+        # the error alone: ∂ϵ/∂A = (A - U_r S_r V_rᴴ) / ϵ, without a second decomposition
+        F, ϵ = tsvd(A; k=2)
+        g = only(Zygote.gradient(X -> tsvd(X; k=2)[2], A))
+        @test g ≈ (A - F.U * Diagonal(F.S) * F.Vt) / ϵ
+        # keeping nothing: empty factors, ϵ = ‖A‖ with gradient A / ‖A‖
+        @test only(Zygote.gradient(X -> tsvd(X; k=0)[2], A)) ≈ A / norm(A)
+        g0 = only(Zygote.gradient(X -> sum(abs2, tsvd(X; k=0)[1].S) + 0, A))
+        @test g0 === nothing || iszero(g0)
+    end
+    # the zero matrix keeps nothing; its error 0 has the zero (sub)gradient
+    Z = zeros(5, 3)
+    F, ϵ = tsvd(Z; atol=0.0)
+    @test isempty(F.S) && ϵ == 0
+    @test iszero(only(Zygote.gradient(X -> tsvd(X; atol=0.0)[2], Z)))
+
+    # Whole multiplets: at a degenerate spectrum, the cut moved to a boundary makes a
+    # gauge-invariant loss differentiable (gauge=:raise: nothing basis dependent seen),
+    # against finite differences, for :down and :up. (A degeneracy_atol above the steps
+    # of the differences keeps the pair one multiplet along them: an exact degeneracy
+    # split by a step would move the cut, the rank being piecewise constant.)
+    for T in (Float64, ComplexF64)
+        A = with_singular_values(T, 5, 4, [3.0, 2.0, 2.0, 1.0])
+        W = randn(T, 5, 4)
+        for (mult, kept) in ((:down, 1), (:up, 3))
+            @test length(PySpectral.svd(A; k=2, multiplets=mult).S) == kept
+            loss(X) = (t = tsvd(X; k=2, multiplets=mult, degeneracy_atol=0.1,
+                                gauge=:raise);
+                       real(dot(W, t[1].U * t[1].Vt)) + sum(abs2, t[1].S) + 3 * t[2])
+            test_grad(loss, A; rtol=1e-5)
+        end
+        # :cut splits {2, 2}: a basis-dependent loss warns, as for a fixed k
+        _, back = rrule(tsvd, A; k=2)
+        F2 = tsvd(A; k=2)[1]
+        @test_logs (:warn, r"^svd: ") match_mode = :any back(
+            Tangent{typeof((F2, 0.0))}(Tangent{typeof(F2)}(; U=randn(T, 5, 2)), 0.0))
+    end
+end
+
+@testset "truncated eigh rrules" begin
+    Random.seed!(19)
+    λ = [-3.0, -1.0, 0.5, 2.0, 4.0]
+    for T in (Float64, ComplexF64), uplo in (:L, :U), largest in (true, false)
+        H = with_eigenvalues(T, λ)
+        A = uplo === :L ? tril(H) : triu(H)  # only the uplo triangle is read
+        P = randn(T, 5, 5)
+        for kw in ((; k=2), (; atol=0.2), (; error_atol=4.2), (; k=3, rtol=0.1))
+            E, ϵ = teigh(A; uplo, largest, kw...)
+            x = largest ? reverse(λ) : -λ
+            r = truncation_rank(x; kw...)
+            @test length(E.values) == r
+            @test ϵ ≈ norm(x[r+1:end])
+            # a gauge-invariant loss: the kept eigenvalues, the projector onto the kept
+            # pairs, and the error, through Zygote and the rrule, against differences
+            loss(X) = (t = teigh(X; uplo, largest, kw...);
+                       sum(abs2, t[1].values) + real(dot(P, t[1].vectors * t[1].vectors')) +
+                       2 * t[2])
+            test_grad(loss, A; rtol=1e-5)
+            g = only(Zygote.gradient(loss, A))
+            @test iszero(uplo === :L ? triu(g, 1) : tril(g, -1))
+        end
+    end
+end
+
+@testset "truncation frules" begin
+    Random.seed!(20)
+    transposes(lhs, rhs) = isapprox(lhs, rhs; rtol=1e-10, atol=1e-10)
+    for T in (Float64, ComplexF64)
+        A, ΔA = with_singular_values(T, 5, 4, [4.0, 3.0, 1.0, 0.5]), randn(T, 5, 4)
+        for kw in ((; k=2, gauge=:ignore), (; atol=2.0, gauge=:ignore),
+                   (; error_atol=1.2, gauge=:ignore), (; k=0, gauge=:ignore))
+            (F, ϵ), Δ = frule((NoTangent(), ΔA), tsvd, A; kw...)
+            _, back = rrule(tsvd, A; kw...)
+            F̄ = Tangent{typeof(F)}(; U=randn(T, size(F.U)), S=randn(length(F.S)),
+                                   Vt=randn(T, size(F.Vt)))
+            ϵ̄ = randn()
+            lhs = inner(Δ[1], F̄, (:U, :S, :Vt)) + Δ[2] * ϵ̄
+            @test transposes(lhs, inner(ΔA, back(Tangent{typeof((F, ϵ))}(F̄, ϵ̄))[2]))
+            # ... and the svd frule with the same rules agrees with tsvd's
+            F2, ΔF2 = frule((NoTangent(), ΔA), PySpectral.svd, A; kw...)
+            @test F2.S ≈ F.S && ΔF2.S ≈ Δ[1].S
+        end
+        # the error's tangent against finite differences (a smooth function of A here)
+        for kw in ((; k=2), (; error_atol=1.2))
+            (_, ϵ), Δ = frule((NoTangent(), ΔA), tsvd, A; kw...)
+            fd = FiniteDifferences.jvp(FDM, X -> tsvd(X; kw...)[2], (A, ΔA))
+            @test Δ[2] ≈ fd rtol = 1e-6
+        end
+        H, ΔH = with_eigenvalues(T, [-3.0, -1.0, 0.5, 2.0]), randn(T, 4, 4)
+        for largest in (true, false), kw in ((; k=2), (; atol=0.0), (; error_rtol=0.82))
+            (E, ϵ), Δ = frule((NoTangent(), ΔH), teigh, H; largest, gauge=:ignore, kw...)
+            _, back = rrule(teigh, H; largest, gauge=:ignore, kw...)
+            Ē = Tangent{typeof(E)}(; values=randn(length(E.values)),
+                                   vectors=randn(T, size(E.vectors)))
+            ϵ̄ = randn()
+            lhs = inner(Δ[1], Ē, (:values, :vectors)) + Δ[2] * ϵ̄
+            @test transposes(lhs, inner(ΔH, back(Tangent{typeof((E, ϵ))}(Ē, ϵ̄))[2]))
+            fd = FiniteDifferences.jvp(FDM, X -> teigh(X; largest, kw...)[2], (H, ΔH))
+            @test Δ[2] ≈ fd rtol = 1e-6
+        end
     end
 end
 

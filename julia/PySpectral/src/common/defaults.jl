@@ -110,12 +110,55 @@ function _check_options(op; degeneracy_atol=nothing, broadening=nothing, gauge=:
     return nothing
 end
 
-# `k` of a top-k call: nothing (all), or an integer (not a Bool) in 1:K, K = min(m, n).
-function _check_topk(op, k, full, K)
+# `k` of a top-k call: nothing (all), or an integer (not a Bool) in 1:K, K = min(m, n)
+# (the iterative top-k functions); `lo = 0` for the truncation of `svd`/`tsvd`/`teigh`,
+# where `capped` (a truncation tolerance is given) makes any k >= 0 a maximum rank.
+function _check_topk(op, k, full, K; lo=1, capped=false)
     k === nothing && return nothing
     full && throw(ArgumentError("$op: k (top-k triplets) cannot be combined with " *
                                 "full=true; pass one of them"))
-    (_isinteger(k) && 1 <= k <= K) && return nothing
-    throw(ArgumentError("$op: k must be an integer with 1 <= k <= min(m, n) = $K, " *
-                        "got $(repr(k))"))
+    if capped
+        (_isinteger(k) && k >= 0) && return nothing
+        throw(ArgumentError("$op: k must be an integer >= 0 (the maximum rank, with " *
+                            "atol, rtol, error_atol or error_rtol given), got $(repr(k))"))
+    end
+    (_isinteger(k) && lo <= k <= K) && return nothing
+    larger = lo == 0 ? "; a larger k is a maximum rank together with atol, rtol, " *
+                       "error_atol or error_rtol" : ""
+    throw(ArgumentError("$op: k must be an integer with $lo <= k <= min(m, n) = $K, " *
+                        "got $(repr(k))$larger"))
+end
+
+"""
+    _check_truncation(op, K, full; k, atol, rtol, error_atol, error_rtol, multiplets)
+
+Throw an `ArgumentError` for a truncation (src/forward/truncation.jl) that breaks its
+rules, as `check_keywords` and `truncation_rule` in pyspectral/_validation.py do: the
+tolerances `nothing` or finite `>= 0`; `k` an integer with `0 <= k <= K`, or any `k >= 0`
+(a maximum) together with a tolerance; `multiplets` one of `:cut`, `:down`, `:up`, and
+not other than `:cut` without a rule to move (it would be ignored); no truncation with
+`full = true`.
+"""
+function _check_truncation(op, K, full=false; k=nothing, atol=nothing, rtol=nothing,
+                           error_atol=nothing, error_rtol=nothing, multiplets=:cut)
+    # in pyspectral's order: k first (a maximum when any tolerance is given), then
+    # the tolerances
+    capped = any(x -> x !== nothing, (atol, rtol, error_atol, error_rtol))
+    _check_topk(op, k, false, K; lo=0, capped)
+    _check_tolerance(op, "atol", atol)
+    _check_tolerance(op, "rtol", rtol)
+    _check_tolerance(op, "error_atol", error_atol)
+    _check_tolerance(op, "error_rtol", error_rtol)
+    multiplets in MULTIPLETS ||
+        throw(ArgumentError("$op: multiplets must be :cut, :down or :up, got " *
+                            "$(repr(multiplets))"))
+    if k === nothing && !capped && multiplets !== :cut
+        throw(ArgumentError("$op: multiplets=$(repr(multiplets)) moves the cut of a " *
+                            "truncation, but none is asked for; pass k, atol, rtol, " *
+                            "error_atol or error_rtol, or drop multiplets"))
+    end
+    full && (k !== nothing || capped) &&
+        throw(ArgumentError("$op: k (top-k triplets) or a truncation rule cannot be " *
+                            "combined with full=true; pass one of them"))
+    return nothing
 end

@@ -17,14 +17,22 @@ function _check_finite(op, A)
 end
 
 """
-    svd(A; full=false, k=nothing, degeneracy_atol=nothing, broadening=nothing,
+    svd(A; full=false, k=nothing, atol=nothing, rtol=nothing, error_atol=nothing,
+        error_rtol=nothing, multiplets=:cut, degeneracy_atol=nothing, broadening=nothing,
         gauge=:warn, gauge_atol=nothing) -> LinearAlgebra.SVD
 
 Singular value decomposition `A = U Diagonal(S) Vᴴ`, `S` descending, with a stable
 pullback. `F.U`, `F.S`, `F.Vt` are a plain `Matrix`, `Vector`, `Matrix` (`F.V` is
 `F.Vt'`, as in LinearAlgebra). Thin by default; `full=true` gives square `U`, `Vᴴ`
-(their extra columns count through their span); `k` keeps the top `k` triplets, whose
-pullback includes the exact coupling to the discarded ones.
+(their extra columns count through their span).
+
+Truncation (see [`truncation_rank`](@ref)): `k` keeps at most `k` triplets
+(`0 <= k <= min(m, n)`, or any `k >= 0`, a maximum, with a tolerance); `atol`, `rtol` the
+`Sᵢ > max(atol, rtol S₁)`; `error_atol`, `error_rtol` the fewest whose discarded values
+have `norm(S_discarded) <= max(error_atol, error_rtol norm(S))`; `multiplets` (`:cut`,
+`:down`, `:up`) moves the cut to a multiplet boundary. The pullback of the kept triplets
+includes the exact coupling to the discarded ones (the rank is piecewise constant: the
+gradient of the fixed-rank problem). [`tsvd`](@ref) also returns the truncation error.
 
 The remaining keywords only configure the pullback (see [`svd_pullback!`](@ref)):
 singular values closer than `degeneracy_atol` (default `maximum(S) eps^(3/4)`) form a
@@ -39,15 +47,51 @@ symmetric functions; for `U f(S) Vᴴ` use [`svd_function`](@ref).
 Not `LinearAlgebra.svd`: call it as `PySpectral.svd` when both are loaded.
 """
 function svd(A::AbstractMatrix; full::Bool=false, k::Union{Nothing,Integer}=nothing,
-             degeneracy_atol=nothing, broadening=nothing, gauge=:warn, gauge_atol=nothing)
+             atol=nothing, rtol=nothing, error_atol=nothing, error_rtol=nothing,
+             multiplets::Symbol=:cut, degeneracy_atol=nothing, broadening=nothing,
+             gauge=:warn, gauge_atol=nothing)
     _check_options("svd"; degeneracy_atol, broadening, gauge, gauge_atol)
-    _check_topk("svd", k, full, min(size(A)...))
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    _check_truncation("svd", min(size(A)...), full; trunc...)
     _check_finite("svd", A)
     F = LinearAlgebra.svd!(Matrix{_lapack_eltype(A)}(A); full=full)
-    return k === nothing ? F : _topk(F, k)
+    _truncates(k, atol, rtol, error_atol, error_rtol) || return F
+    return _topk(F, truncation_rank(F.S; trunc..., degeneracy_atol))
 end
 
 _topk(F::SVD, k) = SVD(F.U[:, 1:k], F.S[1:k], F.Vt[1:k, :])
+
+"""
+    tsvd(A; k=nothing, atol=nothing, rtol=nothing, error_atol=nothing, error_rtol=nothing,
+         multiplets=:cut, degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+         gauge_atol=nothing) -> (F::SVD, ϵ)
+
+The truncated SVD `F = svd(A; k, atol, ...)` (the same rules, see [`svd`](@ref)) and its
+truncation error `ϵ = norm(S_discarded)` ([`truncation_error`](@ref)), computed from the
+discarded singular values of the same decomposition (`ϵ / norm(A)` is the relative
+error). Both are differentiable: the pullback ([`tsvd_pullback!`](@ref)) is that of the
+fixed-rank problem, `F`'s cotangents coupled exactly to the discarded triplets and
+`ϵ`'s cotangent acting through `∂ϵ/∂Sᵢ = Sᵢ / ϵ` on the discarded values (0 when
+`ϵ = 0`). A rule may keep nothing (`k = 0`, a zero matrix under any tolerance): empty
+factors, `ϵ = norm(A)`.
+"""
+function tsvd(A::AbstractMatrix; k::Union{Nothing,Integer}=nothing, atol=nothing,
+              rtol=nothing, error_atol=nothing, error_rtol=nothing, multiplets::Symbol=:cut,
+              degeneracy_atol=nothing, broadening=nothing, gauge=:warn, gauge_atol=nothing)
+    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, degeneracy_atol,
+                    broadening, gauge, gauge_atol)
+    return _topk(Fall, r), truncation_error(Fall.S, r)
+end
+
+# The whole thin SVD of A and the rank the rules keep (shared by tsvd and its rules).
+function _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, degeneracy_atol,
+               broadening, gauge, gauge_atol)
+    _check_options("tsvd"; degeneracy_atol, broadening, gauge, gauge_atol)
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    _check_truncation("tsvd", min(size(A)...); trunc...)
+    Fall = svd(A)
+    return Fall, truncation_rank(Fall.S; trunc..., degeneracy_atol)
+end
 
 """
     svdvals(A) -> Vector

@@ -114,3 +114,31 @@ function eigh_pushforward(λ::AbstractVector, V::AbstractMatrix, ΔA::AbstractMa
     ΔV = V * (ΔP .* ginv.(transpose(λ) .- λ))
     return [real(ΔP[i, i]) for i in 1:n], ΔV
 end
+
+"""
+    teigh_pullback!(ΔA, λ, V, r, Δλ, ΔV, Δϵ; uplo=:L, largest=true,
+                    degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                    gauge_atol=nothing) -> ΔA
+
+Add to `ΔA` (on the `uplo` triangle) the gradient of [`teigh`](@ref)'s outputs, the `r`
+eigenpairs at the wanted end and the truncation error `ϵ = norm(λ_discarded)`, from
+their cotangents (`Δλ`, `ΔV` n×r, a real `Δϵ`; any may be `nothing`), given the whole
+decomposition `λ` (ascending), `V`: [`eigh_pullback!`](@ref) with the kept cotangents in
+their places and zero elsewhere (the exact coupling to the discarded pairs), and
+`∂ϵ/∂λᵢ = λᵢ / ϵ` on the discarded eigenvalues (none when `ϵ = 0`).
+"""
+function teigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatrix,
+                         r::Integer, Δλ, ΔV, Δϵ; uplo::Symbol=:L, largest::Bool=true, kw...)
+    n = length(λ)
+    Δλ, ΔV, Δϵ = map(x -> iszerotangent(x) ? nothing : x, (Δλ, ΔV, Δϵ))
+    kept = _kept_range(n, r, largest)
+    discarded = largest ? (1:n-r) : (r+1:n)
+    Δλall = _truncated_values_cotangent(λ, kept, discarded, _wanted_first(λ, largest), r,
+                                        Δλ, Δϵ)
+    ΔVall = nothing
+    if ΔV !== nothing
+        ΔVall = zeros(promote_type(eltype(ΔV), eltype(V)), size(V))
+        ΔVall[:, kept] .= ΔV
+    end
+    return eigh_pullback!(ΔA, λ, V, Δλall, ΔVall; uplo, kw...)
+end

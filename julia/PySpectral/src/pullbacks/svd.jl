@@ -329,3 +329,40 @@ function _normalize_pushforward(U, S, Vᴴ, ΔA, ΔP)
     s₁ = _smax(S)
     return ΔA ./ s₁ .- (real(ΔP[1, 1]) / s₁^2) .* ((U .* transpose(S)) * Vᴴ)
 end
+
+# --------------------------------------------------------------- truncation
+
+"""
+    tsvd_pullback!(ΔA, U, S, Vᴴ, r, ΔU, ΔS, ΔVᴴ, Δϵ; degeneracy_atol=nothing,
+                   broadening=nothing, gauge=:warn, gauge_atol=nothing) -> ΔA
+
+Add to `ΔA` the gradient of [`tsvd`](@ref)'s outputs, the top `r` triplets and the
+truncation error `ϵ = norm(S[r+1:end])`, from their cotangents (`ΔU` m×r, `ΔS`, `ΔVᴴ`
+r×n, a real `Δϵ`; any may be `nothing`), given the whole thin SVD `U, S, Vᴴ`: the rank
+is piecewise constant in `A`, so this is [`svd_pullback!`](@ref) on all triplets with
+the kept cotangents, zero past `r` (the exact coupling to the discarded triplets), and
+`∂ϵ/∂Sᵢ = Sᵢ / ϵ` on the discarded singular values (none when `ϵ = 0`, the subgradient 0
+of a norm at 0). pyspectral's `svd(...; return_error=True)` is this formula.
+"""
+function tsvd_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVector,
+                        Vᴴ::AbstractMatrix, r::Integer, ΔU, ΔS, ΔVᴴ, Δϵ; kw...)
+    K = length(S)
+    ΔU, ΔS, ΔVᴴ, Δϵ = map(x -> iszerotangent(x) ? nothing : x, (ΔU, ΔS, ΔVᴴ, Δϵ))
+    ΔSall = _truncated_values_cotangent(S, 1:r, r+1:K, S, r, ΔS, Δϵ)
+    return svd_pullback!(ΔA, U, S, Vᴴ, _zero_pad_columns(ΔU, K), ΔSall,
+                         _zero_pad_rows(ΔVᴴ, K); kw...)
+end
+
+# The cotangent of all values `x` from those of the kept ones (at `kept`, `Δx`) and of
+# the truncation error `ϵ = truncation_error(wanted, r)` of the discarded ones (at
+# `discarded`; `wanted`: the values read from the wanted end): `Δϵ xᵢ / ϵ` there.
+function _truncated_values_cotangent(x, kept, discarded, wanted, r, Δx, Δϵ)
+    (Δx === nothing && Δϵ === nothing) && return nothing
+    Δ = zeros(real(float(eltype(x))), length(x))
+    Δx === nothing || (Δ[kept] .= real.(Δx))
+    if Δϵ !== nothing
+        ϵ = truncation_error(wanted, r)
+        ϵ > 0 && (Δ[discarded] .= real(Δϵ) .* view(x, discarded) ./ ϵ)
+    end
+    return Δ
+end

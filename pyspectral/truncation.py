@@ -1,0 +1,287 @@
+"""Truncated ``svd`` / ``eigh``: a rank per matrix from the rules of
+``forward/truncation.py`` applied to a computed decomposition, the padded
+result, and the truncation error.
+
+Batched inputs. The ranks ``r`` of the matrices of a batch may differ; the
+result has the common width ``w = max r`` (for an empty batch: ``k``, else
+``min(m, n)``), and in each matrix the ``w - r`` places past its rank hold
+zeros (singular values or eigenvalues, and their vectors), so that
+``U diag(S) Vh`` is each matrix's own truncation. With ``return_error=True``
+the per-matrix ranks come back too.
+
+Gradients. The rank is piecewise constant in ``A``, so the derivative of a
+truncated decomposition is that of the fixed-rank problem at its rank: the
+full path's pullback (``svd_pullback`` / ``eigh_pullback`` on the whole
+decomposition, cotangents zero past the rank: the exact coupling to the
+discarded pairs) or the iterative path's (``pullbacks/truncated.py``). The
+zeros are constants: their cotangents are dropped. The truncation error
+
+    error = ||x_discarded||_2,        rel_error = error / ||A||_F
+
+(``x`` the singular values or eigenvalues) is computed on the full path from
+the discarded values, summed without cancellation, and is differentiable
+through them (its gradient ``sum_discarded x_i (u_i v_i^H) / error``; 0
+where the error is 0). The iterative path has no discarded values: its error
+is ``||A - U_r U_r^H A||_F`` (eigh: ``||A - V_r diag(w_r) V_r^H||_F``) from the
+kept vectors and ``A``, the same number for exact vectors and, as the
+Rayleigh-Ritz relations make it stationary in them, exact to first order for
+the certified ones; its gradient, with the vectors held fixed, is the exact
+``(A - U_r U_r^H A) / error``. No second decomposition in either case.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from . import _julia
+from ._settings import Options
+from .common.defaults import peek
+from .exceptions import InputError
+from .forward.topk import TopKConfig, top_k_method
+from .forward.truncation import TruncationRule, truncation_rank
+
+__all__ = [
+    "TruncatedSVDResult",
+    "TruncatedEighResult",
+    "truncation_path",
+    "svd_ranks",
+    "eigh_ranks",
+    "truncated_svd",
+    "truncated_eigh",
+]
+
+
+class TruncatedSVDResult(NamedTuple):
+    """``svd(..., return_error=True)``: the kept triplets (padded, see
+    :mod:`pyspectral.truncation`), the truncation error ``||S_discarded||_2``
+    and ``error / ||A||_F`` (shape ``(*,)``, differentiable), and the rank of
+    each matrix (``(*,)``, int64)."""
+
+    U: Tensor
+    S: Tensor
+    Vh: Tensor
+    error: Tensor
+    rel_error: Tensor
+    rank: Tensor
+
+
+class TruncatedEighResult(NamedTuple):
+    """``eigh(..., return_error=True)``: the kept eigenpairs (padded), the
+    truncation error ``||eigenvalues_discarded||_2``, ``error / ||A||_F`` and
+    the rank of each matrix."""
+
+    eigenvalues: Tensor
+    eigenvectors: Tensor
+    error: Tensor
+    rel_error: Tensor
+    rank: Tensor
+
+
+# ------------------------------------------------------------------- path
+
+
+def truncation_path(
+    op: str, A: Tensor, rule: TruncationRule, cap: int, method: str, kw: dict
+) -> tuple[str, TopKConfig | None]:
+    """``("full", None)`` or ``("iterative", cfg)`` for a truncated call with
+    the maximum rank ``cap = min(k, min(m, n))``.
+
+    The iterative top-k path computes the top ``k`` only: ``k`` is required
+    (``method="randomized"`` without it raises), ``atol``, ``rtol`` and
+    ``multiplets="down"`` cut inside it, but the discarded-weight rule
+    (``error_atol``, ``error_rtol``) and ``multiplets="up"`` depend on the
+    values past ``k``: ``method="auto"`` then takes the full path and
+    ``"randomized"`` raises ``InputError``, rather than estimate them.
+    ``k = 0`` keeps nothing and takes the full path (for the error)."""
+    if method not in ("auto", "full", "randomized"):
+        raise InputError(
+            f"{op}: method must be 'auto', 'full' or 'randomized', got {method!r}"
+        )
+    if rule.k is None:
+        if method == "randomized":
+            raise InputError(
+                f"{op}: method='randomized' computes the top k only: pass k (the "
+                "maximum rank) with the tolerances, or use method='auto'"
+            )
+        return "full", None
+    if rule.beyond_k:
+        if method == "randomized":
+            what = (
+                "error_atol / error_rtol (the discarded weight)"
+                if rule.by_error
+                else "multiplets='up'"
+            )
+            raise InputError(
+                f"{op}: {what} depends on the spectrum past the top k, which "
+                "method='randomized' does not compute; use method='auto' (which "
+                "then takes the full decomposition) or 'full'"
+            )
+        return "full", None
+    if cap == 0:
+        return "full", None
+    rest = (kw["oversample"], kw["n_iter"], kw["backward_rtol"], kw["backward_maxiter"])
+    return top_k_method(op, A, cap, method, *rest)
+
+
+# ------------------------------------------------------------------ ranks
+
+
+def svd_ranks(
+    S: Tensor, rule: TruncationRule, opts: Options, julia: bool, complete: bool
+) -> Tensor | None:
+    """The rank of each matrix from its singular values ``S`` (``(*, K)``,
+    descending: all of them, or the leading ones of an iterative block when
+    ``complete`` is False), by PySpectral.jl's ``truncation_rank`` when
+    ``julia``; None when it is ``min(k, K)`` whatever ``S`` (``rule.fixed``).
+
+    A block that does not reach past the kept values gets a 0 appended: the
+    next singular value lies in ``[0, s_k]``, so a cut there is a multiplet
+    boundary exactly when ``s_k`` is not numerically zero (the certificate
+    closed the cluster of ``s_k`` inside the block otherwise)."""
+    if rule.fixed:
+        return None
+    if not complete:
+        S = torch.cat([S, S.new_zeros(*S.shape[:-1], 1)], -1)
+    return _ranks("svd", S, rule, opts, julia)
+
+
+def eigh_ranks(
+    w: Tensor,
+    rule: TruncationRule,
+    largest: bool,
+    opts: Options,
+    julia: bool,
+    kept_first: int | None = None,
+) -> Tensor | None:
+    """The rank of each matrix from its eigenvalues: all of them ascending
+    (``kept_first`` None), or an iterative block with the ``kept_first`` kept
+    ones first, ascending, then the others from the wanted end. The rules
+    read them from the wanted end: ``w`` descending (``largest``) or ``-w``
+    ascending-negated (smallest)."""
+    if rule.fixed:
+        return None
+    if kept_first is None:
+        x = w.flip(-1) if largest else -w
+    else:
+        k = kept_first
+        x = torch.cat([w[..., :k].flip(-1), w[..., k:]], -1) if largest else -w
+    return _ranks("eigh", x, rule, opts, julia)
+
+
+def _ranks(
+    op: str, x: Tensor, rule: TruncationRule, opts: Options, julia: bool
+) -> Tensor:
+    if julia:
+        return _julia.truncation_ranks(op, x, rule, opts.degeneracy_atol)
+    return truncation_rank(x, rule, opts.degeneracy_atol)
+
+
+def _width(r: Tensor | None, cap: int) -> tuple[int, bool]:
+    """The common width ``max r`` (``cap`` for an empty batch or a fixed
+    rank) and whether every matrix has it (no padding)."""
+    if r is None:
+        return cap, True
+    p = peek(r)
+    if p.numel() == 0:
+        return cap, True
+    w = int(p.max())
+    return w, bool((p == w).all())
+
+
+def _rank_tensor(r: Tensor | None, w: int, like: Tensor) -> Tensor:
+    if r is not None:
+        return r
+    return torch.full(like.shape[:-1], w, dtype=torch.int64, device=like.device)
+
+
+def _relative(error: Tensor, norm: Tensor) -> Tensor:
+    """``error / norm``, 0 where ``norm`` is 0 (the zero matrix)."""
+    safe = torch.where(norm > 0, norm, torch.ones_like(norm))
+    return torch.where(norm > 0, error / safe, torch.zeros_like(error))
+
+
+# ------------------------------------------------------------------- svd
+
+
+def truncated_svd(
+    A: Tensor,
+    U: Tensor,
+    S: Tensor,
+    Vh: Tensor,
+    r: Tensor | None,
+    cap: int,
+    return_error: bool,
+    full: bool,
+) -> tuple:
+    """The truncated result from differentiable triplets ``U, S, Vh``: the
+    whole thin SVD (``full``) or the top ``cap`` of the iterative path, and
+    the ranks ``r`` (None: ``cap`` for every matrix). Returns the fields of
+    ``SVDResult`` or, with ``return_error``, of ``TruncatedSVDResult``."""
+    w, uniform = _width(r, cap)
+    Uk, Sk, Vhk = U[..., :w], S[..., :w], Vh[..., :w, :]
+    if not uniform:
+        keep = torch.arange(w, device=S.device) < r.unsqueeze(-1)
+        Uk = Uk * keep.unsqueeze(-2).to(U.dtype)
+        Sk = Sk * keep.to(S.dtype)
+        Vhk = Vhk * keep.unsqueeze(-1).to(Vh.dtype)
+    if not return_error:
+        return Uk, Sk, Vhk
+    if full:
+        if uniform:
+            discarded = S[..., w:]
+        else:
+            discarded = S * (torch.arange(S.shape[-1], device=S.device) >= r[..., None])
+        error = torch.linalg.vector_norm(discarded, dim=-1)
+        norm = torch.linalg.vector_norm(S, dim=-1)
+    else:
+        # A - U_r U_r^H A, with U_r (zero past each rank) held fixed
+        P = Uk.detach()
+        error = torch.linalg.matrix_norm(A - P @ (P.mH @ A))
+        norm = torch.linalg.matrix_norm(A)
+    rank = _rank_tensor(r, w, S)
+    return Uk, Sk, Vhk, error, _relative(error, norm), rank
+
+
+# ------------------------------------------------------------------ eigh
+
+
+def truncated_eigh(
+    H: Tensor | None,
+    w: Tensor,
+    V: Tensor,
+    r: Tensor | None,
+    cap: int,
+    largest: bool,
+    return_error: bool,
+) -> tuple:
+    """The truncated result from differentiable eigenpairs ascending: the
+    whole decomposition (``H`` None) or the ``cap`` kept pairs of the
+    iterative path (``H`` the Hermitian matrix read from the triangle, for
+    the error). The kept ones of each matrix are the last ``r`` (``largest``)
+    or the first ``r``; padding sits on the other side of the width."""
+    n = w.shape[-1]
+    width, uniform = _width(r, cap)
+    sel = slice(n - width, n) if largest else slice(0, width)
+    wk, Vk = w[..., sel], V[..., sel]
+    j = torch.arange(width, device=w.device)
+    if not uniform:
+        rr = r.unsqueeze(-1)
+        keep = j >= width - rr if largest else j < rr
+        wk = wk * keep.to(w.dtype)
+        Vk = Vk * keep.unsqueeze(-2).to(V.dtype)
+    if not return_error:
+        return wk, Vk
+    if H is None:
+        i = torch.arange(n, device=w.device)
+        rank = _rank_tensor(r, width, w).unsqueeze(-1)
+        discarded = w * (i < n - rank if largest else i >= rank)
+        error = torch.linalg.vector_norm(discarded, dim=-1)
+        norm = torch.linalg.vector_norm(w, dim=-1)
+    else:
+        Q, lam = Vk.detach(), wk.detach()
+        error = torch.linalg.matrix_norm(H - (Q * lam.unsqueeze(-2).to(Q.dtype)) @ Q.mH)
+        norm = torch.linalg.matrix_norm(H)
+    return wk, Vk, error, _relative(error, norm), _rank_tensor(r, width, w)
