@@ -46,7 +46,6 @@ import re
 import sys
 import threading
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -831,124 +830,121 @@ def matrix_function_pushforward(
     return from_julia(dYj, dA.shape[:-2])
 
 
-# ------------------------------------------- f given by its values (user pairs)
-# A user's (f, f_prime) pair is Python code, which Julia cannot call. Julia
-# decomposes (the svd_batched / eigh_batched glue), ``values`` evaluates f and
-# f' on that spectrum in Python (it receives the spectrum as a tensor sharing
-# Julia's memory and returns real tensors of its shape and dtype), and the glue
-# forms Y and later the pullback from the values (PySpectral.SpectralValues).
-# The values cross like S: (*, k) tensors as column-major (k, B) views.
-
-SpectralValuesFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# ------------------------------------------- f given by its values (user f)
+# A user's f is Python code, which Julia cannot call. Julia decomposes (the
+# svd_batched / eigh_batched glue: svd_values / eigh_values below), the caller
+# evaluates f and f' on that spectrum in Python (a tensor sharing Julia's
+# memory), and the glue forms Y and later the pullback from the values
+# (PySpectral.SpectralValues). The values cross like S: (*, k) tensors as
+# column-major (k, B) views.
 
 
-def svd_function_values(A: torch.Tensor, values: SpectralValuesFn) -> tuple:
-    """``(Y, handles)`` of ``Y = U f(S) Vh``, ``(fS, dS) = values(S)``."""
+def svd_values(A: torch.Tensor) -> tuple:
+    """``((U, S, Vh), values)``: Julia's thin SVD of ``A`` (tensors sharing
+    its memory) and the :class:`SVDValues` that forms ``U f(S) Vh`` there."""
     check_tensor("svd_function", A)
     batch = A.shape[:-2]
     Uj, Sj, Vtj = call("svd_function", "svd_batched", to_julia(A), False)
-    fS, dS = values(from_julia_vectors(Sj, batch))
-    Yj = call(
-        "svd_function",
-        "svd_function_values_batched",
-        Uj,  # Julia's factors of the transposes: Y arrives transposed, as A did
-        Sj,
-        Vtj,
-        to_julia_vectors(fS),
-        to_julia_vectors(dS),
-    )
-    return from_julia(Yj, batch), (Uj, Sj, Vtj, fS, dS)
+    U = from_julia(Vtj, batch)  # Julia's Vt is U^T
+    Vh = from_julia(Uj, batch)  # Julia's U is Vh^T
+    S = from_julia_vectors(Sj, batch)
+    return (U, S, Vh), SVDValues((Uj, Sj, Vtj), (A.shape, A.dtype))
 
 
-def svd_function_values_pullback(
-    shape_dtype: tuple, handles: tuple, gY: torch.Tensor
-) -> torch.Tensor:
-    Uj, Sj, Vtj, fS, dS = handles
-    gA = gradient_buffer(shape_dtype)
-    call(
-        "svd_function",
-        "svd_function_values_pullback_batched!",
-        to_julia(gA),
-        Uj,
-        Sj,
-        Vtj,
-        to_julia_vectors(fS),
-        to_julia_vectors(dS),
-        to_julia(gY),
-    )
-    return gA
+class SVDValues:
+    """``Y = U f(S) Vh`` on Julia's factors (``handles``) from the values
+    ``fS``, ``dS`` of ``f`` and ``f'`` on its ``S``: ``form`` (once), then its
+    ``pullback`` / ``pushforward`` along ``A`` (Julia's factors of the
+    transposes: ``Y`` and the gradient arrive in our layout, as ``A`` left)."""
+
+    def __init__(self, handles: tuple, shape_dtype: tuple) -> None:
+        self.handles, self.shape_dtype = handles, shape_dtype
+        self.values: tuple = ()
+
+    def form(self, fS: torch.Tensor, dS: torch.Tensor) -> torch.Tensor:
+        self.values = (to_julia_vectors(fS), to_julia_vectors(dS))
+        Yj = call(
+            "svd_function", "svd_function_values_batched", *self.handles, *self.values
+        )
+        return from_julia(Yj, self.shape_dtype[0][:-2])
+
+    def pullback(self, gY: torch.Tensor) -> torch.Tensor:
+        gA = gradient_buffer(self.shape_dtype)
+        call(
+            "svd_function",
+            "svd_function_values_pullback_batched!",
+            to_julia(gA),
+            *self.handles,
+            *self.values,
+            to_julia(gY),
+        )
+        return gA
+
+    def pushforward(self, dA: torch.Tensor) -> torch.Tensor:
+        dYj = call(
+            "svd_function",
+            "svd_function_values_pushforward_batched",
+            *self.handles,
+            *self.values,
+            to_julia(dA),
+        )
+        return from_julia(dYj, dA.shape[:-2])
 
 
-def svd_function_values_pushforward(handles: tuple, dA: torch.Tensor) -> torch.Tensor:
-    """Forward mode of :func:`svd_function_values`: the tangent of ``Y``."""
-    Uj, Sj, Vtj, fS, dS = handles
-    dYj = call(
-        "svd_function",
-        "svd_function_values_pushforward_batched",
-        Uj,
-        Sj,
-        Vtj,
-        to_julia_vectors(fS),
-        to_julia_vectors(dS),
-        to_julia(dA),
-    )
-    return from_julia(dYj, dA.shape[:-2])
-
-
-def matrix_function_values(
-    A: torch.Tensor, uplo: str, values: SpectralValuesFn
-) -> tuple:
-    """``(Y, handles)`` of ``Y = V f(w) V^H``, ``(fw, dw) = values(w)``."""
+def eigh_values(A: torch.Tensor, uplo: str) -> tuple:
+    """``((w, V), values)``: Julia's eigendecomposition of the ``uplo``
+    triangle of ``A`` and the :class:`EighValues` that forms ``V f(w) V^H``."""
     check_tensor("matrix_function", A)
     batch = A.shape[:-2]
     wj, Vj = call("matrix_function", "eigh_batched", to_julia(A), _SWAP[uplo])
-    fw, dw = values(from_julia_vectors(wj, batch))
-    Yj = call(
-        "matrix_function",
-        "matrix_function_values_batched",
-        wj,
-        Vj,  # conjugated in place by eigh_batched: Python's V
-        to_julia_vectors(fw),
-        to_julia_vectors(dw),
-    )
-    return from_julia(Yj, batch), (wj, Vj, fw, dw)
+    V = julia_matrices(Vj)  # the glue conjugated Julia's conj(V) in place
+    w = from_julia_vectors(wj, batch)
+    return (w, V.reshape(*batch, *V.shape[-2:])), EighValues((wj, Vj), A, uplo)
 
 
-def matrix_function_values_pullback(
-    shape_dtype: tuple, handles: tuple, gY: torch.Tensor, uplo: str
-) -> torch.Tensor:
-    wj, Vj, fw, dw = handles
-    gA = gradient_buffer(shape_dtype)
-    call(
-        "matrix_function",
-        "matrix_function_values_pullback_batched!",
-        to_julia(gA),
-        wj,
-        Vj,
-        to_julia_vectors(fw),
-        to_julia_vectors(dw),
-        to_julia(gY),
-        _SWAP[uplo],
-    )
-    return gA
+class EighValues:
+    """``Y = V f(w) V^H`` on Julia's eigendecomposition (``handles``; ``V``
+    conjugated in place by eigh_batched: Python's ``V``) from the values of
+    ``f`` and ``f'`` on ``w``; its pullback folded onto the ``uplo``
+    triangle, as natively."""
 
+    def __init__(self, handles: tuple, A: torch.Tensor, uplo: str) -> None:
+        self.handles, self.shape_dtype = handles, (A.shape, A.dtype)
+        self.uplo, self.values = _SWAP[uplo], ()
 
-def matrix_function_values_pushforward(
-    handles: tuple, dA: torch.Tensor, uplo: str
-) -> torch.Tensor:
-    """Forward mode of :func:`matrix_function_values`: the tangent of ``Y``."""
-    wj, Vj, fw, dw = handles
-    dYj = call(
-        "matrix_function",
-        "matrix_function_values_pushforward_batched",
-        wj,
-        Vj,
-        to_julia_vectors(fw),
-        to_julia_vectors(dw),
-        to_julia(dA),
-        _SWAP[uplo],
-    )
-    return from_julia(dYj, dA.shape[:-2])
+    def form(self, fw: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
+        self.values = (to_julia_vectors(fw), to_julia_vectors(dw))
+        Yj = call(
+            "matrix_function",
+            "matrix_function_values_batched",
+            *self.handles,
+            *self.values,
+        )
+        return from_julia(Yj, self.shape_dtype[0][:-2])
+
+    def pullback(self, gY: torch.Tensor) -> torch.Tensor:
+        gA = gradient_buffer(self.shape_dtype)
+        call(
+            "matrix_function",
+            "matrix_function_values_pullback_batched!",
+            to_julia(gA),
+            *self.handles,
+            *self.values,
+            to_julia(gY),
+            self.uplo,
+        )
+        return gA
+
+    def pushforward(self, dA: torch.Tensor) -> torch.Tensor:
+        dYj = call(
+            "matrix_function",
+            "matrix_function_values_pushforward_batched",
+            *self.handles,
+            *self.values,
+            to_julia(dA),
+            self.uplo,
+        )
+        return from_julia(dYj, dA.shape[:-2])
 
 
 # ------------------------------------------------------------ Julia's BLAS
