@@ -151,9 +151,7 @@ def test_julia_backend_where_julia_is_missing() -> None:
         assert isinstance(e.value, RuntimeError)
 
 
-@pytest.mark.parametrize(
-    "f", ["sqrt", "pow", ("pow",), ("pow", "2"), ("pow", True), ("root", 2), 3]
-)
+@pytest.mark.parametrize("f", ["sqrt", "pow", ("pow",), ("root", 2), 3, ("polar", 1)])
 def test_unknown_svd_function(f, backend) -> None:
     with raises(ps.InputTypeError, "svd_function: f must be one of") as e:
         ps.svd_function(A, f, backend=backend)
@@ -161,7 +159,9 @@ def test_unknown_svd_function(f, backend) -> None:
     assert julia_starts() == 0
 
 
-@pytest.mark.parametrize("f", ["polar", "normalize", ("truncate", 2), ("pow",), None])
+@pytest.mark.parametrize(
+    "f", ["polar", "normalize", ("truncate", 2), ("pow",), None, ("exp", 1)]
+)
 def test_unknown_matrix_function(f, backend) -> None:
     with raises(ps.InputTypeError, "matrix_function: f must be one of") as e:
         ps.matrix_function(H, f, backend=backend)
@@ -177,8 +177,87 @@ def test_truncate_out_of_range(k, backend) -> None:
 
 
 def test_negative_threshold(backend) -> None:
-    with raises(ps.InputError, "threshold tau must be >= 0, got -1"):
+    with raises(
+        ps.InputError,
+        r"\('threshold', tau\) needs a finite real number tau >= 0; got tau = -1",
+    ):
         ps.svd_function(A, ("threshold", -1.0), backend=backend)
+    assert julia_starts() == 0
+
+
+# Issue 15, item 3: the number of a named function is checked once, by the
+# rules of the keywords (an integer k as svd's k; finite real numbers), with an
+# InputError naming it. Before: ("threshold", nan) and ("pow", nan | inf) gave
+# NaN output; ("truncate", nan | inf) and matrix_function's ("pow", nan | inf)
+# raised raw ValueError / OverflowError; ("truncate", 2.0) was accepted; a 0-d
+# tensor p was refused with a message that repeated the documented forms.
+NAN, INF = float("nan"), float("inf")
+BAD_NUMBERS = [
+    ("svd_function", ("threshold", NAN), "tau"),
+    ("svd_function", ("threshold", INF), "tau"),
+    ("svd_function", ("threshold", "1"), "tau"),
+    ("svd_function", ("pow", NAN), "p"),
+    ("svd_function", ("pow", INF), "p"),
+    ("svd_function", ("pow", -INF), "p"),
+    ("svd_function", ("pow", "2"), "p"),
+    ("svd_function", ("pow", True), "p"),
+    ("svd_function", ("pow", 1j), "p"),
+    ("svd_function", ("truncate", NAN), "k"),
+    ("svd_function", ("truncate", INF), "k"),
+    ("svd_function", ("truncate", 2.0), "k"),
+    ("svd_function", ("truncate", True), "k"),
+    ("svd_function", ("truncate", torch.tensor(2.0)), "k"),
+    ("matrix_function", ("pow", NAN), "p"),
+    ("matrix_function", ("pow", INF), "p"),
+    ("matrix_function", ("pow", -INF), "p"),
+    ("matrix_function", ("pow", "2"), "p"),
+    ("matrix_function", ("pow", torch.tensor([1.5])), "p"),
+]
+
+
+@pytest.mark.parametrize("op, f, letter", BAD_NUMBERS, ids=str)
+def test_bad_number_of_a_named_function(op, f, letter, backend) -> None:
+    X = A if op == "svd_function" else H
+    name = f[0]
+    with raises(ps.InputError, rf"^{op}: \('{name}', {letter}\) needs ") as e:
+        getattr(ps, op)(X, f, backend=backend)
+    assert isinstance(e.value, ValueError)
+    assert f"got {letter} = {f[1]!r}" in str(e.value)
+    assert julia_starts() == 0
+
+
+@pytest.mark.parametrize(
+    "f, same",
+    [
+        (("pow", torch.tensor(1.5, dtype=torch.float64)), ("pow", 1.5)),
+        (("pow", torch.tensor(2)), ("pow", 2)),
+        (("threshold", torch.tensor(0.25)), ("threshold", 0.25)),
+        (("truncate", torch.tensor(2)), ("truncate", 2)),
+    ],
+    ids=str,
+)
+def test_numbers_as_the_keywords_take_them(f, same, backend) -> None:
+    """A 0-d tensor (or numpy number) is a number, as for the keywords; Julia
+    receives the normalised Python number."""
+    np = pytest.importorskip("numpy")
+    X = A @ A.mT + torch.eye(4, dtype=A.dtype)
+    for g in (f, (f[0], np.float64(same[1]) if f[0] != "truncate" else np.int64(2))):
+        for op, Y in (("svd_function", A), ("matrix_function", X)):
+            if op == "matrix_function" and f[0] != "pow":
+                continue
+            got = getattr(ps, op)(Y, g, backend=backend)
+            torch.testing.assert_close(got, getattr(ps, op)(Y, same, backend=backend))
+
+
+@pytest.mark.parametrize("name", ["pow", "threshold", "truncate"])
+def test_a_number_that_requires_grad_is_refused(name, backend) -> None:
+    """A named function's number gets no gradient: one that asks for it is
+    refused (with the user-function form that does differentiate it), never
+    silently left without a gradient."""
+    x = torch.tensor(2 if name == "truncate" else 0.5, dtype=torch.float64)
+    x = x.requires_grad_() if name != "truncate" else x.double().requires_grad_()
+    with raises(ps.InputError, rf"\('{name}', \w+\) takes .* no gradient.*lambda s"):
+        ps.svd_function(A, (name, x), backend=backend)
     assert julia_starts() == 0
 
 
