@@ -399,6 +399,13 @@ end
     @test_throws ArgumentError PySpectral.svd_function(A, (:truncate, 7))
     @test_throws ArgumentError PySpectral.svd_function(A, (:threshold, -1.0))
     @test_throws ArgumentError PySpectral.svd_function(A, :nonsense)
+    # a NaN or infinite number of a named function (issue 15, item 3)
+    for f in ((:threshold, NaN), (:threshold, Inf), (:pow, NaN), (:pow, -Inf),
+              (:truncate, NaN), (:truncate, Inf))
+        @test_throws ArgumentError PySpectral.svd_function(A, f)
+    end
+    @test_throws ArgumentError PySpectral.matrix_function(A + A', (:pow, NaN))
+    @test_throws ArgumentError PySpectral.matrix_function(A + A', (:pow, Inf))
 end
 
 @testset "eigh rrule" begin
