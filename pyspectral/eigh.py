@@ -25,9 +25,11 @@ from ._fns import (
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
 from ._validation import (
+    check_flag,
     check_keywords,
     check_matrix,
     check_out,
+    check_top_k_keywords,
     check_uplo,
     require_hermitian,
 )
@@ -39,7 +41,7 @@ from ._values import (
     second_values,
 )
 from .common.defaults import degeneracy_tol, peek
-from .exceptions import DomainError, InputTypeError
+from .exceptions import DomainError, InputError, InputTypeError
 from .forward.topk import top_k_method
 from .pullbacks.eigh import (
     eigh_pullback,
@@ -377,6 +379,18 @@ def _eigh_diagonal(T: tuple, G: Tensor) -> Tensor:
 # ------------------------------------------------------------ public API
 
 
+def _check_hermitian_flags(op: str, check: Any, tol: float | None) -> bool:
+    """``check_hermitian`` as a bool; ``hermitian_tol`` is its tolerance and
+    means nothing without it."""
+    check = check_flag(op, "check_hermitian", check)
+    if tol is not None and not check:
+        raise InputError(
+            f"{op}: hermitian_tol is the tolerance of check_hermitian=True, which "
+            "was not asked for; pass check_hermitian=True or drop hermitian_tol"
+        )
+    return check
+
+
 def _check(op: str, A: Any, UPLO: Any) -> str:
     """Validate ``A`` and ``UPLO`` as ``torch.linalg.eigh`` does (either case of
     ``UPLO``; only that triangle must be finite); returns ``"L"`` or ``"U"``."""
@@ -468,6 +482,21 @@ def eigh(
         backward_maxiter=backward_maxiter,
     )
     hermitian_tol, k = kw["hermitian_tol"], kw["k"]
+    check_hermitian = _check_hermitian_flags("eigh", check_hermitian, hermitian_tol)
+    if not check_flag("eigh", "largest", largest) and k is None:
+        raise InputError(
+            "eigh: largest=False chooses the k smallest eigenpairs, which needs k "
+            "(got k=None: all of them); pass k or drop largest"
+        )
+    check_top_k_keywords(
+        "eigh",
+        k,
+        method,
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
     if check_hermitian:
         require_hermitian("eigh", A, hermitian_tol)
     opts = options(
@@ -580,7 +609,7 @@ def matrix_function(
     kw = check_keywords(
         "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol
     )
-    if check_hermitian:
+    if _check_hermitian_flags("matrix_function", check_hermitian, kw["hermitian_tol"]):
         require_hermitian("matrix_function", A, kw["hermitian_tol"])
     user = user_function("matrix_function", f)
     fn = _matfun(f) if user is None else None

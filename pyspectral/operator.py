@@ -31,7 +31,12 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from . import topk as TK
 from ._backend import BACKENDS
 from ._settings import options
-from ._validation import _as_integer, check_keywords
+from ._validation import (
+    _as_integer,
+    check_flag,
+    check_keywords,
+    check_top_k_keywords,
+)
 from ._warnings import warn
 from .eigh import EighResult, eigh
 from .exceptions import (
@@ -94,7 +99,7 @@ class LinearOperator:
     ) -> None:
         self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else shape
         self.matmul, self.rmatmul = matmul, rmatmul
-        self.dtype, self.device = dtype, torch.device(device)
+        self.dtype, self.device = dtype, _device("LinearOperator", device)
         _check_operator("LinearOperator", self, need_rmatmul=rmatmul is not None)
         self.shape = torch.Size(self.shape)
 
@@ -163,12 +168,24 @@ def _checked(name: str, f: Callable, out_shape: tuple, dtype: torch.dtype):
     return g
 
 
+def _device(name: str, device: Any) -> torch.device:
+    """``device`` as a ``torch.device`` (a device or its name), else
+    ``InputTypeError`` naming it."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise InputTypeError(
+            f"{name}: device must be a torch.device or a device name such as "
+            f"'cpu' or 'cuda:0', got {device!r}"
+        ) from err
+
+
 class _Op:
     """A validated operator: checked products, shape, dtype, device."""
 
     def __init__(self, op: Any, need_rmatmul: bool) -> None:
         *batch, m, n = self.shape = tuple(int(s) for s in op.shape)
-        self.dtype, self.device = op.dtype, torch.device(op.device)
+        self.dtype, self.device = op.dtype, _device("op.device", op.device)
         self.matmul = _checked("op.matmul", op.matmul, (*batch, m, 1), op.dtype)
         self.rmatmul = (
             _checked("op.rmatmul", op.rmatmul, (*batch, n, 1), op.dtype)
@@ -268,6 +285,21 @@ def _check_k(name: str, A: _Op, k: Any) -> None:
             f"{name}: k must be an integer with 1 <= k <= min(m, n) = "
             f"{min(A.shape[-2:])} for op of shape {A.shape}, got None"
         )
+
+
+# the full path, taken by the formed matrix, does not iterate
+_NO_ITERATION = {
+    "oversample": None,
+    "n_iter": None,
+    "backward_rtol": None,
+    "backward_maxiter": 500,
+}
+
+
+def _iteration(numeric: dict) -> dict:
+    """The keywords that configure the iteration (``check_top_k_keywords``)."""
+    names = ("oversample", "n_iter", "backward_rtol", "backward_maxiter")
+    return {name: numeric[name] for name in names}
 
 
 def _tracked(t: Tensor) -> bool:
@@ -423,6 +455,7 @@ def svd_topk(
     A = _Op(op, need_rmatmul=True)
     _check_k("svd_topk", A, k)
     kw = check_keywords("svd_topk", A.meta, k=k, **numeric)
+    check_top_k_keywords("svd_topk", k, method, **_iteration(numeric))
     k = kw["k"]
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd_topk"
@@ -435,7 +468,7 @@ def svd_topk(
                 A.matmul, A.rmatmul, A.shape, A.dtype, A.device, k, cfg, opts
             )
     if res is None:  # formed: the full path, differentiable through A itself
-        full = {**numeric, "oversample": None, "n_iter": None}
+        full = {**numeric, **_NO_ITERATION}
         return svd(A.dense(), k=k, method="full", gauge=gauge, **full)
     if res.message:
         _not_certified("svd_topk", k, method, A, res.message)
@@ -592,6 +625,8 @@ def eigh_topk(
         )
     _check_k("eigh_topk", A, k)
     kw = check_keywords("eigh_topk", A.meta, k=k, **numeric)
+    check_top_k_keywords("eigh_topk", k, method, **_iteration(numeric))
+    largest = check_flag("eigh_topk", "largest", largest)
     k = kw["k"]
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh_topk"
@@ -604,7 +639,7 @@ def eigh_topk(
                 A.matmul, A.shape, A.dtype, A.device, k, largest, cfg, opts
             )
     if res is None:  # formed: the full path, differentiable through A itself
-        full = {**numeric, "oversample": None, "n_iter": None}
+        full = {**numeric, **_NO_ITERATION}
         H = _hermitian(A.dense())
         return eigh(H, k=k, largest=largest, method="full", gauge=gauge, **full)
     if res.message:

@@ -24,7 +24,13 @@ from ._fns import (
 )
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
-from ._validation import check_keywords, check_matrix, check_out
+from ._validation import (
+    check_flag,
+    check_keywords,
+    check_matrix,
+    check_out,
+    check_top_k_keywords,
+)
 from ._values import (
     SpectralValues,
     SpectralValuesJulia,
@@ -398,6 +404,16 @@ def svd(
         degeneracy_atol=degeneracy_atol,
         broadening=broadening,
         gauge_atol=gauge_atol,
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
+    full_matrices = check_flag("svd", "full_matrices", full_matrices)
+    check_top_k_keywords(
+        "svd",
+        k,
+        method,
         oversample=oversample,
         n_iter=n_iter,
         backward_rtol=backward_rtol,

@@ -371,3 +371,108 @@ def test_bad_tolerance(op, backend) -> None:
     with raises(ps.InputError, f"{op}: degeneracy_atol must be a finite number >= 0"):
         OPS[op](H, degeneracy_atol=-1.0, backend=backend)
     assert julia_starts() == 0
+
+
+# Issue 15, item 4: every argument is used or refused. Before, each of these
+# was accepted and had no effect (largest="no" was read as True).
+P = torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+P = P @ P.mT + torch.eye(6, dtype=torch.float64)
+UNUSED = [
+    (lambda b: ps.svd(A, method="bogus", backend=b), ps.InputError, "svd: method"),
+    (lambda b: ps.svd(A, k=2, method=None, backend=b), ps.InputError, "svd: method"),
+    (lambda b: ps.svd(A, oversample=5, backend=b), ps.InputError, "oversample .* k"),
+    (lambda b: ps.svd(A, n_iter=3, backend=b), ps.InputError, "n_iter .* with k"),
+    (lambda b: ps.svd(A, backward_rtol=1e-6, backend=b), ps.InputError, "backward_"),
+    (lambda b: ps.svd(A, backward_maxiter=9, backend=b), ps.InputError, "backward_"),
+    (lambda b: ps.svd(A, method="randomized", backend=b), ps.InputError, "with k"),
+    (
+        lambda b: ps.svd(A, k=2, method="full", n_iter=3, backend=b),
+        ps.InputError,
+        "method='full' does not iterate",
+    ),
+    (
+        lambda b: ps.svd(A, full_matrices="no", backend=b),
+        ps.InputTypeError,
+        "full_matrices must be True or False, got 'no'",
+    ),
+    (
+        lambda b: ps.eigh(P, k=2, largest="no", backend=b),
+        ps.InputTypeError,
+        "eigh: largest must be True or False, got 'no'",
+    ),
+    (lambda b: ps.eigh(P, largest=False, backend=b), ps.InputError, "largest=False"),
+    (lambda b: ps.eigh(P, method="lanczos", backend=b), ps.InputError, "eigh: method"),
+    (lambda b: ps.eigh(P, oversample=2, backend=b), ps.InputError, "oversample"),
+    (
+        lambda b: ps.eigh(P, check_hermitian="yes", backend=b),
+        ps.InputTypeError,
+        "check_hermitian must be True or False",
+    ),
+    (
+        lambda b: ps.eigh(P, hermitian_tol=1e-3, backend=b),
+        ps.InputError,
+        "hermitian_tol is the tolerance of check_hermitian=True",
+    ),
+    (
+        lambda b: ps.matrix_function(P, "exp", hermitian_tol=1e-3, backend=b),
+        ps.InputError,
+        "matrix_function: hermitian_tol",
+    ),
+    (
+        lambda b: ps.matrix_function(P, "exp", check_hermitian=1, backend=b),
+        ps.InputTypeError,
+        "matrix_function: check_hermitian must be True or False, got 1",
+    ),
+    (
+        lambda b: ps.svd_topk(A, 2, method="full", oversample=4, backend=b),
+        ps.InputError,
+        "does not iterate",
+    ),
+    (
+        lambda b: ps.eigh_topk(P, 2, largest=0, backend=b),
+        ps.InputTypeError,
+        "largest must be True or False",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, match", UNUSED)
+def test_arguments_are_used_or_refused(call, error, match, backend) -> None:
+    with raises(error, match):
+        call(backend)
+    assert julia_starts() == 0
+
+
+def _operator(M: torch.Tensor, device="cpu") -> ps.LinearOperator:
+    return ps.LinearOperator(
+        M.shape, lambda X: M @ X, lambda Y: M.mH @ Y, dtype=M.dtype, device=device
+    )
+
+
+def test_operator_arguments_are_used_or_refused() -> None:
+    op = _operator(P)
+    for call, error, match in [
+        (lambda: ps.svd_topk(op, 2, n_iter=3, method="full"), ps.InputError, "n_iter"),
+        (lambda: ps.svd_topk(op, 2, method="bogus"), ps.InputError, "method must be"),
+        (lambda: ps.eigh_topk(op, 2, largest="no"), ps.InputTypeError, "largest"),
+        (
+            lambda: ps.eigh_topk(op, 2, method="full", backward_rtol=1e-3),
+            ps.InputError,
+            "backward_rtol",
+        ),
+        (lambda: _operator(P, device="gpu!"), ps.InputTypeError, "device must be"),
+    ]:
+        with raises(error, match):
+            call()
+
+
+def test_the_defaults_and_numpy_bools_pass() -> None:
+    """What is used passes: explicit defaults, numpy bools, method='full' or
+    'auto' without k (the full decomposition is what they ask for)."""
+    np = pytest.importorskip("numpy")
+    U, S, Vh = ps.svd(A, method="full", backward_maxiter=500, full_matrices=np.False_)
+    torch.testing.assert_close(S, torch.linalg.svdvals(A))
+    w, _ = ps.eigh(P, k=2, largest=np.True_, check_hermitian=True, hermitian_tol=1e-9)
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(P)[-2:])
+    w, _ = ps.eigh_topk(_operator(P), 2, largest=False, method="full")
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(P)[:2])
