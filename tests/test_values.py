@@ -365,3 +365,14 @@ def test_the_theta_gradient_is_exact_at_a_degenerate_spectrum():
     expected = (-w * torch.exp(-0.8 * w) * (Q.mT @ W @ Q).diagonal()).sum()
     assert abs(float(g - expected)) < 1e-12 * max(1.0, abs(float(expected)))
     assert math.isfinite(float(g))
+
+
+def test_torch_func_over_a_captured_tensor_on_the_julia_backend(fake):
+    """torch.func runs on the native backend: a transformed tensor that f
+    uses raises BackendError, as a transformed A does (not a torch error)."""
+
+    def loss(t):
+        return ps.svd_function(SVD_A, lambda s: t * s, backend="julia").sum()
+
+    with pytest.raises(ps.BackendError, match="torch.func .* backend='torch'"):
+        torch.func.grad(loss)(torch.tensor(1.5, dtype=torch.float64))
