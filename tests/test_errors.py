@@ -132,6 +132,28 @@ def test_non_hermitian_when_checked(dtype, backend) -> None:
             ps.eigh(Y, check_hermitian=True, backend=backend)
 
 
+def test_hermitian_check_is_per_matrix(backend) -> None:
+    """Issue 15, item 5: the default hermitian_tol is each matrix's own
+    ``eps**0.75 max|A_b|`` (as degeneracy_atol). Before, a batch used its
+    largest matrix's scale: a non-Hermitian 1e-6 N beside 1e6 H passed."""
+    gen = torch.Generator().manual_seed(3)
+    N = torch.randn(3, 3, dtype=torch.float64, generator=gen)  # not Hermitian
+    Hb = torch.randn(3, 3, dtype=torch.float64, generator=gen)
+    Hb = Hb + Hb.mT
+    for op in ("eigh", "matrix_function"):
+        with raises(ps.InputError, "A is not Hermitian: max"):
+            OPS[op](1e-6 * N, check_hermitian=True, backend=backend)
+        batch = torch.stack([1e6 * Hb, 1e-6 * N])
+        with raises(ps.InputError, r"not Hermitian \(batch element \(1,\) of \(2,\)\)"):
+            OPS[op](batch, check_hermitian=True, backend=backend)
+        OPS[op](torch.stack([1e6 * Hb, 1e-6 * Hb]), check_hermitian=True)
+        # an absolute hermitian_tol applies to every matrix alike
+        big = torch.stack([Hb, N]).reshape(1, 2, 3, 3)
+        with raises(ps.InputError, r"batch element \(0, 1\)"):
+            OPS[op](big, check_hermitian=True, hermitian_tol=1e-3, backend=backend)
+    assert julia_starts() == 0
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_unknown_backend(op) -> None:
     with raises(
