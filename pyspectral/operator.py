@@ -38,6 +38,7 @@ from ._validation import (
     check_top_k_keywords,
 )
 from ._warnings import warn
+from .common.defaults import peek
 from .eigh import EighResult, eigh
 from .exceptions import (
     BackendError,
@@ -45,6 +46,7 @@ from .exceptions import (
     DtypeError,
     InputError,
     InputTypeError,
+    NonFiniteError,
     ShapeError,
 )
 from .forward import topk as F
@@ -163,9 +165,28 @@ def _checked(name: str, f: Callable, out_shape: tuple, dtype: torch.dtype):
                 f"{name} of an input of shape {tuple(X.shape)} must return a "
                 f"tensor of shape {want} and dtype {dtype}, got {got}"
             )
+        if not _finite(Y):
+            raise NonFiniteError(
+                f"{name} of an input of shape {tuple(X.shape)} returned NaN or Inf "
+                "entries; the products of the operator must be finite (check the "
+                "tensors it uses, or its scale)"
+            )
         return Y
 
     return g
+
+
+def _finite(Y: Tensor) -> bool:
+    """Whether every entry of a product is finite: one reduction (a NaN or
+    Inf entry makes the sum non-finite) and one host sync, per product; only
+    a sum that overflows is looked at entry by entry."""
+    P = peek(Y).detach()
+    if P.numel() == 0:
+        return True
+    total = P.sum()
+    if bool(torch.isfinite(total.real if total.is_complex() else total)):
+        return True
+    return bool(torch.isfinite(P).all())
 
 
 def _device(name: str, device: Any) -> torch.device:
@@ -183,12 +204,13 @@ def _device(name: str, device: Any) -> torch.device:
 class _Op:
     """A validated operator: checked products, shape, dtype, device."""
 
-    def __init__(self, op: Any, need_rmatmul: bool) -> None:
+    def __init__(self, op: Any, need_rmatmul: bool, who: str) -> None:
         *batch, m, n = self.shape = tuple(int(s) for s in op.shape)
-        self.dtype, self.device = op.dtype, _device("op.device", op.device)
-        self.matmul = _checked("op.matmul", op.matmul, (*batch, m, 1), op.dtype)
+        self.dtype, self.device = op.dtype, _device(f"{who}: op.device", op.device)
+        matmul, rmatmul = f"{who}: op.matmul", f"{who}: op.rmatmul"
+        self.matmul = _checked(matmul, op.matmul, (*batch, m, 1), op.dtype)
         self.rmatmul = (
-            _checked("op.rmatmul", op.rmatmul, (*batch, n, 1), op.dtype)
+            _checked(rmatmul, op.rmatmul, (*batch, n, 1), op.dtype)
             if need_rmatmul
             else None
         )
@@ -452,7 +474,7 @@ def svd_topk(
         return svd(op, k=k, method=method, gauge=gauge, backend=backend, **numeric)
     _check_backend("svd_topk", backend)
     _check_operator("svd_topk", op, need_rmatmul=True)
-    A = _Op(op, need_rmatmul=True)
+    A = _Op(op, need_rmatmul=True, who="svd_topk")
     _check_k("svd_topk", A, k)
     kw = check_keywords("svd_topk", A.meta, k=k, **numeric)
     check_top_k_keywords("svd_topk", k, method, **_iteration(numeric))
@@ -618,7 +640,7 @@ def eigh_topk(
         )
     _check_backend("eigh_topk", backend)
     _check_operator("eigh_topk", op, need_rmatmul=False)
-    A = _Op(op, need_rmatmul=False)
+    A = _Op(op, need_rmatmul=False, who="eigh_topk")
     if A.shape[-1] != A.shape[-2]:
         raise ShapeError(
             f"eigh_topk: op must be square, shape (*, n, n), got shape {A.shape}"
