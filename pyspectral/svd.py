@@ -363,7 +363,9 @@ def svd(
     columns (default ``oversample = max(10, k)``) and a Rayleigh-Ritz step,
     until the kept triplets are certified (``|A v_i - s_i u_i| <= eps**0.75
     s_1``, and the cluster of ``s_k`` closed inside the block), for at most
-    ``n_iter`` iterations if given (else a work budget); its backward treats
+    ``n_iter`` iterations if given (whatever the convergence rate), else
+    within a work budget (the full path's cost, and at least 100
+    iterations); its backward treats
     the certified block exactly and the rest by conjugate gradients with
     products by ``A`` and ``A^H`` only, to ``backward_rtol`` (default
     ``eps**0.75``) in at most ``backward_maxiter`` steps. What it cannot

@@ -833,6 +833,28 @@ end
     @test_logs min_level = WARN svd_topk(topk_decaying(Float64, 40, 30), 4; method=:randomized)
 end
 
+@testset "top-k n_iter and the randomized minimum" begin
+    # Singular values 1, 0.999, 0.998, ...: the residuals fall too slowly to be
+    # certified within a few hundred iterations (rate about 0.98 for k = 2).
+    A = with_singular_values(Float64, 60, 60, [1.0 - 1e-3 * i for i in 0:59])
+    # n_iter alone limits the iterations (issue 15, item 7: the measured rate stopped
+    # them early)
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        svd_topk(A, 2; method=:randomized, n_iter=150)
+    end
+    @test only(logs).kwargs[:iterations] == 150 && only(logs).kwargs[:stop] == ""
+    # without n_iter, :randomized gives up no earlier than RANDOMIZED_MIN_ITERATIONS
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        svd_topk(A, 2; method=:randomized)
+    end
+    @test only(logs).kwargs[:iterations] >= PySpectral.RANDOMIZED_MIN_ITERATIONS
+    H = with_eigenvalues(Float64, [1.0 - 1e-3 * i for i in 0:59])
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        eigh_topk(H, 2; method=:randomized, n_iter=130)
+    end
+    @test only(logs).kwargs[:iterations] == 130
+end
+
 @testset "top-k backward without a gap" begin
     Random.seed!(17)
     # A CG that cannot converge (capped at one step) on a small matrix is redone exactly
