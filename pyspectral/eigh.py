@@ -433,7 +433,9 @@ def eigh(
     ``torch.linalg.eigh``, ``UPLO`` is ``"L"`` or ``"U"`` in either case and
     only that triangle is read (and must be finite; the imaginary part of the
     diagonal is ignored), unless ``check_hermitian=True``, which first raises
-    if ``max|A - A^H| > hermitian_tol`` (default ``eps**0.75 max|A|``).
+    if ``max|A - A^H| > hermitian_tol`` for a matrix of the batch (default
+    ``eps**0.75 max|A|``, per matrix; ``hermitian_tol`` without
+    ``check_hermitian=True`` raises).
 
     .. warning:: The gradient is the true gradient w.r.t. the entries read:
         the other triangle gets zero and the read triangle twice the
@@ -574,12 +576,15 @@ def matrix_function(
         Y = V f(\Lambda) V^{H}, \qquad A = V \Lambda V^{H}
 
     ``A`` has shape ``(*, n, n)``; ``Y`` the same. ``f`` is ``"sqrt"``,
-    ``"invsqrt"``, ``"log"``, ``"exp"``, ``("pow", p)`` or a pair
-    ``(f, f_prime)`` of elementwise torch functions that map the eigenvalues
-    to real tensors of their shape (``f`` finite there), or a triple
-    ``(f, f_prime, f_second)``. A pair runs on either backend: on Julia's, it
-    is evaluated in Python on the eigenvalues Julia computed, and Julia gets
-    the values.
+    ``"invsqrt"``, ``"log"``, ``"exp"``, ``("pow", p)`` (``p`` a finite real)
+    or an elementwise torch function ``f`` that maps the eigenvalues to real
+    tensors of their shape (``f`` finite there): alone (``f'`` is torch's
+    derivative of it), as a pair ``(f, f_prime)`` or as a triple
+    ``(f, f_prime, f_second)``. ``f`` may use other tensors (the coefficients
+    of a spectral filter, a temperature ``beta`` in ``exp(-beta w)``): they
+    get the gradient ``sum_i df(w_i)/dtheta Re(V^H gY V)_ii``, to second
+    order. It runs on either backend: on Julia's, it is evaluated in Python
+    on the eigenvalues Julia computed, and Julia gets the values.
 
     .. warning:: The gradient is exact at every spectrum, degenerate ones
         included, and so are second derivatives (second divided differences;

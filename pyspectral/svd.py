@@ -493,12 +493,17 @@ def svd_function(
     where ``("truncate", k)`` has no valid ``k``). ``f`` is ``"polar"``
     (``f = 1``), ``("truncate", k)`` (keep the top ``k``),
     ``("threshold", tau)`` (``max(s - tau, 0)``, the nuclear-norm prox),
-    ``("pow", p)``, ``"normalize"`` (``s / s_max``, i.e. ``A / ||A||_2``) or a
-    pair ``(f, f_prime)`` of elementwise torch functions with ``f(0) = 0``,
-    which map the singular values to real tensors of their shape (``f`` finite
-    there), or a triple ``(f, f_prime, f_second)``. A pair runs on either
-    backend: on Julia's, it is evaluated in Python on the singular values
-    Julia computed, and Julia gets the values.
+    ``("pow", p)``, ``"normalize"`` (``s / s_max``, i.e. ``A / ||A||_2``) or
+    an elementwise torch function ``f`` with ``f(0) = 0``, which maps the
+    singular values to real tensors of their shape (``f`` finite there):
+    alone (``f'`` is torch's derivative of it), as a pair ``(f, f_prime)`` or
+    as a triple ``(f, f_prime, f_second)``. ``f`` may use other tensors (a
+    learned parameter ``theta``): they get the gradient
+    ``sum_i df(s_i)/dtheta Re(U^H gY V)_ii``, to second order. It runs on
+    either backend: on Julia's, it is evaluated in Python on the singular
+    values Julia computed, and Julia gets the values. The numbers of the
+    named functions are checked as the keywords are (``k`` an integer,
+    ``tau >= 0`` and ``p`` finite reals).
 
     .. warning:: The gradient uses divided differences of ``f`` and is exact at
         degenerate and zero singular values; so are second derivatives (second
