@@ -34,9 +34,12 @@ def resolve_backend(op: str, backend: str, A: torch.Tensor) -> str:
         raise BackendError(f"{op}: backend must be one of {BACKENDS}, got {backend!r}")
     if backend != "julia":
         return "torch"
+    # (under an active transform even a tensor it does not follow cannot be
+    # handed to Julia: a user f may use one it does)
+    transformed = is_functorch_wrapped_tensor(A)
     why_not = (
         "torch.func transforms (vmap, grad, jacrev) run on the native backend"
-        if is_functorch_wrapped_tensor(A)
+        if transformed or torch._C._are_functorch_transforms_active()
         else "empty tensors run on the native backend"
         if A.numel() == 0
         else ""

@@ -5,15 +5,24 @@ are in ``common.safemethods``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ._settings import Options
+from ._validation import _as_integer, _as_real
 from .common.defaults import peek
-from .exceptions import DerivativeError, DomainError, InputError, InputTypeError
+from .exceptions import (
+    DerivativeError,
+    DomainError,
+    InputError,
+    InputTypeError,
+    PySpectralError,
+)
 
 
 class SpectralFn:
@@ -23,8 +32,9 @@ class SpectralFn:
     ``values(S, opts)`` may depend on the index (truncation) and raise on a
     spectrum outside the domain; ``second`` (``None``: no second derivative
     known, :class:`DerivativeError` when one is asked for) is evaluated after
-    ``values`` on the same spectrum. Hashable by name so that torch.func can
-    key it.
+    ``values`` on the same spectrum. ``spec``: a named function's argument,
+    normalised (what the Julia backend reads). Hashable (by identity) so that
+    torch.func can key it.
     """
 
     def __init__(
@@ -32,8 +42,10 @@ class SpectralFn:
         name: str,
         values: Callable[[Tensor, Options], tuple],
         second: Callable[[Tensor, Options], Tensor] | None = None,
+        spec: Any = None,
     ):
         self.name, self.values, self._second = name, values, second
+        self.spec = spec
 
     def __call__(self, S: Tensor, opts: Options) -> tuple[Tensor, Tensor]:
         return self.values(S, opts)
@@ -75,52 +87,109 @@ def power_second(p: float) -> Callable[[Tensor], Tensor]:
     return second
 
 
-def user_pair(op: str, f: Any) -> Callable[[Tensor], tuple[Tensor, Tensor]] | None:
-    """``(f, f_prime)`` (or ``(f, f_prime, f_second)``, see :func:`user_second`)
-    of elementwise torch callables, or None if ``f`` is not one.
+class UserFunction:
+    """A user's ``f``: a callable, a pair ``(f, f_prime)`` or a triple
+    ``(f, f_prime, f_second)`` of elementwise torch functions (``f_prime``
+    may be ``None``: taken from torch's derivative of ``f``, as ``f''`` is
+    from ``f_prime``'s).
 
-    The result evaluates both on a spectrum ``s`` and checks what either
-    backend's pullback needs (the Julia backend receives these values, not the
+    ``values(s)`` evaluates ``f`` and ``f'`` on a spectrum, with autograd
+    (and torch.func) recording whatever tensors they use besides ``s`` (a
+    learned filter's coefficients): the values are differentiable inputs of
+    the spectral function (``_values.py``). It checks what either backend's
+    pullback needs (the Julia backend receives these values, not the
     functions): real tensors of ``s``'s shape, cast to its dtype; ``f(s)``
-    finite (else ``Y`` is not); ``f_prime(s)`` not NaN (``+-inf`` is allowed:
-    the documented infinite gradient where ``f`` is not differentiable).
+    finite (else ``Y`` is not); ``f'(s)`` not NaN (``+-inf`` is allowed: the
+    documented infinite gradient where ``f`` is not differentiable).
+    ``second(s)``: ``f''`` for second derivatives in ``A``, detached.
     """
-    if isinstance(f, tuple) and len(f) in (2, 3) and all(map(callable, f)):
-        return lambda s: (
-            _checked(op, "f", f[0](s), s),
-            _checked(op, "f_prime", f[1](s), s),
-        )
-    return None
 
+    def __init__(self, op: str, f: Callable, f_prime: Callable | None, f_second: Any):
+        self.op, self.f, self.f_prime, self.f_second = op, f, f_prime, f_second
 
-def user_second(op: str, f: Any) -> Callable[[Tensor], Tensor]:
-    """``f''`` of a user pair ``(f, f_prime)`` or triple ``(f, f_prime,
-    f_second)`` (see :func:`user_pair`), for second derivatives.
+    def __repr__(self) -> str:
+        return f"<user spectral function {getattr(self.f, '__name__', self.f)!r}>"
 
-    A triple's ``f_second`` is evaluated and checked as ``f_prime`` is. For a
-    pair, ``f''`` is the derivative of ``f_prime`` by torch's AD
-    (``torch.func.vjp``; ``f_prime`` is elementwise, so its pullback of ones);
-    ``f_prime`` must then be written in differentiable torch operations (a
-    detached one would give ``f'' = 0``): where AD fails (numpy inside) a
-    :class:`DerivativeError` asks for the triple.
-    """
-    if len(f) == 3:
-        return lambda s: _checked(op, "f_second", f[2](s), s)
-
-    def second(s: Tensor) -> Tensor:
+    def values(self, s: Tensor) -> tuple[Tensor, Tensor]:
+        """``(f(s), f'(s))``, checked; ``s`` is used detached."""
+        op, s = self.op, s.detach()
+        if self.f_prime is not None:
+            return (
+                _checked(op, "f", self.f(s), s),
+                _checked(op, "f_prime", self.f_prime(s), s),
+            )
+        # f' by torch's AD: f is elementwise, so the pullback of ones is f'
+        # (differentiable in whatever else f uses, for second derivatives)
         try:
-            _, pullback = torch.func.vjp(f[1], s)
-            (h,) = pullback(torch.ones_like(s))
+            fv, pullback = torch.func.vjp(lambda x: _checked(op, "f", self.f(x), x), s)
+        except PySpectralError:
+            raise
         except Exception as err:  # any failure of the user's code under AD
-            raise DerivativeError(
-                f"{op}: a second derivative through the user pair (f, f_prime) "
-                "needs f''; differentiating f_prime with torch's AD "
-                f"failed ({type(err).__name__}: {err}). Pass a triple "
-                "(f, f_prime, f_second) instead"
-            ) from err
-        return _checked(op, "f_second", h, s)
+            raise _no_derivative(op, "f", err, "f_prime") from err
+        dv = _derivative(op, "f", "f_prime", pullback, s)
+        return fv, _checked(op, "f_prime", dv, s)
 
-    return second
+    def second(self, s: Tensor) -> Tensor:
+        """``f''(s)``, detached: from ``f_second``, or torch's derivative of
+        ``f_prime`` (or, without ``f_prime``, the second derivative of ``f``).
+        Where torch's AD fails (numpy inside) a :class:`DerivativeError` asks
+        for ``f_second``."""
+        op, s = self.op, s.detach()
+        if self.f_second is not None:
+            return _checked(op, "f_second", self.f_second(s), s).detach()
+        if self.f_prime is not None:
+            first, name = self.f_prime, "f_prime"
+        else:
+
+            def first(x: Tensor) -> Tensor:
+                _, pullback = torch.func.vjp(self.f, x)
+                return pullback(torch.ones_like(x))[0]
+
+            name = "f"
+        try:
+            _, pullback = torch.func.vjp(first, s)
+        except PySpectralError:
+            raise
+        except Exception as err:  # any failure of the user's code under AD
+            raise _no_derivative(op, name, err) from err
+        h = _derivative(op, name, "f_second", pullback, s)
+        return _checked(op, "f_second", h, s).detach()
+
+
+def _derivative(op: str, name: str, of: str, pullback: Callable, s: Tensor) -> Tensor:
+    """The pullback of ones of an elementwise function: its derivative."""
+    try:
+        return pullback(torch.ones_like(s))[0]
+    except Exception as err:  # any failure of the user's code under AD
+        raise _no_derivative(op, name, err, of) from err
+
+
+def _no_derivative(
+    op: str, name: str, err: Exception, of: str = "f_second"
+) -> DerivativeError:
+    tuple_form = "(f, f_prime)" if of == "f_prime" else "(f, f_prime, f_second)"
+    return DerivativeError(
+        f"{op}: {of} of the user f was not given, and differentiating {name} "
+        f"with torch's AD failed ({type(err).__name__}: {err}). Write {name} in "
+        f"differentiable torch operations or pass {tuple_form}"
+    )
+
+
+def user_function(op: str, f: Any) -> UserFunction | None:
+    """``f`` as a :class:`UserFunction`, or None if it is not one: a callable,
+    or a tuple of 2 or 3 whose first entry is callable and whose others are
+    callables or None (``f_prime`` or ``f_second`` left to torch's AD)."""
+    if callable(f) and not isinstance(f, (str, tuple)):
+        return UserFunction(op, f, None, None)
+    if not (isinstance(f, tuple) and len(f) in (2, 3) and callable(f[0])):
+        return None
+    for name, g in zip(("f_prime", "f_second"), f[1:]):
+        if g is not None and not callable(g):
+            raise InputTypeError(
+                f"{op}: in a user (f, f_prime[, f_second]) {name} must be a "
+                f"callable or None (torch's derivative), got {type(g).__name__}"
+            )
+    return UserFunction(op, f[0], f[1], f[2] if len(f) == 3 else None)
 
 
 def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:
@@ -154,14 +223,58 @@ def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:
     return v
 
 
-def named_argument(f: Any, names: tuple[str, ...]) -> tuple[str, float] | None:
-    """``(name, number)`` if ``f`` is such a pair with ``name`` in ``names``."""
-    if (
-        isinstance(f, tuple)
-        and len(f) == 2
-        and f[0] in names
-        and isinstance(f[1], (int, float))
-        and not isinstance(f[1], bool)
+# The named spectral functions with a number: the number's letter and what it
+# must be (the rules of _validation.check_keywords: an integer is a Python,
+# numpy or 0-d integer tensor, never a bool or a float such as 2.0; a real
+# number also a 0-d real tensor).
+_NAMED = {
+    "truncate": ("k", "an integer 1 <= k <= min(m, n) = {kmax} (as svd's k)"),
+    "threshold": ("tau", "a finite real number tau >= 0"),
+    "pow": ("p", "a finite real number p"),
+}
+
+
+_LEARNABLE = {
+    "truncate": "a smooth step lambda s: s * torch.sigmoid((s - t) / w)",
+    "threshold": "lambda s: torch.clamp(s - tau, min=0)",
+    "pow": "lambda s: s**p",
+}
+
+
+def named_argument(
+    op: str, f: Any, names: tuple[str, ...], kmax: int = 0
+) -> tuple[str, int | float] | None:
+    """``(name, number)`` if ``f`` is a tuple ``(name, number)`` with ``name``
+    in ``names``, the number validated and normalised (``int`` for
+    ``"truncate"``, whose ``k`` must be at most ``kmax``; ``float``
+    otherwise); None if ``f`` is no such tuple. The one place where these
+    numbers are checked: an invalid one raises :class:`InputError` naming
+    the argument, what it must be and what was passed."""
+    if not (
+        isinstance(f, tuple) and len(f) == 2 and isinstance(f[0], str) and f[0] in names
     ):
-        return f[0], float(f[1])
-    return None
+        return None
+    name, x = f
+    letter, need = _NAMED[name]
+    if isinstance(x, Tensor) and (
+        x.requires_grad
+        or is_functorch_wrapped_tensor(x)
+        or torch.autograd.forward_ad.unpack_dual(x).tangent is not None
+    ):
+        raise InputError(
+            f"{op}: ({name!r}, {letter}) takes {letter} as a number, so {letter} "
+            "would get no gradient; for a learnable parameter pass f as a user "
+            f"function of the spectrum, e.g. {_LEARNABLE[name]}"
+        )
+    if name == "truncate":
+        k = _as_integer(x)
+        if k is not None and 1 <= k <= kmax:
+            return name, k
+    else:
+        y = _as_real(x)
+        if y is not None and math.isfinite(y) and (name != "threshold" or y >= 0):
+            return name, y
+    raise InputError(
+        f"{op}: ({name!r}, {letter}) needs {need.format(kmax=kmax)}; "
+        f"got {letter} = {x!r}"
+    )

@@ -54,7 +54,6 @@ import subprocess
 import sys
 import threading
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -1041,129 +1040,132 @@ def matrix_function_pushforward(
     return from_julia(dY, dA.shape[:-2])
 
 
-# ------------------------------------------- f given by its values (user pairs)
-# A user's (f, f_prime) pair is Python code, which Julia cannot call. Julia
-# decomposes (the svd_batched / eigh_batched glue), ``values`` evaluates f and
-# f' on that spectrum in Python (it receives the spectrum as a tensor sharing
-# Julia's memory and returns real tensors of its shape and dtype), and the glue
-# forms Y and later the pullback from the values (PySpectral.SpectralValues).
-# The values cross like S: (*, k) tensors as column-major (k, B) arrays; the
-# handles keep them (as tensors) for the pullback.
-
-SpectralValuesFn = Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+# ------------------------------------------- f given by its values (user f)
+# A user's f is Python code, which Julia cannot call. Julia decomposes (the
+# svd_batched / eigh_batched glue: svd_values / eigh_values below), the caller
+# evaluates f and f' on that spectrum in Python (a tensor sharing Julia's
+# memory), and the glue forms Y and later the pullback from the values
+# (PySpectral.SpectralValues). The values cross like S: (*, k) tensors as
+# column-major (k, B) arrays (to_julia_vectors, at each call); the objects
+# below keep them (as tensors) for the pullback and pushforward.
 
 
-def svd_function_values(A: torch.Tensor, values: SpectralValuesFn) -> tuple:
-    """``(Y, handles)`` of ``Y = U f(S) Vh``, ``(fS, dS) = values(S)``."""
+def svd_values(A: torch.Tensor) -> tuple:
+    """``((U, S, Vh), values)``: Julia's thin SVD of ``A`` (tensors sharing
+    its memory) and the :class:`SVDValues` that forms ``U f(S) Vh`` there."""
     check_tensor("svd_function", A)
     batch, keep = A.shape[:-2], []
     U, S, Vt = call("svd_function", "svd_batched", to_julia(A, keep), False)
-    fS, dS = values(from_julia_vectors(S, batch))
-    Uj, Sj, Vtj = handle(U), handle(S), handle(Vt)
-    Y = call(
-        "svd_function",
-        "svd_function_values_batched",
-        Uj,  # Julia's factors of the transposes: Y arrives transposed, as A did
-        Sj,
-        Vtj,
-        to_julia_vectors(fS, keep),
-        to_julia_vectors(dS, keep),
-    )
-    return from_julia(Y, batch), (Uj, Sj, Vtj, fS, dS)
+    # Julia's Vt is U^T, its U is Vh^T
+    out = (from_julia(Vt, batch), from_julia_vectors(S, batch), from_julia(U, batch))
+    return out, SVDValues((handle(U), handle(S), handle(Vt)), (A.shape, A.dtype))
 
 
-def svd_function_values_pullback(
-    shape_dtype: tuple, handles: tuple, gY: torch.Tensor
-) -> torch.Tensor:
-    Uj, Sj, Vtj, fS, dS = handles
-    gA, keep = gradient_buffer(shape_dtype), []
-    call(
-        "svd_function",
-        "svd_function_values_pullback_batched!",
-        to_julia(gA, keep),
-        Uj,
-        Sj,
-        Vtj,
-        to_julia_vectors(fS, keep),
-        to_julia_vectors(dS, keep),
-        to_julia(gY, keep),
-    )
-    return gA
+class SVDValues:
+    """``Y = U f(S) Vh`` on Julia's factors (``handles``) from the values
+    ``fS``, ``dS`` of ``f`` and ``f'`` on its ``S``: ``form`` (once), then its
+    ``pullback`` / ``pushforward`` along ``A`` (Julia's factors of the
+    transposes: ``Y`` and the gradient arrive in our layout, as ``A`` left)."""
+
+    def __init__(self, handles: tuple, shape_dtype: tuple) -> None:
+        self.handles, self.shape_dtype = handles, shape_dtype
+        self.values: tuple = ()  # (fS, dS), detached tensors
+
+    def _values(self, keep: list) -> tuple:
+        return tuple(to_julia_vectors(x, keep) for x in self.values)
+
+    def form(self, fS: torch.Tensor, dS: torch.Tensor) -> torch.Tensor:
+        self.values, keep = (fS.detach(), dS.detach()), []
+        Y = call(
+            "svd_function",
+            "svd_function_values_batched",
+            *self.handles,
+            *self._values(keep),
+        )
+        return from_julia(Y, self.shape_dtype[0][:-2])
+
+    def pullback(self, gY: torch.Tensor) -> torch.Tensor:
+        gA, keep = gradient_buffer(self.shape_dtype), []
+        call(
+            "svd_function",
+            "svd_function_values_pullback_batched!",
+            to_julia(gA, keep),
+            *self.handles,
+            *self._values(keep),
+            to_julia(gY, keep),
+        )
+        return gA
+
+    def pushforward(self, dA: torch.Tensor) -> torch.Tensor:
+        keep: list = []
+        dY = call(
+            "svd_function",
+            "svd_function_values_pushforward_batched",
+            *self.handles,
+            *self._values(keep),
+            to_julia(dA, keep),
+        )
+        return from_julia(dY, dA.shape[:-2])
 
 
-def svd_function_values_pushforward(handles: tuple, dA: torch.Tensor) -> torch.Tensor:
-    """Forward mode of :func:`svd_function_values`: the tangent of ``Y``."""
-    Uj, Sj, Vtj, fS, dS = handles
-    keep: list = []
-    dY = call(
-        "svd_function",
-        "svd_function_values_pushforward_batched",
-        Uj,
-        Sj,
-        Vtj,
-        to_julia_vectors(fS, keep),
-        to_julia_vectors(dS, keep),
-        to_julia(dA, keep),
-    )
-    return from_julia(dY, dA.shape[:-2])
-
-
-def matrix_function_values(
-    A: torch.Tensor, uplo: str, values: SpectralValuesFn
-) -> tuple:
-    """``(Y, handles)`` of ``Y = V f(w) V^H``, ``(fw, dw) = values(w)``."""
+def eigh_values(A: torch.Tensor, uplo: str) -> tuple:
+    """``((w, V), values)``: Julia's eigendecomposition of the ``uplo``
+    triangle of ``A`` and the :class:`EighValues` that forms ``V f(w) V^H``."""
     check_tensor("matrix_function", A)
     batch, keep = A.shape[:-2], []
     w, V = call("matrix_function", "eigh_batched", to_julia(A, keep), _SWAP[uplo])
-    fw, dw = values(from_julia_vectors(w, batch))
-    wj, Vj = handle(w), handle(V)
-    Y = call(
-        "matrix_function",
-        "matrix_function_values_batched",
-        wj,
-        Vj,  # conjugated in place by eigh_batched: Python's V
-        to_julia_vectors(fw, keep),
-        to_julia_vectors(dw, keep),
-    )
-    return from_julia(Y, batch), (wj, Vj, fw, dw)
+    # the glue conjugated Julia's conj(V) in place
+    out = (from_julia_vectors(w, batch), julia_matrices(V, batch))
+    return out, EighValues((handle(w), handle(V)), A, uplo)
 
 
-def matrix_function_values_pullback(
-    shape_dtype: tuple, handles: tuple, gY: torch.Tensor, uplo: str
-) -> torch.Tensor:
-    wj, Vj, fw, dw = handles
-    gA, keep = gradient_buffer(shape_dtype), []
-    call(
-        "matrix_function",
-        "matrix_function_values_pullback_batched!",
-        to_julia(gA, keep),
-        wj,
-        Vj,
-        to_julia_vectors(fw, keep),
-        to_julia_vectors(dw, keep),
-        to_julia(gY, keep),
-        _SWAP[uplo],
-    )
-    return gA
+class EighValues:
+    """``Y = V f(w) V^H`` on Julia's eigendecomposition (``handles``; ``V``
+    conjugated in place by eigh_batched: Python's ``V``) from the values of
+    ``f`` and ``f'`` on ``w``; its pullback folded onto the ``uplo``
+    triangle, as natively."""
 
+    def __init__(self, handles: tuple, A: torch.Tensor, uplo: str) -> None:
+        self.handles, self.shape_dtype = handles, (A.shape, A.dtype)
+        self.uplo, self.values = _SWAP[uplo], ()
 
-def matrix_function_values_pushforward(
-    handles: tuple, dA: torch.Tensor, uplo: str
-) -> torch.Tensor:
-    """Forward mode of :func:`matrix_function_values`: the tangent of ``Y``."""
-    wj, Vj, fw, dw = handles
-    keep: list = []
-    dY = call(
-        "matrix_function",
-        "matrix_function_values_pushforward_batched",
-        wj,
-        Vj,
-        to_julia_vectors(fw, keep),
-        to_julia_vectors(dw, keep),
-        to_julia(dA, keep),
-        _SWAP[uplo],
-    )
-    return from_julia(dY, dA.shape[:-2])
+    def _values(self, keep: list) -> tuple:
+        return tuple(to_julia_vectors(x, keep) for x in self.values)
+
+    def form(self, fw: torch.Tensor, dw: torch.Tensor) -> torch.Tensor:
+        self.values, keep = (fw.detach(), dw.detach()), []
+        Y = call(
+            "matrix_function",
+            "matrix_function_values_batched",
+            *self.handles,
+            *self._values(keep),
+        )
+        return from_julia(Y, self.shape_dtype[0][:-2])
+
+    def pullback(self, gY: torch.Tensor) -> torch.Tensor:
+        gA, keep = gradient_buffer(self.shape_dtype), []
+        call(
+            "matrix_function",
+            "matrix_function_values_pullback_batched!",
+            to_julia(gA, keep),
+            *self.handles,
+            *self._values(keep),
+            to_julia(gY, keep),
+            self.uplo,
+        )
+        return gA
+
+    def pushforward(self, dA: torch.Tensor) -> torch.Tensor:
+        keep: list = []
+        dY = call(
+            "matrix_function",
+            "matrix_function_values_pushforward_batched",
+            *self.handles,
+            *self._values(keep),
+            to_julia(dA, keep),
+            self.uplo,
+        )
+        return from_julia(dY, dA.shape[:-2])
 
 
 # ------------------------------------------------------------ Julia's BLAS

@@ -299,23 +299,96 @@ def check_uplo(op: str, UPLO: Any) -> str:
 
 
 def require_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
-    """Raise if ``A`` is not Hermitian to ``tol`` (default ``eps**0.75 max|A|``).
+    """Raise if a matrix of ``A`` is not Hermitian to ``tol``, per matrix:
+    ``max|A_b - A_b^H| > tol`` (default ``eps**0.75 max|A_b|``, each matrix's
+    own scale, as ``degeneracy_atol``; ``julia/PySpectral``'s
+    ``default_hermitian_tol`` is the same per matrix). The message names the
+    batch element.
 
     This reads both triangles, so both must be finite (``NonFiniteError``): a
     NaN would otherwise compare as "Hermitian"."""
     P = peek(A)
     P = P.detach()
-    if P.numel() and not _read_finite(P, None):
+    if P.numel() == 0:
+        return
+    if not _read_finite(P, None):
         raise NonFiniteError(
             f"{op}: A contains NaN or Inf entries (shape {tuple(A.shape)}); "
             "checking that it is Hermitian reads both triangles"
         )
-    err = float((P - P.mH).abs().max()) if P.numel() else 0.0
+    err = (P - P.mH).abs().amax(dim=(-2, -1))
     if tol is None:
-        tol = eps(A.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)
-    if err > tol:
+        tols = eps(A.dtype) ** 0.75 * P.abs().amax(dim=(-2, -1))
+    else:
+        tols = torch.full_like(err, tol)
+    bad = err > tols
+    if not bool(bad.any()):
+        return
+    idx = tuple(bad.nonzero()[0].tolist())
+    where = f" (batch element {idx} of {tuple(A.shape[:-2])})" if idx else ""
+    raise InputError(
+        f"{op}: A is not Hermitian{where}: max|A - A^H| = {float(err[idx]):.3g} > "
+        f"hermitian_tol {float(tols[idx]):.3g}. Symmetrise it, e.g. "
+        "(A + A.mH) / 2, or pass check_hermitian=False to read only the UPLO "
+        "triangle"
+    )
+
+
+def check_flag(op: str, name: str, value: Any) -> bool:
+    """``value`` as a bool: ``True`` or ``False`` (Python or numpy), never a
+    string or a number read for its truth value (``largest="no"`` is
+    truthy); else ``InputTypeError`` naming the argument."""
+    kind = type(value)
+    if isinstance(value, bool) or (
+        kind.__module__ == "numpy" and kind.__name__ in ("bool", "bool_")
+    ):
+        return bool(value)
+    raise InputTypeError(f"{op}: {name} must be True or False, got {value!r}")
+
+
+# The top-k keywords of svd / eigh / svd_topk / eigh_topk: how the top-k path
+# runs. Each configures the iteration; without it they would be ignored.
+TOP_K_METHODS = ("auto", "full", "randomized")
+_ITERATION_KEYWORDS = ("oversample", "n_iter", "backward_rtol", "backward_maxiter")
+_DEFAULT_BACKWARD_MAXITER = 500
+
+
+def check_top_k_keywords(op: str, k: Any, method: Any, **iteration: Any) -> None:
+    """Refuse what the call would not use: ``method`` must be one of
+    ``TOP_K_METHODS`` (with or without ``k``); without ``k`` (the full
+    decomposition) neither ``method="randomized"`` nor any of ``oversample``,
+    ``n_iter``, ``backward_rtol``, ``backward_maxiter`` (left at their
+    defaults: None, None, None, 500) means anything, and with
+    ``method="full"`` (which never iterates) the last four do not either.
+    ``InputError`` naming the argument and what to do. (Their values are
+    checked by :func:`check_keywords`.)"""
+    if not isinstance(method, str) or method not in TOP_K_METHODS:
         raise InputError(
-            f"{op}: A is not Hermitian: max|A - A^H| = {err:.3g} > hermitian_tol "
-            f"{tol:.3g}. Symmetrise it, e.g. (A + A.mH) / 2, or pass "
-            "check_hermitian=False to read only the UPLO triangle"
+            f"{op}: method must be 'auto', 'full' or 'randomized', got {method!r}"
         )
+    defaults = {"backward_maxiter": _DEFAULT_BACKWARD_MAXITER}
+    given = [
+        name
+        for name in _ITERATION_KEYWORDS
+        if name in iteration and not _is(iteration[name], defaults.get(name))
+    ]
+    if k is None and (method == "randomized" or given):
+        what = "method='randomized'" if method == "randomized" else given[0]
+        raise InputError(
+            f"{op}: {what} configures the iterative top-k path, which runs only "
+            f"with k (got k=None: the full decomposition); pass k or drop {what}"
+        )
+    if k is not None and method == "full" and given:
+        raise InputError(
+            f"{op}: {given[0]} configures the iteration, and method='full' does "
+            "not iterate; use method='auto' or 'randomized', or drop "
+            f"{given[0]}"
+        )
+
+
+def _is(value: Any, default: Any) -> bool:
+    """Whether ``value`` is the keyword's default (``None``, or an int equal to
+    it: ``backward_maxiter=500`` passed explicitly is the default)."""
+    if default is None:
+        return value is None
+    return type(value) is int and value == default

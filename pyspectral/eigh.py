@@ -4,6 +4,7 @@ and the spectral matrix functions ``matrix_function`` (``V f(L) Vh``).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -15,24 +16,33 @@ from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_
 from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
+    UserFunction,
     named_argument,
     power,
     power_second,
-    user_pair,
-    user_second,
+    user_function,
 )
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
 from ._validation import (
+    check_flag,
     check_keywords,
     check_matrix,
     check_out,
+    check_top_k_keywords,
     check_uplo,
     require_hermitian,
     truncation_rule,
 )
+from ._values import (
+    SpectralValues,
+    SpectralValuesJulia,
+    ValuesOp,
+    differentiated,
+    second_values,
+)
 from .common.defaults import degeneracy_tol, peek
-from .exceptions import DomainError, InputTypeError
+from .exceptions import DomainError, InputError, InputTypeError
 from .pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
@@ -129,23 +139,19 @@ class _EighJulia(torch.autograd.Function):
 
 
 class _MatrixFunctionJulia(torch.autograd.Function):
-    """``_MatrixFunction`` on the Julia backend. A user ``(f, f_prime)`` pair is
-    evaluated here, on the eigenvalues Julia computed; Julia gets the values."""
+    """``_MatrixFunction`` on the Julia backend, for a named ``f`` (``f``: its
+    normalised form, which Julia reads; a user's ``f`` takes
+    ``_values.SpectralValuesJulia``)."""
 
     @staticmethod
     def forward(
         ctx: Any, A: Tensor, f: Any, fn: SpectralFn, uplo: str, opts: Options
     ) -> Tensor:
-        if fn.name == "user":
-            Y, ctx.handles = _julia.matrix_function_values(
-                A, uplo, lambda w: fn(w, opts)
-            )
-        else:
-            # A spectrum outside f's domain is found by Julia; the native check,
-            # run on Julia's eigenvalues, reports it (native_check).
-            Y, ctx.handles = _julia.matrix_function(
-                A, f, uplo, opts, native_check=lambda w: fn(w, opts)
-            )
+        # A spectrum outside f's domain is found by Julia; the native check,
+        # run on Julia's eigenvalues, reports it (native_check).
+        Y, ctx.handles = _julia.matrix_function(
+            A, f, uplo, opts, native_check=lambda w: fn(w, opts)
+        )
         ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
         ctx.shape_dtype = (A.shape, A.dtype)
         ctx.save_for_backward(A)
@@ -165,10 +171,6 @@ class _MatrixFunctionJulia(torch.autograd.Function):
                 w, V = torch.linalg.eigh(A, UPLO=ctx.uplo)
             maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
             gA = LinearInA.apply(A, gY, maps, True, w, V)
-        elif ctx.fn.name == "user":
-            gA = _julia.matrix_function_values_pullback(
-                ctx.shape_dtype, ctx.handles, gY, ctx.uplo
-            )
         else:
             gA = _julia.matrix_function_pullback(
                 ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.uplo, ctx.opts
@@ -187,8 +189,6 @@ class _MatrixFunctionJulia(torch.autograd.Function):
                 w, V = torch.linalg.eigh(A, UPLO=uplo)
             maps = _matrix_function_maps(ctx.fn, uplo, opts)
             return LinearInA.apply(A, dA, maps, False, w, V)
-        if ctx.fn.name == "user":
-            return _julia.matrix_function_values_pushforward(ctx.handles, dA, uplo)
         return _julia.matrix_function_pushforward(ctx.handles, ctx.f, dA, uplo, opts)
 
 
@@ -285,27 +285,37 @@ def _positive(name: str, strict: bool) -> Any:
 
 
 def _named(name: str, p: float = 1.0) -> SpectralFn:
+    spec = name if name != "pow" else (name, p)
     if name == "exp":
         return SpectralFn(
-            "exp", lambda w, o: (torch.exp(w), torch.exp(w)), lambda w, o: torch.exp(w)
+            "exp",
+            lambda w, o: (torch.exp(w), torch.exp(w)),
+            lambda w, o: torch.exp(w),
+            spec=spec,
         )
     if name == "log":
         dom = _positive("'log'", strict=True)
         return SpectralFn(
-            "log", lambda w, o: (torch.log(dom(w, o)), 1 / w), lambda w, o: -1 / w**2
+            "log",
+            lambda w, o: (torch.log(dom(w, o)), 1 / w),
+            lambda w, o: -1 / w**2,
+            spec=spec,
         )
-    if name == "sqrt":
-        return _named("pow", 0.5)
-    if name == "invsqrt":
-        return _named("pow", -0.5)
+    if name in ("sqrt", "invsqrt"):
+        fn = _named("pow", 0.5 if name == "sqrt" else -0.5)
+        fn.spec = name
+        return fn
     second = power_second(p)
     if p == int(p) and p >= 0:
-        return SpectralFn(f"pow {p}", lambda w, o: power(p)(w), lambda w, o: second(w))
+        return SpectralFn(
+            f"pow {p}", lambda w, o: power(p)(w), lambda w, o: second(w), spec=spec
+        )
     dom = _positive(f"('pow', {p})", strict=p < 0)
     return SpectralFn(
         f"pow {p}",
         lambda w, o: power(p)(dom(w, o)),
         lambda w, o: second(torch.clamp(w, min=0) if p > 0 else w),
+        spec=spec,
     )
 
 
@@ -315,19 +325,18 @@ _MATFUN_NAMES = (
     '"log"',
     '"exp"',
     '("pow", p)',
+    "a callable f",
     "(f, f_prime)",
     "(f, f_prime, f_second)",
 )
 
 
 def _matfun(f: Any) -> SpectralFn:
-    if f in ("exp", "log", "sqrt", "invsqrt"):
+    """The named matrix function ``f``, its argument validated; ``fn.spec``
+    is ``f`` normalised (what Julia reads)."""
+    if isinstance(f, str) and f in ("exp", "log", "sqrt", "invsqrt"):
         return _named(f)
-    pair = user_pair("matrix_function", f)
-    if pair is not None:
-        second = user_second("matrix_function", f)
-        return SpectralFn("user", lambda w, o: pair(w), lambda w, o: second(w))
-    named = named_argument(f, ("pow",))
+    named = named_argument("matrix_function", f, ("pow",))
     if named is None:
         raise InputTypeError(
             f"matrix_function: f must be one of {', '.join(_MATFUN_NAMES)}, got {f!r}"
@@ -335,7 +344,57 @@ def _matfun(f: Any) -> SpectralFn:
     return _named("pow", named[1])
 
 
+def _user_matrix_function(
+    A: Tensor, user: UserFunction, uplo: str, opts: Options, julia: bool
+) -> Tensor:
+    """``V f(w) V^H`` for a user's ``f``, differentiable in ``A`` and in every
+    tensor ``f`` uses (see ``_values.py`` and ``svd._user_svd_function``)."""
+    if julia:
+        (w, V), on_julia = _julia.eigh_values(A, uplo)
+    else:
+        w, V = torch.linalg.eigh(A.detach(), UPLO=uplo)
+    f, d = user.values(w)
+    op = ValuesOp(
+        "matrix_function",
+        lambda fn: _matrix_function_maps(fn, uplo, opts),
+        _eigh_form,
+        _eigh_diagonal,
+        user.second,
+        spectrum=0,
+        odd=False,
+    )
+    h = second_values(op, w)
+    if not differentiated(f, d):
+        op = replace(op, constant=True)
+    if julia:
+        return apply(SpectralValuesJulia, A, f, d, h, op, on_julia, w, V)
+    return apply(SpectralValues, A, f, d, h, op, w, V)
+
+
+def _eigh_form(T: tuple, x: Tensor) -> Tensor:
+    _, V = T
+    return (V * x.unsqueeze(-2).to(V.dtype)) @ V.mH
+
+
+def _eigh_diagonal(T: tuple, G: Tensor) -> Tensor:
+    """``Re diag(V^H G V)``, the transpose of :func:`_eigh_form` in ``x``."""
+    _, V = T
+    return (V.conj() * (G @ V)).sum(-2).real
+
+
 # ------------------------------------------------------------ public API
+
+
+def _check_hermitian_flags(op: str, check: Any, tol: float | None) -> bool:
+    """``check_hermitian`` as a bool; ``hermitian_tol`` is its tolerance and
+    means nothing without it."""
+    check = check_flag(op, "check_hermitian", check)
+    if tol is not None and not check:
+        raise InputError(
+            f"{op}: hermitian_tol is the tolerance of check_hermitian=True, which "
+            "was not asked for; pass check_hermitian=True or drop hermitian_tol"
+        )
+    return check
 
 
 def _check(op: str, A: Any, UPLO: Any) -> str:
@@ -386,7 +445,9 @@ def eigh(
     ``torch.linalg.eigh``, ``UPLO`` is ``"L"`` or ``"U"`` in either case and
     only that triangle is read (and must be finite; the imaginary part of the
     diagonal is ignored), unless ``check_hermitian=True``, which first raises
-    if ``max|A - A^H| > hermitian_tol`` (default ``eps**0.75 max|A|``).
+    if ``max|A - A^H| > hermitian_tol`` for a matrix of the batch (default
+    ``eps**0.75 max|A|``, per matrix; ``hermitian_tol`` without
+    ``check_hermitian=True`` raises).
 
     .. warning:: The gradient is the true gradient w.r.t. the entries read:
         the other triangle gets zero and the read triangle twice the
@@ -422,7 +483,8 @@ def eigh(
     ``(eigenvalues, eigenvectors, error, rel_error, rank)``,
     ``error = ||lambda_discarded||_2`` and ``rel_error = error / ||A||_F``.
     The iterative path supports the rules as :func:`svd` (its error is
-    ``||A - V_r diag(lambda_r) V_r^H||_F``).
+    ``||A - V_r diag(lambda_r) V_r^H||_F``); ``largest=False`` needs ``k``
+    or a tolerance.
     ``backend`` and ``out=(eigenvalues, eigenvectors)`` as in
     :func:`pyspectral.svd` (``"auto"``: native; ``out=`` as
     ``torch.linalg.eigh``'s, without autograd, not with a truncation).
@@ -457,7 +519,26 @@ def eigh(
         backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
     )
+    check_hermitian = _check_hermitian_flags(
+        "eigh", check_hermitian, kw["hermitian_tol"]
+    )
+    largest = check_flag("eigh", "largest", largest)
+    iteration = dict(
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
+    check_top_k_keywords("eigh", kw["k"], method, **iteration)
     rule = truncation_rule("eigh", kw, multiplets, return_error)
+    if not largest and (rule is None or not rule.truncates):
+        # (a rule reads the spectrum from the wanted end: then largest counts)
+        raise InputError(
+            "eigh: largest=False chooses the k smallest eigenpairs, which needs k "
+            "or a truncation tolerance (atol, rtol, error_atol, error_rtol) read "
+            "from the smallest end (got neither: all of them); pass k or drop "
+            "largest"
+        )
     if check_hermitian:
         require_hermitian("eigh", A, kw["hermitian_tol"])
     opts = options(
@@ -540,12 +621,15 @@ def matrix_function(
         Y = V f(\Lambda) V^{H}, \qquad A = V \Lambda V^{H}
 
     ``A`` has shape ``(*, n, n)``; ``Y`` the same. ``f`` is ``"sqrt"``,
-    ``"invsqrt"``, ``"log"``, ``"exp"``, ``("pow", p)`` or a pair
-    ``(f, f_prime)`` of elementwise torch functions that map the eigenvalues
-    to real tensors of their shape (``f`` finite there), or a triple
-    ``(f, f_prime, f_second)``. A pair runs on either backend: on Julia's, it
-    is evaluated in Python on the eigenvalues Julia computed, and Julia gets
-    the values.
+    ``"invsqrt"``, ``"log"``, ``"exp"``, ``("pow", p)`` (``p`` a finite real)
+    or an elementwise torch function ``f`` that maps the eigenvalues to real
+    tensors of their shape (``f`` finite there): alone (``f'`` is torch's
+    derivative of it), as a pair ``(f, f_prime)`` or as a triple
+    ``(f, f_prime, f_second)``. ``f`` may use other tensors (the coefficients
+    of a spectral filter, a temperature ``beta`` in ``exp(-beta w)``): they
+    get the gradient ``sum_i df(w_i)/dtheta Re(V^H gY V)_ii``, to second
+    order. It runs on either backend: on Julia's, it is evaluated in Python
+    on the eigenvalues Julia computed, and Julia gets the values.
 
     .. warning:: The gradient is exact at every spectrum, degenerate ones
         included, and so are second derivatives (second divided differences;
@@ -575,11 +659,14 @@ def matrix_function(
     kw = check_keywords(
         "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol
     )
-    if check_hermitian:
+    if _check_hermitian_flags("matrix_function", check_hermitian, kw["hermitian_tol"]):
         require_hermitian("matrix_function", A, kw["hermitian_tol"])
-    fn = _matfun(f)
+    user = user_function("matrix_function", f)
+    fn = _matfun(f) if user is None else None
     opts = options(kw["degeneracy_atol"], None, None, None, op="matrix_function")
-    backend = resolve_backend("matrix_function", backend, A)
-    if backend == "julia":
-        return apply(_MatrixFunctionJulia, A, f, fn, UPLO, opts)
+    julia = resolve_backend("matrix_function", backend, A) == "julia"
+    if fn is None:
+        return _user_matrix_function(A, user, UPLO, opts, julia)
+    if julia:
+        return apply(_MatrixFunctionJulia, A, fn.spec, fn, UPLO, opts)
     return apply(_MatrixFunction, A, fn, UPLO, opts)[0]

@@ -101,8 +101,9 @@ class DerivativeError(PySpectralError, RuntimeError):
     second derivative (double backward, ``hessian``, ``jacrev`` of ``grad``,
     ``jacfwd`` of ``jacfwd``; ``method="full"`` has them), or forward mode
     (``jvp``, ``jacfwd``) on its linear-operator form; a
-    third derivative of ``svd_function`` / ``matrix_function``; a second one
-    through a user pair whose ``f_prime`` torch cannot differentiate."""
+    third derivative of ``svd_function`` / ``matrix_function``; a user ``f``
+    given without ``f_prime`` that torch cannot differentiate, and a second
+    derivative through one whose ``f_prime`` it cannot differentiate."""
 
 
 class JuliaError(PySpectralError, RuntimeError):

@@ -31,8 +31,15 @@ from torch._C._functorch import is_functorch_wrapped_tensor
 from . import topk as TK
 from ._backend import BACKENDS
 from ._settings import options
-from ._validation import _as_integer, check_keywords, truncation_rule
+from ._validation import (
+    _as_integer,
+    check_flag,
+    check_keywords,
+    check_top_k_keywords,
+    truncation_rule,
+)
 from ._warnings import warn
+from .common.defaults import peek
 from .eigh import EighResult, eigh
 from .exceptions import (
     BackendError,
@@ -40,6 +47,7 @@ from .exceptions import (
     DtypeError,
     InputError,
     InputTypeError,
+    NonFiniteError,
     ShapeError,
 )
 from .forward import topk as F
@@ -95,7 +103,7 @@ class LinearOperator:
     ) -> None:
         self.shape = tuple(shape) if isinstance(shape, (tuple, list)) else shape
         self.matmul, self.rmatmul = matmul, rmatmul
-        self.dtype, self.device = dtype, torch.device(device)
+        self.dtype, self.device = dtype, _device("LinearOperator", device)
         _check_operator("LinearOperator", self, need_rmatmul=rmatmul is not None)
         self.shape = torch.Size(self.shape)
 
@@ -159,20 +167,52 @@ def _checked(name: str, f: Callable, out_shape: tuple, dtype: torch.dtype):
                 f"{name} of an input of shape {tuple(X.shape)} must return a "
                 f"tensor of shape {want} and dtype {dtype}, got {got}"
             )
+        if not _finite(Y):
+            raise NonFiniteError(
+                f"{name} of an input of shape {tuple(X.shape)} returned NaN or Inf "
+                "entries; the products of the operator must be finite (check the "
+                "tensors it uses, or its scale)"
+            )
         return Y
 
     return g
 
 
+def _finite(Y: Tensor) -> bool:
+    """Whether every entry of a product is finite: one reduction (a NaN or
+    Inf entry makes the sum non-finite) and one host sync, per product; only
+    a sum that overflows is looked at entry by entry."""
+    P = peek(Y).detach()
+    if P.numel() == 0:
+        return True
+    total = P.sum()
+    if bool(torch.isfinite(total.real if total.is_complex() else total)):
+        return True
+    return bool(torch.isfinite(P).all())
+
+
+def _device(name: str, device: Any) -> torch.device:
+    """``device`` as a ``torch.device`` (a device or its name), else
+    ``InputTypeError`` naming it."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as err:
+        raise InputTypeError(
+            f"{name}: device must be a torch.device or a device name such as "
+            f"'cpu' or 'cuda:0', got {device!r}"
+        ) from err
+
+
 class _Op:
     """A validated operator: checked products, shape, dtype, device."""
 
-    def __init__(self, op: Any, need_rmatmul: bool) -> None:
+    def __init__(self, op: Any, need_rmatmul: bool, who: str) -> None:
         *batch, m, n = self.shape = tuple(int(s) for s in op.shape)
-        self.dtype, self.device = op.dtype, torch.device(op.device)
-        self.matmul = _checked("op.matmul", op.matmul, (*batch, m, 1), op.dtype)
+        self.dtype, self.device = op.dtype, _device(f"{who}: op.device", op.device)
+        matmul, rmatmul = f"{who}: op.matmul", f"{who}: op.rmatmul"
+        self.matmul = _checked(matmul, op.matmul, (*batch, m, 1), op.dtype)
         self.rmatmul = (
-            _checked("op.rmatmul", op.rmatmul, (*batch, n, 1), op.dtype)
+            _checked(rmatmul, op.rmatmul, (*batch, n, 1), op.dtype)
             if need_rmatmul
             else None
         )
@@ -295,6 +335,21 @@ def _operator_rule(name: str, kw: dict, multiplets: Any, return_error: Any) -> A
             "A you know"
         )
     return rule
+
+
+# the full path, taken by the formed matrix, does not iterate
+_NO_ITERATION = {
+    "oversample": None,
+    "n_iter": None,
+    "backward_rtol": None,
+    "backward_maxiter": 500,
+}
+
+
+def _iteration(numeric: dict) -> dict:
+    """The keywords that configure the iteration (``check_top_k_keywords``)."""
+    names = ("oversample", "n_iter", "backward_rtol", "backward_maxiter")
+    return {name: numeric[name] for name in names}
 
 
 def _tracked(t: Tensor) -> bool:
@@ -476,10 +531,11 @@ def svd_topk(
         )
     _check_backend("svd_topk", backend)
     _check_operator("svd_topk", op, need_rmatmul=True)
-    A = _Op(op, need_rmatmul=True)
+    A = _Op(op, need_rmatmul=True, who="svd_topk")
     _check_k("svd_topk", A, k)
     tols = {name: trunc[name] for name in ("atol", "rtol", "error_atol", "error_rtol")}
     kw = check_keywords("svd_topk", A.meta, k=k, **tols, **numeric)
+    check_top_k_keywords("svd_topk", kw["k"], method, **_iteration(numeric))
     rule = _operator_rule("svd_topk", kw, multiplets, return_error)
     *batch, m, n = A.shape
     k = min(kw["k"], m, n)
@@ -501,7 +557,7 @@ def svd_topk(
                 A.matmul, A.rmatmul, A.shape, A.dtype, A.device, k, cfg, opts
             )
     if res is None:  # formed: the full path, differentiable through A itself
-        full = {**numeric, "oversample": None, "n_iter": None}
+        full = {**numeric, **_NO_ITERATION}
         return svd(A.dense(), k=k, method="full", gauge=gauge, **trunc, **full)
     if res.message:
         _not_certified("svd_topk", k, method, A, res.message)
@@ -668,7 +724,7 @@ def eigh_topk(
         )
     _check_backend("eigh_topk", backend)
     _check_operator("eigh_topk", op, need_rmatmul=False)
-    A = _Op(op, need_rmatmul=False)
+    A = _Op(op, need_rmatmul=False, who="eigh_topk")
     if A.shape[-1] != A.shape[-2]:
         raise ShapeError(
             f"eigh_topk: op must be square, shape (*, n, n), got shape {A.shape}"
@@ -676,6 +732,8 @@ def eigh_topk(
     _check_k("eigh_topk", A, k)
     tols = {name: trunc[name] for name in ("atol", "rtol", "error_atol", "error_rtol")}
     kw = check_keywords("eigh_topk", A.meta, k=k, **tols, **numeric)
+    check_top_k_keywords("eigh_topk", kw["k"], method, **_iteration(numeric))
+    largest = check_flag("eigh_topk", "largest", largest)
     rule = _operator_rule("eigh_topk", kw, multiplets, return_error)
     *batch, n, _ = A.shape
     k = min(kw["k"], n)
@@ -694,7 +752,7 @@ def eigh_topk(
                 A.matmul, A.shape, A.dtype, A.device, k, largest, cfg, opts
             )
     if res is None:  # formed: the full path, differentiable through A itself
-        full = {**numeric, "oversample": None, "n_iter": None}
+        full = {**numeric, **_NO_ITERATION}
         H = _hermitian(A.dense())
         return eigh(
             H, k=k, largest=largest, method="full", gauge=gauge, **trunc, **full

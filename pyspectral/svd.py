@@ -4,6 +4,7 @@ the composite ``svd_function`` (``U f(S) Vh``) with an exact pullback.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -15,15 +16,29 @@ from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_
 from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
+    UserFunction,
     named_argument,
     power,
     power_second,
-    user_pair,
-    user_second,
+    user_function,
 )
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
-from ._validation import check_keywords, check_matrix, check_out, truncation_rule
+from ._validation import (
+    check_flag,
+    check_keywords,
+    check_matrix,
+    check_out,
+    check_top_k_keywords,
+    truncation_rule,
+)
+from ._values import (
+    SpectralValues,
+    SpectralValuesJulia,
+    ValuesOp,
+    differentiated,
+    second_values,
+)
 from .common.defaults import degeneracy_tol, peek
 from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
@@ -112,21 +127,19 @@ class _SVDJulia(torch.autograd.Function):
 
 
 class _SVDFunctionJulia(torch.autograd.Function):
-    """``_SVDFunction`` on the Julia backend. A user ``(f, f_prime)`` pair is
-    evaluated here, on the spectrum Julia computed; Julia gets the values."""
+    """``_SVDFunction`` on the Julia backend, for a named ``f`` (``f``: its
+    normalised form, which Julia reads; a user's ``f`` takes
+    ``_values.SpectralValuesJulia``)."""
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, f: Any, fn: SpectralFn, opts: Options) -> Tensor:
         ctx.f, ctx.fn, ctx.opts, ctx.shape_dtype = f, fn, opts, (A.shape, A.dtype)
-        if fn.name == "user":
-            Y, ctx.handles = _julia.svd_function_values(A, lambda S: fn(S, opts))
-        else:
-            # A spectrum outside f's domain is found by Julia; the native check,
-            # run on Julia's singular values, reports it (native_check).
-            Y, S, ctx.handles = _julia.svd_function(
-                A, f, opts, native_check=lambda S: fn(S, opts)
-            )
-            fn(S, opts)  # the native checks: truncation inside a cluster
+        # A spectrum outside f's domain is found by Julia; the native check,
+        # run on Julia's singular values, reports it (native_check).
+        Y, S, ctx.handles = _julia.svd_function(
+            A, f, opts, native_check=lambda S: fn(S, opts)
+        )
+        fn(S, opts)  # the native checks: truncation inside a cluster
         ctx.save_for_backward(A)
         ctx.save_for_forward(A)
         return Y
@@ -145,8 +158,6 @@ class _SVDFunctionJulia(torch.autograd.Function):
             gA = LinearInA.apply(
                 A, gY, _svd_function_maps(ctx.fn, ctx.opts), True, U, S, Vh
             )
-        elif ctx.fn.name == "user":
-            gA = _julia.svd_function_values_pullback(ctx.shape_dtype, ctx.handles, gY)
         else:
             gA = _julia.svd_function_pullback(
                 ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.opts
@@ -164,8 +175,6 @@ class _SVDFunctionJulia(torch.autograd.Function):
                 U, S, Vh = torch.linalg.svd(A, full_matrices=False)
             maps = _svd_function_maps(ctx.fn, ctx.opts)
             return LinearInA.apply(A, dA, maps, False, U, S, Vh)
-        if ctx.fn.name == "user":
-            return _julia.svd_function_values_pushforward(ctx.handles, dA)
         return _julia.svd_function_pushforward(ctx.handles, ctx.f, dA, ctx.opts)
 
 
@@ -232,6 +241,7 @@ _SVD_NAMES = (
     '("truncate", k)',
     '("threshold", tau)',
     '("pow", p)',
+    "a callable f",
     "(f, f_prime)",
     "(f, f_prime, f_second)",
 )
@@ -242,39 +252,37 @@ def _zero(S: Tensor, o: Options) -> Tensor:
 
 
 def _svd_fn(f: Any, k: int) -> SpectralFn:
-    if f == "polar":
+    """The named singular value function ``f`` (``k = min(m, n)``), its
+    argument validated; ``fn.spec`` is ``f`` normalised (what Julia reads)."""
+    if isinstance(f, str) and f == "polar":
         return SpectralFn(
-            "polar", lambda S, o: (torch.ones_like(S), torch.zeros_like(S)), _zero
+            "polar",
+            lambda S, o: (torch.ones_like(S), torch.zeros_like(S)),
+            _zero,
+            spec="polar",
         )
-    pair = user_pair("svd_function", f)
-    if pair is not None:
-        second = user_second("svd_function", f)
-        return SpectralFn("user", lambda S, o: pair(S), lambda S, o: second(S))
-    named = named_argument(f, ("truncate", "threshold", "pow"))
+    named = named_argument("svd_function", f, ("truncate", "threshold", "pow"), k)
     if named is None:
         raise InputTypeError(
             f"svd_function: f must be one of {', '.join(_SVD_NAMES)}, got {f!r}"
         )
     name, x = named
     if name == "truncate":
-        if x != int(x) or not 1 <= x <= k:
-            raise InputError(
-                f"svd_function: ('truncate', k) needs an integer 1 <= k <= "
-                f"min(m, n) = {k}, got {f[1]!r}"
-            )
         return SpectralFn(
-            f"truncate {int(x)}", lambda S, o: _truncate(S, int(x), o), _zero
+            f"truncate {x}", lambda S, o: _truncate(S, x, o), _zero, spec=named
         )
     if name == "threshold":
-        if x < 0:
-            raise InputError(f"svd_function: threshold tau must be >= 0, got {x}")
         return SpectralFn(
             f"threshold {x}",
             lambda S, o: (torch.clamp(S - x, min=0), (S > x).to(S.dtype)),
             _zero,
+            spec=named,
         )
     return SpectralFn(
-        f"pow {x}", lambda S, o: _pow_svd(S, x, o), lambda S, o: power_second(x)(S)
+        f"pow {x}",
+        lambda S, o: _pow_svd(S, x, o),
+        lambda S, o: power_second(x)(S),
+        spec=named,
     )
 
 
@@ -386,7 +394,9 @@ def svd(
     columns (default ``oversample = max(10, k)``) and a Rayleigh-Ritz step,
     until the kept triplets are certified (``|A v_i - s_i u_i| <= eps**0.75
     s_1``, and the cluster of ``s_k`` closed inside the block), for at most
-    ``n_iter`` iterations if given (else a work budget); its backward treats
+    ``n_iter`` iterations if given (whatever the convergence rate), else
+    within a work budget (the full path's cost, and at least 100
+    iterations); its backward treats
     the certified block exactly and the rest by conjugate gradients with
     products by ``A`` and ``A^H`` only, to ``backward_rtol`` (default
     ``eps**0.75``) in at most ``backward_maxiter`` steps. What it cannot
@@ -445,6 +455,14 @@ def svd(
         backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
     )
+    full_matrices = check_flag("svd", "full_matrices", full_matrices)
+    iteration = dict(
+        oversample=oversample,
+        n_iter=n_iter,
+        backward_rtol=backward_rtol,
+        backward_maxiter=backward_maxiter,
+    )
+    check_top_k_keywords("svd", kw["k"], method, **iteration)
     rule = truncation_rule("svd", kw, multiplets, return_error)
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
@@ -518,12 +536,17 @@ def svd_function(
     where ``("truncate", k)`` has no valid ``k``). ``f`` is ``"polar"``
     (``f = 1``), ``("truncate", k)`` (keep the top ``k``),
     ``("threshold", tau)`` (``max(s - tau, 0)``, the nuclear-norm prox),
-    ``("pow", p)``, ``"normalize"`` (``s / s_max``, i.e. ``A / ||A||_2``) or a
-    pair ``(f, f_prime)`` of elementwise torch functions with ``f(0) = 0``,
-    which map the singular values to real tensors of their shape (``f`` finite
-    there), or a triple ``(f, f_prime, f_second)``. A pair runs on either
-    backend: on Julia's, it is evaluated in Python on the singular values
-    Julia computed, and Julia gets the values.
+    ``("pow", p)``, ``"normalize"`` (``s / s_max``, i.e. ``A / ||A||_2``) or
+    an elementwise torch function ``f`` with ``f(0) = 0``, which maps the
+    singular values to real tensors of their shape (``f`` finite there):
+    alone (``f'`` is torch's derivative of it), as a pair ``(f, f_prime)`` or
+    as a triple ``(f, f_prime, f_second)``. ``f`` may use other tensors (a
+    learned parameter ``theta``): they get the gradient
+    ``sum_i df(s_i)/dtheta Re(U^H gY V)_ii``, to second order. It runs on
+    either backend: on Julia's, it is evaluated in Python on the singular
+    values Julia computed, and Julia gets the values. The numbers of the
+    named functions are checked as the keywords are (``k`` an integer,
+    ``tau >= 0`` and ``p`` finite reals).
 
     .. warning:: The gradient uses divided differences of ``f`` and is exact at
         degenerate and zero singular values; so are second derivatives (second
@@ -549,9 +572,14 @@ def svd_function(
     """
     check_matrix("svd_function", A)
     kw = check_keywords("svd_function", degeneracy_atol=degeneracy_atol)
-    fn = None if f == "normalize" else _svd_fn(f, min(A.shape[-2:]))
+    user = user_function("svd_function", f)
+    fn = None
+    if user is None and not (isinstance(f, str) and f == "normalize"):
+        fn = _svd_fn(f, min(A.shape[-2:]))
     opts = options(kw["degeneracy_atol"], None, gauge, None, op="svd_function")
     julia = resolve_backend("svd_function", backend, A) == "julia"
+    if user is not None:
+        return _user_svd_function(A, user, opts, julia)
     if fn is None:
         if 0 in A.shape[-2:]:
             # no singular value to divide by; an empty result, as A / s_max
@@ -565,5 +593,42 @@ def svd_function(
             )
         return A / smax
     if julia:
-        return apply(_SVDFunctionJulia, A, f, fn, opts)
+        return apply(_SVDFunctionJulia, A, fn.spec, fn, opts)
     return apply(_SVDFunction, A, fn, opts)[0]
+
+
+def _user_svd_function(A: Tensor, user: UserFunction, opts: Options, julia: bool):
+    """``U f(S) Vh`` for a user's ``f``, differentiable in ``A`` and in every
+    tensor ``f`` uses: ``f`` and ``f'`` evaluated on the (detached) spectrum,
+    the values inputs of ``SpectralValues`` (see ``_values.py``)."""
+    if julia:
+        (U, S, Vh), on_julia = _julia.svd_values(A)
+    else:
+        U, S, Vh = torch.linalg.svd(A.detach(), full_matrices=False)
+    f, d = user.values(S)
+    op = ValuesOp(
+        "svd_function",
+        lambda fn: _svd_function_maps(fn, opts),
+        _svd_form,
+        _svd_diagonal,
+        user.second,
+        spectrum=1,
+        odd=True,
+    )
+    h = second_values(op, S)
+    if not differentiated(f, d):
+        op = replace(op, constant=True)
+    if julia:
+        return apply(SpectralValuesJulia, A, f, d, h, op, on_julia, U, S, Vh)
+    return apply(SpectralValues, A, f, d, h, op, U, S, Vh)
+
+
+def _svd_form(T: tuple, x: Tensor) -> Tensor:
+    U, _, Vh = T
+    return (U * x.unsqueeze(-2).to(U.dtype)) @ Vh
+
+
+def _svd_diagonal(T: tuple, G: Tensor) -> Tensor:
+    """``Re diag(U^H G V)``, the transpose of :func:`_svd_form` in ``x``."""
+    U, _, Vh = T
+    return (U.conj() * (G @ Vh.mH)).sum(-2).real

@@ -132,6 +132,28 @@ def test_non_hermitian_when_checked(dtype, backend) -> None:
             ps.eigh(Y, check_hermitian=True, backend=backend)
 
 
+def test_hermitian_check_is_per_matrix(backend) -> None:
+    """Issue 15, item 5: the default hermitian_tol is each matrix's own
+    ``eps**0.75 max|A_b|`` (as degeneracy_atol). Before, a batch used its
+    largest matrix's scale: a non-Hermitian 1e-6 N beside 1e6 H passed."""
+    gen = torch.Generator().manual_seed(3)
+    N = torch.randn(3, 3, dtype=torch.float64, generator=gen)  # not Hermitian
+    Hb = torch.randn(3, 3, dtype=torch.float64, generator=gen)
+    Hb = Hb + Hb.mT
+    for op in ("eigh", "matrix_function"):
+        with raises(ps.InputError, "A is not Hermitian: max"):
+            OPS[op](1e-6 * N, check_hermitian=True, backend=backend)
+        batch = torch.stack([1e6 * Hb, 1e-6 * N])
+        with raises(ps.InputError, r"not Hermitian \(batch element \(1,\) of \(2,\)\)"):
+            OPS[op](batch, check_hermitian=True, backend=backend)
+        OPS[op](torch.stack([1e6 * Hb, 1e-6 * Hb]), check_hermitian=True)
+        # an absolute hermitian_tol applies to every matrix alike
+        big = torch.stack([Hb, N]).reshape(1, 2, 3, 3)
+        with raises(ps.InputError, r"batch element \(0, 1\)"):
+            OPS[op](big, check_hermitian=True, hermitian_tol=1e-3, backend=backend)
+    assert julia_starts() == 0
+
+
 @pytest.mark.parametrize("op", OPS)
 def test_unknown_backend(op) -> None:
     with raises(
@@ -151,9 +173,7 @@ def test_julia_backend_where_julia_is_missing() -> None:
         assert isinstance(e.value, RuntimeError)
 
 
-@pytest.mark.parametrize(
-    "f", ["sqrt", "pow", ("pow",), ("pow", "2"), ("pow", True), ("root", 2), 3]
-)
+@pytest.mark.parametrize("f", ["sqrt", "pow", ("pow",), ("root", 2), 3, ("polar", 1)])
 def test_unknown_svd_function(f, backend) -> None:
     with raises(ps.InputTypeError, "svd_function: f must be one of") as e:
         ps.svd_function(A, f, backend=backend)
@@ -161,7 +181,9 @@ def test_unknown_svd_function(f, backend) -> None:
     assert julia_starts() == 0
 
 
-@pytest.mark.parametrize("f", ["polar", "normalize", ("truncate", 2), ("pow",), None])
+@pytest.mark.parametrize(
+    "f", ["polar", "normalize", ("truncate", 2), ("pow",), None, ("exp", 1)]
+)
 def test_unknown_matrix_function(f, backend) -> None:
     with raises(ps.InputTypeError, "matrix_function: f must be one of") as e:
         ps.matrix_function(H, f, backend=backend)
@@ -177,8 +199,87 @@ def test_truncate_out_of_range(k, backend) -> None:
 
 
 def test_negative_threshold(backend) -> None:
-    with raises(ps.InputError, "threshold tau must be >= 0, got -1"):
+    with raises(
+        ps.InputError,
+        r"\('threshold', tau\) needs a finite real number tau >= 0; got tau = -1",
+    ):
         ps.svd_function(A, ("threshold", -1.0), backend=backend)
+    assert julia_starts() == 0
+
+
+# Issue 15, item 3: the number of a named function is checked once, by the
+# rules of the keywords (an integer k as svd's k; finite real numbers), with an
+# InputError naming it. Before: ("threshold", nan) and ("pow", nan | inf) gave
+# NaN output; ("truncate", nan | inf) and matrix_function's ("pow", nan | inf)
+# raised raw ValueError / OverflowError; ("truncate", 2.0) was accepted; a 0-d
+# tensor p was refused with a message that repeated the documented forms.
+NAN, INF = float("nan"), float("inf")
+BAD_NUMBERS = [
+    ("svd_function", ("threshold", NAN), "tau"),
+    ("svd_function", ("threshold", INF), "tau"),
+    ("svd_function", ("threshold", "1"), "tau"),
+    ("svd_function", ("pow", NAN), "p"),
+    ("svd_function", ("pow", INF), "p"),
+    ("svd_function", ("pow", -INF), "p"),
+    ("svd_function", ("pow", "2"), "p"),
+    ("svd_function", ("pow", True), "p"),
+    ("svd_function", ("pow", 1j), "p"),
+    ("svd_function", ("truncate", NAN), "k"),
+    ("svd_function", ("truncate", INF), "k"),
+    ("svd_function", ("truncate", 2.0), "k"),
+    ("svd_function", ("truncate", True), "k"),
+    ("svd_function", ("truncate", torch.tensor(2.0)), "k"),
+    ("matrix_function", ("pow", NAN), "p"),
+    ("matrix_function", ("pow", INF), "p"),
+    ("matrix_function", ("pow", -INF), "p"),
+    ("matrix_function", ("pow", "2"), "p"),
+    ("matrix_function", ("pow", torch.tensor([1.5])), "p"),
+]
+
+
+@pytest.mark.parametrize("op, f, letter", BAD_NUMBERS, ids=str)
+def test_bad_number_of_a_named_function(op, f, letter, backend) -> None:
+    X = A if op == "svd_function" else H
+    name = f[0]
+    with raises(ps.InputError, rf"^{op}: \('{name}', {letter}\) needs ") as e:
+        getattr(ps, op)(X, f, backend=backend)
+    assert isinstance(e.value, ValueError)
+    assert f"got {letter} = {f[1]!r}" in str(e.value)
+    assert julia_starts() == 0
+
+
+@pytest.mark.parametrize(
+    "f, same",
+    [
+        (("pow", torch.tensor(1.5, dtype=torch.float64)), ("pow", 1.5)),
+        (("pow", torch.tensor(2)), ("pow", 2)),
+        (("threshold", torch.tensor(0.25)), ("threshold", 0.25)),
+        (("truncate", torch.tensor(2)), ("truncate", 2)),
+    ],
+    ids=str,
+)
+def test_numbers_as_the_keywords_take_them(f, same, backend) -> None:
+    """A 0-d tensor (or numpy number) is a number, as for the keywords; Julia
+    receives the normalised Python number."""
+    np = pytest.importorskip("numpy")
+    X = A @ A.mT + torch.eye(4, dtype=A.dtype)
+    for g in (f, (f[0], np.float64(same[1]) if f[0] != "truncate" else np.int64(2))):
+        for op, Y in (("svd_function", A), ("matrix_function", X)):
+            if op == "matrix_function" and f[0] != "pow":
+                continue
+            got = getattr(ps, op)(Y, g, backend=backend)
+            torch.testing.assert_close(got, getattr(ps, op)(Y, same, backend=backend))
+
+
+@pytest.mark.parametrize("name", ["pow", "threshold", "truncate"])
+def test_a_number_that_requires_grad_is_refused(name, backend) -> None:
+    """A named function's number gets no gradient: one that asks for it is
+    refused (with the user-function form that does differentiate it), never
+    silently left without a gradient."""
+    x = torch.tensor(2 if name == "truncate" else 0.5, dtype=torch.float64)
+    x = x.requires_grad_() if name != "truncate" else x.double().requires_grad_()
+    with raises(ps.InputError, rf"\('{name}', \w+\) takes .* no gradient.*lambda s"):
+        ps.svd_function(A, (name, x), backend=backend)
     assert julia_starts() == 0
 
 
@@ -292,3 +393,108 @@ def test_bad_tolerance(op, backend) -> None:
     with raises(ps.InputError, f"{op}: degeneracy_atol must be a finite number >= 0"):
         OPS[op](H, degeneracy_atol=-1.0, backend=backend)
     assert julia_starts() == 0
+
+
+# Issue 15, item 4: every argument is used or refused. Before, each of these
+# was accepted and had no effect (largest="no" was read as True).
+P = torch.randn(6, 6, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+P = P @ P.mT + torch.eye(6, dtype=torch.float64)
+UNUSED = [
+    (lambda b: ps.svd(A, method="bogus", backend=b), ps.InputError, "svd: method"),
+    (lambda b: ps.svd(A, k=2, method=None, backend=b), ps.InputError, "svd: method"),
+    (lambda b: ps.svd(A, oversample=5, backend=b), ps.InputError, "oversample .* k"),
+    (lambda b: ps.svd(A, n_iter=3, backend=b), ps.InputError, "n_iter .* with k"),
+    (lambda b: ps.svd(A, backward_rtol=1e-6, backend=b), ps.InputError, "backward_"),
+    (lambda b: ps.svd(A, backward_maxiter=9, backend=b), ps.InputError, "backward_"),
+    (lambda b: ps.svd(A, method="randomized", backend=b), ps.InputError, "with k"),
+    (
+        lambda b: ps.svd(A, k=2, method="full", n_iter=3, backend=b),
+        ps.InputError,
+        "method='full' does not iterate",
+    ),
+    (
+        lambda b: ps.svd(A, full_matrices="no", backend=b),
+        ps.InputTypeError,
+        "full_matrices must be True or False, got 'no'",
+    ),
+    (
+        lambda b: ps.eigh(P, k=2, largest="no", backend=b),
+        ps.InputTypeError,
+        "eigh: largest must be True or False, got 'no'",
+    ),
+    (lambda b: ps.eigh(P, largest=False, backend=b), ps.InputError, "largest=False"),
+    (lambda b: ps.eigh(P, method="lanczos", backend=b), ps.InputError, "eigh: method"),
+    (lambda b: ps.eigh(P, oversample=2, backend=b), ps.InputError, "oversample"),
+    (
+        lambda b: ps.eigh(P, check_hermitian="yes", backend=b),
+        ps.InputTypeError,
+        "check_hermitian must be True or False",
+    ),
+    (
+        lambda b: ps.eigh(P, hermitian_tol=1e-3, backend=b),
+        ps.InputError,
+        "hermitian_tol is the tolerance of check_hermitian=True",
+    ),
+    (
+        lambda b: ps.matrix_function(P, "exp", hermitian_tol=1e-3, backend=b),
+        ps.InputError,
+        "matrix_function: hermitian_tol",
+    ),
+    (
+        lambda b: ps.matrix_function(P, "exp", check_hermitian=1, backend=b),
+        ps.InputTypeError,
+        "matrix_function: check_hermitian must be True or False, got 1",
+    ),
+    (
+        lambda b: ps.svd_topk(A, 2, method="full", oversample=4, backend=b),
+        ps.InputError,
+        "does not iterate",
+    ),
+    (
+        lambda b: ps.eigh_topk(P, 2, largest=0, backend=b),
+        ps.InputTypeError,
+        "largest must be True or False",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, match", UNUSED)
+def test_arguments_are_used_or_refused(call, error, match, backend) -> None:
+    with raises(error, match):
+        call(backend)
+    assert julia_starts() == 0
+
+
+def _operator(M: torch.Tensor, device="cpu") -> ps.LinearOperator:
+    return ps.LinearOperator(
+        M.shape, lambda X: M @ X, lambda Y: M.mH @ Y, dtype=M.dtype, device=device
+    )
+
+
+def test_operator_arguments_are_used_or_refused() -> None:
+    op = _operator(P)
+    for call, error, match in [
+        (lambda: ps.svd_topk(op, 2, n_iter=3, method="full"), ps.InputError, "n_iter"),
+        (lambda: ps.svd_topk(op, 2, method="bogus"), ps.InputError, "method must be"),
+        (lambda: ps.eigh_topk(op, 2, largest="no"), ps.InputTypeError, "largest"),
+        (
+            lambda: ps.eigh_topk(op, 2, method="full", backward_rtol=1e-3),
+            ps.InputError,
+            "backward_rtol",
+        ),
+        (lambda: _operator(P, device="gpu!"), ps.InputTypeError, "device must be"),
+    ]:
+        with raises(error, match):
+            call()
+
+
+def test_the_defaults_and_numpy_bools_pass() -> None:
+    """What is used passes: explicit defaults, numpy bools, method='full' or
+    'auto' without k (the full decomposition is what they ask for)."""
+    np = pytest.importorskip("numpy")
+    U, S, Vh = ps.svd(A, method="full", backward_maxiter=500, full_matrices=np.False_)
+    torch.testing.assert_close(S, torch.linalg.svdvals(A))
+    w, _ = ps.eigh(P, k=2, largest=np.True_, check_hermitian=True, hermitian_tol=1e-9)
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(P)[-2:])
+    w, _ = ps.eigh_topk(_operator(P), 2, largest=False, method="full")
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(P)[:2])

@@ -362,6 +362,35 @@ def test_matrix_function_pair_gradients(dtype, uplo, spectrum):
     torch.testing.assert_close(g, g_fd, atol=1e-7, rtol=1e-7)
 
 
+@pytest.mark.parametrize("op", ["svd_function", "matrix_function"])
+def test_user_f_with_a_parameter(op):
+    """Issue 15, item 2, on real Julia: a user f that closes over a tensor
+    theta; the gradients in A and theta (Julia's pullback for A, the native
+    diagonal on Julia's factors for theta) equal the native ones and finite
+    differences, at a degenerate spectrum; second derivatives too."""
+    if op == "svd_function":
+        A = with_spectrum(5, 4, (3.0, 2.0, 2.0, 1.0))
+    else:
+        A = hermitian_with_spectrum((-1.0, 0.5, 2.0, 2.0), seed=3)
+    W = randn(*A.shape, seed=9)
+    m = A.numel()
+    x0 = torch.cat([A.flatten(), torch.tensor([1.3, 0.7], dtype=torch.float64)])
+
+    def loss(x, backend):
+        t = x[m:]
+        X = x[:m].reshape(A.shape)
+        Y = getattr(ps, op)(X, lambda s: t[0] * torch.sinh(t[1] * s), backend=backend)
+        return (Y * W).sum() + 0.3 * (Y * Y).sum()
+
+    g, g0 = both(loss, x0)
+    torch.testing.assert_close(g, g0, atol=1e-10, rtol=1e-10)
+    g_fd = fd_grad(lambda x: loss(x, "julia"), x0)
+    torch.testing.assert_close(g, g_fd, atol=1e-7, rtol=1e-7)
+    assert torch.autograd.gradgradcheck(
+        lambda x: loss(x, "julia"), (x0.clone().requires_grad_(True),)
+    )
+
+
 def test_gradcheck_and_double_backward():
     A = randn(4, 3).requires_grad_(True)
     H = spd(3, 3).requires_grad_(True)

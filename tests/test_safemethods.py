@@ -233,6 +233,35 @@ def test_divided_difference_accuracy_near_ties(name) -> None:
         assert worst < tol, f"{dtype}: worst relative error {worst:.2e}"
 
 
+def test_divided_difference_of_values_that_cancel_at_nodes_ulps_apart() -> None:
+    """Nodes a few ulps apart are one node (a repeated eigenvalue, rounded):
+    the derivative average, also where f's values are a sum that cancels,
+    whose rounding is then many ulps of |f| and the quotient noise. Before,
+    a polynomial filter on a ring's double eigenvalues took that noise (here
+    0, the quotient of two equal roundings; 1e-3 off in the gradient of
+    examples/spectral_filter.py)."""
+    t = (1.033, -1.88, -0.207, 1.044)
+
+    def f(x):
+        u = x / 4
+        return t[0] + t[1] * u + t[2] * u**2 + t[3] * u**3
+
+    def df(x):
+        u = x / 4
+        return (t[1] + 2 * t[2] * u + 3 * t[3] * u**2) / 4
+
+    a = torch.tensor(2 + 2**0.5 * (1 + 2**-0.5) ** 0.5, dtype=torch.float64)
+    exact = float(df(a))
+    for ulps in range(1, 9):
+        b = a + ulps * torch.finfo(torch.float64).eps * 2  # a in [2, 4): ulp 2 eps
+        got = divided_difference(a, b, f(a), f(b), df(a), df(b))
+        assert abs(float(got) - exact) < 1e-12 * abs(exact), ulps
+    # well apart, the quotient, as before
+    b = a + 1e-3
+    got = divided_difference(a, b, f(a), f(b), df(a), df(b))
+    assert abs(float(got - (f(a) - f(b)) / (a - b))) < 1e-12
+
+
 def test_exp_near_zero_through_matrix_function() -> None:
     """exp of a PSD matrix with a threefold zero eigenvalue (computed as
     +-1e-16): every divided difference in the zero cluster is a tie."""

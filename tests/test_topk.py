@@ -419,6 +419,58 @@ def test_cluster_past_the_block_warns() -> None:
         ps.svd(A, k=2, method="randomized", oversample=4, n_iter=100)
 
 
+# Issue 15, item 7: n_iter is honoured, and method="randomized" iterates at
+# least T.RANDOMIZED_MIN_ITERATIONS (100) times before giving up, as the README
+# says. Before: the measured rate stopped it after 3-10 iterations, n_iter or
+# not ("it is not converging" at a rate >= 1 that was rounding noise of float32;
+# "would exceed the work budget", a budget of 100 products = 50 iterations).
+
+
+def _iterations(call) -> int:
+    """How many iterations a not-certified randomized call ran (its warning)."""
+    with pytest.warns(ps.ConvergenceWarning) as record:
+        call()
+    (w,) = [w for w in record if "not certified" in str(w.message)]
+    return int(str(w.message).split("after ")[1].split(" iteration")[0])
+
+
+def test_n_iter_alone_limits_the_iterations() -> None:
+    slow = [1.0 - 1e-3 * i for i in range(60)]  # rate about 0.98 for k = 2
+    A = matrix_with_spectrum(slow, 60, 60, seed=1)
+    H = hermitian_with_spectrum(slow, seed=1)
+    assert _iterations(lambda: ps.svd(A, k=2, method="randomized", n_iter=150)) == 150
+    assert _iterations(lambda: ps.eigh(H, k=2, method="randomized", n_iter=130)) == 130
+    assert _iterations(lambda: ps.svd(A, k=2, method="randomized")) >= 100
+    assert _iterations(lambda: ps.eigh(H, k=2, method="randomized")) >= 100
+    assert T.RANDOMIZED_MIN_ITERATIONS == 100  # the README's number
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_float32_randomized_with_n_iter_converges(seed) -> None:
+    """The issue's float32 case: the top eigenvalue of a fixed spectrum in a
+    random orthogonal basis, n_iter=200: certified, the right eigenvalue."""
+    spectrum = [10.058, 9.9] + torch.linspace(9.0, -9.0, 58).tolist()
+    A = hermitian_with_spectrum(spectrum, seed=seed).float()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.ConvergenceWarning)
+        w, V = ps.eigh(A, k=1, method="randomized", n_iter=200)
+    assert abs(float(w[0]) - 10.058) < 1e-4 * 10.058
+    assert float((A @ V - V * w).norm()) < 1e-4 * 10.058
+
+
+def test_randomized_converges_where_the_readme_says_it_runs() -> None:
+    """torch.rand(50, 50), k=10: certified (before: a warning after 4
+    iterations and S off by 5e-4 s_1)."""
+    M = torch.rand(
+        50, 50, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.ConvergenceWarning)
+        U, S, Vh = ps.svd(M, k=10, method="randomized")
+    S0 = torch.linalg.svdvals(M)[:10]
+    assert float((S - S0).abs().max()) < 1e-12 * float(S0[0])
+
+
 def test_backward_without_a_gap_falls_back_to_the_exact_pullback() -> None:
     """A CG that cannot converge (here: capped at one step) on a small matrix
     is redone exactly by the dense fallback; no warning."""

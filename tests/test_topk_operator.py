@@ -709,6 +709,52 @@ def test_products_of_the_wrong_shape_or_dtype() -> None:
         ps.svd_topk(wrong_dtype, 2, method="randomized")
 
 
+@pytest.mark.parametrize("method", ["randomized", "auto", "full"])
+def test_products_with_nan_or_inf(method) -> None:
+    """Issue 15, item 6: a product with NaN or Inf entries is a
+    NonFiniteError naming the product, wherever it is made (before: torch's
+    LinAlgError from the QR or eigh of the block, for eigh blaming
+    "ill-conditioned ... repeated eigenvalues")."""
+    B = randn(200, 150)
+    H = B.mT @ B
+    nan = float("nan")
+    bad_matmul = ps.LinearOperator(
+        B.shape, lambda X: B @ X * nan, lambda Y: B.mT @ Y, dtype=B.dtype
+    )
+    with pytest.raises(ps.NonFiniteError, match=r"^svd_topk: op.matmul .* NaN or Inf"):
+        ps.svd_topk(bad_matmul, 3, method=method)
+    if method == "randomized":  # (auto and full form A = matmul(I))
+        bad_rmatmul = ps.LinearOperator(
+            B.shape, lambda X: B @ X, lambda Y: B.mT @ Y * nan, dtype=B.dtype
+        )
+        with pytest.raises(ps.NonFiniteError, match=r"^svd_topk: op.rmatmul .* NaN"):
+            ps.svd_topk(bad_rmatmul, 3, method=method)
+    inf = ps.LinearOperator(H.shape, lambda X: H @ X + float("inf"), dtype=H.dtype)
+    with pytest.raises(
+        ps.NonFiniteError, match=r"^eigh_topk: op.matmul .* NaN or Inf"
+    ) as e:
+        ps.eigh_topk(inf, 3, method=method)
+    assert isinstance(e.value, torch.linalg.LinAlgError)  # as torch's was
+
+
+def test_a_product_that_turns_nan_in_the_backward() -> None:
+    """The backward's products are checked as the forward's are."""
+    B, C = factors(200, 150, decaying(20))
+    broken = []
+
+    def matmul(X):
+        Y = B @ (C @ X)
+        return Y * float("nan") if broken else Y
+
+    op = ps.LinearOperator(
+        (200, 150), matmul, lambda Y: C.mH @ (B.mH @ Y), dtype=B.dtype
+    )
+    U, S, Vh = ps.svd_topk(op, 3, method="randomized")
+    broken.append(True)  # the CG of the backward multiplies by A again
+    with pytest.raises(ps.NonFiniteError, match="op.matmul .* NaN or Inf"):
+        svd_loss(U, S, Vh, random_like(B @ C, seed=4)).backward()
+
+
 def test_every_numeric_keyword_has_a_rule() -> None:
     """As tests/test_keywords.py for svd/eigh: check_keywords knows them all."""
     import inspect

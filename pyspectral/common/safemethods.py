@@ -60,9 +60,11 @@ def divided_difference(
     ``eps (|fa| + |fb|) / |a - b|``, the derivative average a Taylor error
     ``O(f'''(a - b)**2)``; their difference shows which one is larger. The
     quotient is used where it differs from the average by more than twice its
-    rounding error, the average elsewhere (the two then agree to that error).
-    This assumes nothing about the scale on which ``f`` varies (``exp`` near 0
-    varies on scale 1, not ``|a|``) and squares nothing (no underflow).
+    rounding error, the average elsewhere (the two then agree to that error),
+    and always for nodes within ``ULPS`` ulps of each other (one node to
+    rounding). This assumes nothing about the scale on which ``f`` varies
+    (``exp`` near 0 varies on scale 1, not ``|a|``) and squares nothing (no
+    underflow).
 
     An infinite derivative at an end (``sqrt`` at 0) never replaces a finite
     quotient: ``sqrt[0, x] = sqrt(x) / x`` is finite for ``x != 0``; only the
@@ -86,10 +88,20 @@ def _divided_difference(
     safe_d = torch.where(d != 0, d, torch.ones_like(d))
     quotient = (fa - fb) / safe_d
     rounding = eps(a.dtype) * (fa.abs() + fb.abs()) / safe_d.abs()
-    quotient_ok = (d != 0) & (
+    quotient_ok = _apart(a, b, d) & (
         ~torch.isfinite(average) | ((quotient - average).abs() > 2 * rounding)
     )
     return torch.where(quotient_ok, quotient, average), quotient_ok, rounding
+
+
+def _apart(a: torch.Tensor, b: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Whether the nodes ``a``, ``b`` (``d = a - b``) are more than ``ULPS``
+    ulps apart. Closer, they are one node to rounding (a computed spectrum
+    carries at least that error), and the quotient is noise whatever ``f``:
+    also where ``f``'s values cancel (a polynomial filter summing terms of
+    size 1 to 0.03), so that their rounding exceeds the estimate
+    ``eps |f|`` the criterion uses."""
+    return d.abs() > ULPS * eps(a.dtype) * torch.maximum(a.abs(), b.abs())
 
 
 # Values of f and f' computed by a formula come with a few ulps of error, not
@@ -154,7 +166,7 @@ def confluent_divided_difference(
     ulps = ULPS * eps(x.dtype)
     rounding = (ulps * (dx.abs() + fxz.abs()) + fxz_error) / safe_d.abs()
     confluent = (2 * hx + hz) / 6
-    quotient_ok = (d != 0) & (
+    quotient_ok = _apart(x, z, d) & (
         ~torch.isfinite(confluent) | ((quotient - confluent).abs() > 2 * rounding)
     )
     return torch.where(quotient_ok, quotient, confluent)

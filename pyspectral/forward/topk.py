@@ -23,7 +23,10 @@ Work budget. Each iteration costs two products with the ``p``-column block
 ``(s_{p+1}/s_i)^2`` per iteration, a rate measured from successive
 residuals, which also gives the condition number of the backward's CG,
 ``1 / (1 - rate)``. From the third iteration on, the iteration stops as soon
-as the predicted total (iterations left plus the CG) exceeds the budget.
+as the predicted total (iterations left plus the CG) exceeds the budget, or
+the rate shows no convergence (under ``method="randomized"`` from the
+``RANDOMIZED_MIN_ITERATIONS``-th on, and never with ``n_iter``, which then
+alone limits the iterations).
 ``auto`` tries the iteration only where those three iterations cost at most
 ``AUTO_TRIAL`` (5 %) of the full path and a fast convergence would cost at
 most ``AUTO_TRY`` of it, spends at most ``AUTO_BUDGET`` (half the full
@@ -86,6 +89,10 @@ AUTO_TRY = 0.3
 AUTO_TRIAL = 0.05
 # iterations before the measured rate is trusted to stop an iteration
 MIN_RATE_ITERATIONS = 3
+# method="randomized" (without n_iter): iterations before it may give up, by
+# the measured rate (stalled, or predicted over its budget, which is the full
+# path's cost or this many iterations, whichever is more)
+RANDOMIZED_MIN_ITERATIONS = 100
 # below this size the full decomposition is faster than any iteration here
 AUTO_MIN_SIZE = 96
 
@@ -270,8 +277,15 @@ class _Monitor:
             f"after {its} the largest relative residual {what} needed is "
             f"{worst:.2g} (tolerance {cfg.tol:.2g})"
         )
-        if cfg.max_iter is not None and self.iterations >= cfg.max_iter:
-            return True
+        if cfg.max_iter is not None:
+            # n_iter given: the iteration runs until certified or n_iter
+            # (under auto the budget still applies: auto falls back cheaply)
+            if self.iterations >= cfg.max_iter:
+                return True
+            if cfg.method == "randomized":
+                return False
+        if cfg.method == "randomized" and self.iterations < RANDOMIZED_MIN_ITERATIONS:
+            return False
         return self._over_budget()
 
     def _deg(self, scale: Tensor) -> Tensor:
@@ -462,9 +476,10 @@ def _monitor(
     unit = _unit(shape, cfg.p, nb)
     full = nb * (SVD_FULL_COST if op == "svd" else EIGH_FULL_COST) * m * n * min(m, n)
     # auto: well below the full path; randomized: the full path's cost, but at
-    # least 100 iterations (small matrices, where the full path is cheap), or
-    # n_iter iterations when given
-    budget = AUTO_BUDGET * full if cfg.method == "auto" else max(full, 100 * unit)
+    # least RANDOMIZED_MIN_ITERATIONS iterations (small matrices, where the full
+    # path is cheap), or n_iter iterations when given (no budget: step)
+    least = RANDOMIZED_MIN_ITERATIONS * products * unit
+    budget = AUTO_BUDGET * full if cfg.method == "auto" else max(full, least)
     if cfg.method == "randomized" and cfg.max_iter is not None:
         budget = float("inf")
     return _Monitor(op, cfg, k, min(m, n), unit, budget, products, opts)

@@ -61,6 +61,12 @@ class TruncationRule(NamedTuple):
         return self.error_atol is not None or self.error_rtol is not None
 
     @property
+    def truncates(self) -> bool:
+        """Whether a rule asks for a cut (``k`` or a tolerance), rather than
+        only ``return_error=True`` on the whole spectrum."""
+        return self.k is not None or self.by_value or self.by_error
+
+    @property
     def fixed(self) -> bool:
         """Whether the rank is ``min(k, len(x))`` whatever the values (``k``
         alone, cut where it falls)."""

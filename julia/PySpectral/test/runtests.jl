@@ -242,6 +242,17 @@ end
                  transpose(exp.(xs)))
     @test size(L) == (2, 2) && all(isfinite, L)
     @test diag(L) ≈ exp.(xs)
+    # Nodes a few ulps apart are one node (a repeated eigenvalue, rounded): the
+    # derivative average, also where f's values cancel (a cubic summing terms of size 1
+    # to 0.03), whose quotient is rounding noise (it was 0 here).
+    cancelling(x) = 1.033 - 1.88 * (x / 4) - 0.207 * (x / 4)^2 + 1.044 * (x / 4)^3
+    dcancelling(x) = (-1.88 - 2 * 0.207 * (x / 4) + 3 * 1.044 * (x / 4)^2) / 4
+    a = 2 + sqrt(2) * sqrt(1 + 1 / sqrt(2))
+    for ulps in 1:8
+        b = a + ulps * eps(a)
+        @test divdiff(a, b, cancelling(a), cancelling(b), dcancelling(a),
+                      dcancelling(b)) ≈ dcancelling(a) rtol = 1e-12
+    end
 
     # Relative accuracy over every argument scale and every relative gap from 0 to 1, in
     # double and single precision (where f(a) - f(b) itself cancels to eps |f| /
@@ -399,6 +410,13 @@ end
     @test_throws ArgumentError PySpectral.svd_function(A, (:truncate, 7))
     @test_throws ArgumentError PySpectral.svd_function(A, (:threshold, -1.0))
     @test_throws ArgumentError PySpectral.svd_function(A, :nonsense)
+    # a NaN or infinite number of a named function (issue 15, item 3)
+    for f in ((:threshold, NaN), (:threshold, Inf), (:pow, NaN), (:pow, -Inf),
+              (:truncate, NaN), (:truncate, Inf))
+        @test_throws ArgumentError PySpectral.svd_function(A, f)
+    end
+    @test_throws ArgumentError PySpectral.matrix_function(A + A', (:pow, NaN))
+    @test_throws ArgumentError PySpectral.matrix_function(A + A', (:pow, Inf))
 end
 
 @testset "eigh rrule" begin
@@ -848,6 +866,28 @@ end
         H, 2; method=:randomized, oversample=0, n_iter=1)
     # a certified call is silent
     @test_logs min_level = WARN svd_topk(topk_decaying(Float64, 40, 30), 4; method=:randomized)
+end
+
+@testset "top-k n_iter and the randomized minimum" begin
+    # Singular values 1, 0.999, 0.998, ...: the residuals fall too slowly to be
+    # certified within a few hundred iterations (rate about 0.98 for k = 2).
+    A = with_singular_values(Float64, 60, 60, [1.0 - 1e-3 * i for i in 0:59])
+    # n_iter alone limits the iterations (issue 15, item 7: the measured rate stopped
+    # them early)
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        svd_topk(A, 2; method=:randomized, n_iter=150)
+    end
+    @test only(logs).kwargs[:iterations] == 150 && only(logs).kwargs[:stop] == ""
+    # without n_iter, :randomized gives up no earlier than RANDOMIZED_MIN_ITERATIONS
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        svd_topk(A, 2; method=:randomized)
+    end
+    @test only(logs).kwargs[:iterations] >= PySpectral.RANDOMIZED_MIN_ITERATIONS
+    H = with_eigenvalues(Float64, [1.0 - 1e-3 * i for i in 0:59])
+    logs, _ = Test.collect_test_logs(; min_level=WARN) do
+        eigh_topk(H, 2; method=:randomized, n_iter=130)
+    end
+    @test only(logs).kwargs[:iterations] == 130
 end
 
 @testset "top-k backward without a gap" begin

@@ -52,8 +52,9 @@ Stable divided difference `(fa - fb) / (a - b)`, tending to `(da + db) / 2` as
 `fa - fb`, about `eps (|fa| + |fb|) / |a - b|`; the derivative average a Taylor error
 `O(f‴ (a - b)²)`. The quotient is used where it differs from the average by more than
 twice its own rounding error, the average elsewhere (the two then agree to that
-error). This assumes nothing about the scale on which `f` varies (`exp` near 0 varies
-on scale 1, not `|a|`) and squares nothing (no underflow). Same criterion as
+error), and always for nodes within `DIVDIFF_ULPS` ulps of each other (one node to
+rounding). This assumes nothing about the scale on which `f` varies (`exp` near 0
+varies on scale 1, not `|a|`) and squares nothing (no underflow). Same criterion as
 `divided_difference` in pyspectral/common/safemethods.py.
 
 An infinite derivative at an end (`sqrt` at 0) never replaces a finite quotient:
@@ -63,12 +64,19 @@ infinite (see [`with_infinite_weights`](@ref)).
 function divdiff(a, b, fa, fb, da, db)
     d = a - b
     average = (da + db) / 2
-    iszero(d) && return average
+    ϵ = eps(real(float(typeof(d))))
+    # nodes within DIVDIFF_ULPS ulps of each other are one node to rounding: the
+    # quotient is noise whatever f (also where f's values cancel below eps |f|)
+    abs(d) > DIVDIFF_ULPS * ϵ * max(abs(a), abs(b)) || return average
     quotient = (fa - fb) / d
     isfinite(average) || return quotient
-    rounding = eps(real(float(typeof(d)))) * (abs(fa) + abs(fb)) / abs(d)
+    rounding = ϵ * (abs(fa) + abs(fb)) / abs(d)
     return abs(quotient - average) > 2 * rounding ? quotient : average
 end
+
+# Nodes closer than this many ulps (of the larger) count as one node in `divdiff`; the
+# same number as ULPS in pyspectral/common/safemethods.py.
+const DIVDIFF_ULPS = 8
 
 """
     with_infinite_weights(linear, tol, weights...)

@@ -17,7 +17,9 @@
 # Work budget. The residual norms fall like `(s_{p+1}/sᵢ)²` per iteration, a rate
 # measured from successive residuals, which also gives the condition number of the
 # backward's CG, `1 / (1 - rate)`. From the third iteration on, the iteration stops as
-# soon as the predicted total (iterations left plus the CG) exceeds the budget. `:auto`
+# soon as the predicted total (iterations left plus the CG) exceeds the budget, or the
+# rate shows no convergence (under `:randomized` from the `RANDOMIZED_MIN_ITERATIONS`-th
+# on, and never with `n_iter`, which then alone limits the iterations). `:auto`
 # iterates only where three iterations cost at most `AUTO_TRIAL` of the full path and a
 # fast convergence at most `AUTO_TRY` of it, spends at most `AUTO_BUDGET` of it, and
 # takes the full path when the result is not certified; `:randomized` returns what it
@@ -34,6 +36,10 @@ const AUTO_BUDGET = 0.5
 const AUTO_TRY = 0.3
 const AUTO_TRIAL = 0.05
 const MIN_RATE_ITERATIONS = 3  # iterations before the measured rate may stop one
+# :randomized (without n_iter): iterations before it may give up, by the measured rate
+# (stalled, or predicted over its budget: the full path's cost or this many iterations,
+# whichever is more)
+const RANDOMIZED_MIN_ITERATIONS = 100
 const AUTO_MIN_SIZE = 96       # below this size the full decomposition is faster
 
 """
@@ -141,11 +147,13 @@ function TopKMonitor(op::Symbol, cfg::TopKConfig, k, m, n, degeneracy_atol)
     unit = _unit(m, n, cfg.p)
     full = _full_cost(op, m, n)
     # auto: well below the full path; randomized: the full path's cost, but at least
-    # 100 iterations (small matrices, where the full path is cheap), or n_iter
-    # iterations when given
-    budget = cfg.method === :auto ? AUTO_BUDGET * full : max(full, 100 * unit)
+    # RANDOMIZED_MIN_ITERATIONS iterations (small matrices, where the full path is
+    # cheap), or n_iter iterations when given (no budget: step!)
+    products = op === :svd ? 2 : 1
+    least = RANDOMIZED_MIN_ITERATIONS * products * unit
+    budget = cfg.method === :auto ? AUTO_BUDGET * full : max(full, least)
     (cfg.method === :randomized && cfg.max_iter !== nothing) && (budget = Inf)
-    return TopKMonitor(op, cfg, k, min(m, n), unit, budget, op === :svd ? 2 : 1,
+    return TopKMonitor(op, cfg, k, min(m, n), unit, budget, products,
                        degeneracy_atol, 0.0, Float64[], 0, k, Inf, false, "", 0.0, "")
 end
 
@@ -222,7 +230,13 @@ function step!(mon::TopKMonitor, values, res, scale)
     mon.reason, mon.stop = "residual", ""
     mon.worst = Float64(maximum(view(res, 1:min(needed, p))))
     push!(mon.history, max(mon.worst / cfg.tol, 1.0))
-    cfg.max_iter !== nothing && mon.iterations >= cfg.max_iter && return true
+    if cfg.max_iter !== nothing
+        # n_iter given: the iteration runs until certified or n_iter (under :auto the
+        # budget still applies: :auto falls back cheaply)
+        mon.iterations >= cfg.max_iter && return true
+        cfg.method === :randomized && return false
+    end
+    cfg.method === :randomized && mon.iterations < RANDOMIZED_MIN_ITERATIONS && return false
     return _over_budget!(mon)
 end
 

@@ -96,6 +96,9 @@ function svd_function_values(f, S::AbstractVector{<:Real}; degeneracy_atol=nothi
     named === nothing && throw(ArgumentError(
         "svd_function: f must be one of $SVD_FUNCTIONS, got $(repr(f))"))
     name, x = named
+    # a NaN or infinite τ or p would give a NaN Y (as pyspectral's named_argument)
+    name === :truncate || isfinite(x) || throw(ArgumentError(
+        "svd_function: (:$name, x) needs a finite real number x, got $x"))
     if name === :truncate
         (isinteger(x) && 1 <= x <= k) || throw(ArgumentError(
             "svd_function: (:truncate, r) needs an integer 1 <= r <= min(m, n) = $k, got $x"))
@@ -143,6 +146,8 @@ function matrix_function_values(f, λ::AbstractVector{<:Real}; degeneracy_atol=n
     named = _named(f, (:pow,))
     named === nothing && throw(ArgumentError(
         "matrix_function: f must be one of $MATRIX_FUNCTIONS, got $(repr(f))"))
+    isfinite(named[2]) || throw(ArgumentError(
+        "matrix_function: (:pow, p) needs a finite real number p, got $(named[2])"))
     return _matrix_power("(:pow, $(named[2]))", λ, named[2], degeneracy_atol)
 end
 
