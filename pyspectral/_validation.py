@@ -136,17 +136,14 @@ def truncation_rule(
     """The truncation rule of a ``svd`` / ``eigh`` call from its checked
     keywords (``check_keywords``: ``k``, ``atol``, ``rtol``, ``error_atol``,
     ``error_rtol``), ``multiplets`` (``"cut"``, ``"down"`` or ``"up"``) and
-    ``return_error`` (a bool); None when the call truncates nothing and
+    ``return_error`` (``check_flag``); None when the call truncates nothing and
     returns no error. ``multiplets`` other than ``"cut"`` without ``k`` or a
     tolerance would be ignored: ``InputError``. Returns a
     ``forward.truncation.TruncationRule``."""
     # (imported here: the forward package imports _settings, which imports this)
     from .forward.truncation import MULTIPLETS, TruncationRule
 
-    if not isinstance(return_error, bool):
-        raise InputTypeError(
-            f"{op}: return_error must be True or False, got {return_error!r}"
-        )
+    return_error = check_flag(op, "return_error", return_error)
     if not (isinstance(multiplets, str) and multiplets in MULTIPLETS):
         raise InputError(
             f"{op}: multiplets must be 'cut', 'down' or 'up', got {multiplets!r}"
@@ -366,12 +363,7 @@ def check_top_k_keywords(op: str, k: Any, method: Any, **iteration: Any) -> None
         raise InputError(
             f"{op}: method must be 'auto', 'full' or 'randomized', got {method!r}"
         )
-    defaults = {"backward_maxiter": _DEFAULT_BACKWARD_MAXITER}
-    given = [
-        name
-        for name in _ITERATION_KEYWORDS
-        if name in iteration and not _is(iteration[name], defaults.get(name))
-    ]
+    given = _given_iteration(iteration)
     if k is None and (method == "randomized" or given):
         what = "method='randomized'" if method == "randomized" else given[0]
         raise InputError(
@@ -383,6 +375,48 @@ def check_top_k_keywords(op: str, k: Any, method: Any, **iteration: Any) -> None
             f"{op}: {given[0]} configures the iteration, and method='full' does "
             "not iterate; use method='auto' or 'randomized', or drop "
             f"{given[0]}"
+        )
+
+
+def _given_iteration(iteration: dict[str, Any]) -> list[str]:
+    """The iteration keywords among ``iteration`` not left at their defaults."""
+    defaults = {"backward_maxiter": _DEFAULT_BACKWARD_MAXITER}
+    return [
+        name
+        for name in _ITERATION_KEYWORDS
+        if name in iteration and not _is(iteration[name], defaults.get(name))
+    ]
+
+
+def check_truncation_method(op: str, rule: Any, method: str, **iteration: Any) -> None:
+    """After :func:`check_top_k_keywords` and :func:`truncation_rule`: refuse
+    what a truncation rule makes meaningless. The iterative top-k path
+    computes the top ``k`` only, so a rule that depends on the spectrum past
+    ``k`` (``error_atol`` / ``error_rtol``, the discarded weight, or
+    ``multiplets="up"``) always takes the full decomposition: with it,
+    ``method="randomized"`` and the iteration keywords (``oversample``,
+    ``n_iter``, ``backward_rtol``, ``backward_maxiter``, which would
+    configure nothing) raise ``InputError``. (Without ``k`` the rules run the
+    full path too, and :func:`check_top_k_keywords` has refused both.)"""
+    if rule is None or rule.k is None or not rule.beyond_k:
+        return
+    what = (
+        "error_atol / error_rtol (the discarded weight)"
+        if rule.by_error
+        else "multiplets='up'"
+    )
+    if method == "randomized":
+        raise InputError(
+            f"{op}: {what} depends on the spectrum past the top k, which "
+            "method='randomized' does not compute; use method='auto' (which "
+            "then takes the full decomposition) or 'full'"
+        )
+    given = _given_iteration(iteration)
+    if given:
+        raise InputError(
+            f"{op}: {given[0]} configures the iteration, and {what} depends on the "
+            "spectrum past the top k, so the call takes the full decomposition "
+            f"(it does not iterate); drop {given[0]}"
         )
 
 

@@ -30,6 +30,7 @@ from ._validation import (
     check_matrix,
     check_out,
     check_top_k_keywords,
+    check_truncation_method,
     check_uplo,
     require_hermitian,
     truncation_rule,
@@ -483,8 +484,8 @@ def eigh(
     ``(eigenvalues, eigenvectors, error, rel_error, rank)``,
     ``error = ||lambda_discarded||_2`` and ``rel_error = error / ||A||_F``.
     The iterative path supports the rules as :func:`svd` (its error is
-    ``||A - V_r diag(lambda_r) V_r^H||_F``); ``largest=False`` needs ``k``
-    or a tolerance.
+    ``||A - V_r diag(lambda_r) V_r^H||_F``), and unused arguments raise as
+    there; ``largest=False`` needs ``k`` or a tolerance.
     ``backend`` and ``out=(eigenvalues, eigenvectors)`` as in
     :func:`pyspectral.svd` (``"auto"``: native; ``out=`` as
     ``torch.linalg.eigh``'s, without autograd, not with a truncation).
@@ -531,6 +532,7 @@ def eigh(
     )
     check_top_k_keywords("eigh", kw["k"], method, **iteration)
     rule = truncation_rule("eigh", kw, multiplets, return_error)
+    check_truncation_method("eigh", rule, method, **iteration)
     if not largest and (rule is None or not rule.truncates):
         # (a rule reads the spectrum from the wanted end: then largest counts)
         raise InputError(

@@ -30,6 +30,7 @@ from ._validation import (
     check_matrix,
     check_out,
     check_top_k_keywords,
+    check_truncation_method,
     truncation_rule,
 )
 from ._values import (
@@ -409,6 +410,11 @@ def svd(
     is ``||A - U_r U_r^H A||_F``, see :mod:`pyspectral.truncation`);
     ``error_atol``, ``error_rtol`` and ``multiplets="up"`` need the spectrum
     past ``k``: ``"auto"`` then takes the full path, ``"randomized"`` raises.
+    Arguments the call would not use raise ``InputError``: ``method=
+    "randomized"``, ``oversample``, ``n_iter``, ``backward_rtol``,
+    ``backward_maxiter`` without ``k`` (a tolerance without ``k`` runs the
+    full path), and the last four with ``method="full"`` or a rule that needs
+    the spectrum past ``k``.
 
     ``backend``: ``"auto"`` (the default) and ``"torch"`` run the native
     backend (any device); ``"julia"`` runs the same rules in Julia (CPU
@@ -464,6 +470,7 @@ def svd(
     )
     check_top_k_keywords("svd", kw["k"], method, **iteration)
     rule = truncation_rule("svd", kw, multiplets, return_error)
+    check_truncation_method("svd", rule, method, **iteration)
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
     )

@@ -39,7 +39,6 @@ from torch import Tensor
 from . import _julia
 from ._settings import Options
 from .common.defaults import peek
-from .exceptions import InputError
 from .forward.topk import TopKConfig, top_k_method
 from .forward.truncation import TruncationRule, truncation_rank
 
@@ -89,38 +88,15 @@ def truncation_path(
     """``("full", None)`` or ``("iterative", cfg)`` for a truncated call with
     the maximum rank ``cap = min(k, min(m, n))``.
 
-    The iterative top-k path computes the top ``k`` only: ``k`` is required
-    (``method="randomized"`` without it raises), ``atol``, ``rtol`` and
-    ``multiplets="down"`` cut inside it, but the discarded-weight rule
-    (``error_atol``, ``error_rtol``) and ``multiplets="up"`` depend on the
-    values past ``k``: ``method="auto"`` then takes the full path and
-    ``"randomized"`` raises ``InputError``, rather than estimate them.
-    ``k = 0`` keeps nothing and takes the full path (for the error)."""
-    if method not in ("auto", "full", "randomized"):
-        raise InputError(
-            f"{op}: method must be 'auto', 'full' or 'randomized', got {method!r}"
-        )
-    if rule.k is None:
-        if method == "randomized":
-            raise InputError(
-                f"{op}: method='randomized' computes the top k only: pass k (the "
-                "maximum rank) with the tolerances, or use method='auto'"
-            )
-        return "full", None
-    if rule.beyond_k:
-        if method == "randomized":
-            what = (
-                "error_atol / error_rtol (the discarded weight)"
-                if rule.by_error
-                else "multiplets='up'"
-            )
-            raise InputError(
-                f"{op}: {what} depends on the spectrum past the top k, which "
-                "method='randomized' does not compute; use method='auto' (which "
-                "then takes the full decomposition) or 'full'"
-            )
-        return "full", None
-    if cap == 0:
+    The iterative top-k path computes the top ``k`` only: without ``k`` the
+    rules take the full path, and so do the discarded-weight rule
+    (``error_atol``, ``error_rtol``) and ``multiplets="up"``, which depend on
+    the values past ``k`` (``atol``, ``rtol`` and ``multiplets="down"`` cut
+    inside the top ``k``). ``k = 0`` keeps nothing and takes the full path
+    (for the error). What cannot run (``method="randomized"`` there, the
+    iteration keywords) was refused by ``_validation.check_top_k_keywords``
+    and ``check_truncation_method`` before any backend was chosen."""
+    if rule.k is None or rule.beyond_k or cap == 0:
         return "full", None
     rest = (kw["oversample"], kw["n_iter"], kw["backward_rtol"], kw["backward_maxiter"])
     return top_k_method(op, A, cap, method, *rest)

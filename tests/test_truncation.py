@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
@@ -680,6 +681,53 @@ def test_conflicting_or_bad_rules(kw, error, match, backend) -> None:
     with pytest.raises(error, match=match):
         ps.svd(svd_matrix(), backend=backend, **kw)
     assert julia_starts() == 0
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        # a rule without k runs the full path
+        (dict(rtol=0.1, oversample=4), "oversample configures"),
+        (dict(atol=0.0, method="randomized"), "pass k"),
+        # and so does one that reads the spectrum past k
+        (dict(k=5, error_rtol=0.1, oversample=4), "oversample .* full"),
+        (dict(k=2, multiplets="up", n_iter=3), "n_iter .* full"),
+        (dict(k=2, error_atol=0.1, backward_maxiter=9), "backward_maxiter .* top k"),
+    ],
+)
+def test_iteration_keywords_where_nothing_iterates(kw, match, backend) -> None:
+    """Every argument is used or refused: the iteration keywords configure
+    nothing where a rule takes the full decomposition whatever the data."""
+    with pytest.raises(ps.InputError, match=match):
+        ps.svd(svd_matrix(), backend=backend, **kw)
+    with pytest.raises(ps.InputError, match=match):
+        ps.eigh(hermitian_with_spectrum(LAMBDA, seed=1), backend=backend, **kw)
+    assert julia_starts() == 0
+
+
+def test_iteration_keywords_with_a_rule_inside_the_top_k(backend) -> None:
+    """A rule that cuts inside the top k (atol, rtol, multiplets="down") may
+    iterate: the iteration keywords are used, not refused."""
+    A = decaying(60, 50)
+    for kw in (dict(rtol=0.05), dict(atol=0.5, multiplets="down")):
+        got = ps.svd(A, k=10, method="randomized", oversample=6, n_iter=200, **kw)
+        ref = ps.svd(A, k=10, method="full", **kw)
+        assert got.S.shape == ref.S.shape == (9,)
+        assert torch.allclose(got.S, ref.S, rtol=1e-12)
+
+
+def test_largest_false_needs_k_or_a_tolerance(backend) -> None:
+    """largest=False picks the end the rules read from: with k or a
+    tolerance it is used; with neither (return_error alone keeps the whole
+    spectrum) it would be ignored, and raises."""
+    H = hermitian_with_spectrum(LAMBDA, seed=1)
+    assert ps.eigh(H, atol=0.2, largest=False, backend=backend)[0].shape == (2,)
+    for kw in (dict(), dict(return_error=True)):
+        with pytest.raises(ps.InputError, match="largest=False .* needs k"):
+            ps.eigh(H, largest=False, backend=backend, **kw)
+    # a numpy bool is a bool here as for the other flags
+    res = ps.eigh(H, atol=0.2, return_error=np.True_, backend=backend)
+    assert int(res.rank) == 3
 
 
 def test_out_with_a_rule_is_an_input_error() -> None:
