@@ -18,7 +18,12 @@ from .._second_order import (
 from .._settings import Options
 from ..common.defaults import degeneracy_tol, separated
 from ..common.gauge import check_gauge
-from ..common.safemethods import add_diagonal, gap_inverse
+from ..common.safemethods import (
+    add_diagonal,
+    column_rounding,
+    cut_rounding,
+    gap_inverse,
+)
 
 __all__ = [
     "eigh_pullback",
@@ -91,8 +96,10 @@ def eigh_pullback(
         return _second_order_guard(fold_triangle(G, uplo), w, gw, None, opts)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     K = V.mH @ gV
-    Ka = K - K.mH
-    fast = opts.broadening is None and not middle_only and plain(w, V, gw, gV)
+    is_plain = plain(w, V, gw, gV)
+    # Ka_ij within its rounding error of 0 counts as 0 (see svd_pullback)
+    Ka = cut_rounding(K - K.mH, column_rounding(gV, V.shape[-2]), is_plain)
+    fast = opts.broadening is None and not middle_only and is_plain
     if fast and separated(w, opts.degeneracy_atol, descending=False):
         if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)
             violation = Ka.diagonal(dim1=-2, dim2=-1)

@@ -21,6 +21,8 @@ from ..common.defaults import degeneracy_tol, eps34, separated
 from ..common.gauge import check_gauge, policy_applied
 from ..common.safemethods import (
     add_diagonal,
+    column_rounding,
+    cut_rounding,
     divided_difference,
     gap_inverse,
     max_abs,
@@ -92,17 +94,22 @@ def svd_pullback(
     K = None if gVh is None else Vh @ gVh.mH
     Ja = 0 if J is None else _skew(J)
     Ka = 0 if K is None else _skew(K)
-    JKa = Ja + Ka
+    # A numerator within its rounding error of 0 counts as 0: divided by a gap
+    # just above the degeneracy tolerance, that noise would be the gradient of
+    # a loss that does not depend on the pair's rotation (safemethods).
+    is_plain = plain(U, S, Vh, gU, gS, gVh)
+    c = _numerator_rounding(gU, gVh, U.shape[-2], Vh.shape[-1])
+    JKa, JKd = (cut_rounding(X, c, is_plain) for X in (Ja + Ka, Ja - Ka))
     M = None
-    if opts.broadening is None and gauge_extra == 0 and plain(U, S, Vh, gU, gS, gVh):
-        M = _middle_separated(S, JKa, Ja - Ka, gS, gU, gVh, opts)
+    if opts.broadening is None and gauge_extra == 0 and is_plain:
+        M = _middle_separated(S, JKa, JKd, gS, gU, gVh, opts)
     if M is None:  # the general formula
         tol = degeneracy_tol(S, opts.degeneracy_atol)
         Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
         gap = Sj - Si
         blocks = _blocks(gU, gVh)
         check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
-        M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
+        M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + JKd * (
             0.5 * gap_inverse(Sj + Si, tol, opts)
         )
         if gS is not None:
@@ -140,6 +147,18 @@ def _second_order_guard(
     if M is None:
         M = torch.diag_embed(gS)
     return second_order_guard("svd", gA, gS, M, clusters, opts)
+
+
+def _numerator_rounding(
+    gU: Tensor | None, gVh: Tensor | None, m: int, n: int
+) -> Tensor:
+    """``c`` with ``c_i + c_j`` a bound on the rounding error of ``(Ja +- Ka)_ij``
+    (``J = U^H gU``: ``m`` rows; ``K = V^H gV``: ``n`` rows; see
+    ``column_rounding``)."""
+    if gU is None:
+        return column_rounding(gVh, n, dim=-1)
+    c = column_rounding(gU, m)
+    return c if gVh is None else c + column_rounding(gVh, n, dim=-1)
 
 
 def _blocks(*cotangents: Tensor | None) -> tuple[Tensor, ...]:
