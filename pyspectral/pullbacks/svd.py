@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from .._autograd import plain
+from .._discarded import DiscardedTerm, add_discarded_term, discarded_clusters
 from .._fns import SpectralFn
 from .._second_order import (
     check_second_order_cotangent,
@@ -54,6 +55,7 @@ def svd_pullback(
     opts: Options,
     middle_only: bool = False,
     gauge_extra: float = 0.0,
+    A: Tensor | None = None,
 ) -> Tensor | None:
     """Gradient w.r.t. ``A = U diag(S) Vh`` from the cotangents of U, S, Vh.
 
@@ -62,6 +64,9 @@ def svd_pullback(
     returns the ``k x k`` middle matrix ``M`` of ``U M Vh`` instead (for the
     truncated pullback in ``truncated.py``, which adds its own complement terms
     and passes the gauge part it drops there as ``gauge_extra``: one check).
+    ``A``: the decomposed matrix, for the exact second derivative at clusters
+    the loss discards (``_discarded``; None: those are measured and warned
+    about like any cluster).
     """
     # Derivation (Townsend 2016; Wan & Zhang 2019; torch's svd_backward;
     # MatrixAlgebraKit.jl's svd_pullback!). With dP = U^H dA V, the skew part of
@@ -88,7 +93,7 @@ def svd_pullback(
         if gS is None:
             return None
         gA = (U * gS.unsqueeze(-2)) @ Vh
-        return _second_order_guard(gA, S, gS, None, complement, opts)
+        return _second_order_guard(gA, S, gS, None, complement, opts, A, U, Vh)
 
     J = None if gU is None else U.mH @ gU
     K = None if gVh is None else Vh @ gVh.mH
@@ -125,7 +130,7 @@ def svd_pullback(
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
     if wide:
         gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
-    return _second_order_guard(gA, S, gS, M, complement, opts)
+    return _second_order_guard(gA, S, gS, M, complement, opts, A, U, Vh, gU, gVh)
 
 
 def _second_order_guard(
@@ -135,14 +140,34 @@ def _second_order_guard(
     M: Tensor | None,
     complement: bool,
     opts: Options,
+    A: Tensor | None,
+    U: Tensor,
+    Vh: Tensor,
+    gU: Tensor | None = None,
+    gVh: Tensor | None = None,
 ) -> Tensor:
-    """``gA``, measured by ``second_order_guard`` if a second derivative can
-    be taken through it at a degenerate spectrum (``M``: the middle matrix,
-    ``None``: ``diag(gS)``)."""
-    if not torch.is_grad_enabled() or opts.gauge == "ignore":
+    """``gA`` where a second derivative can be taken through it at a
+    degenerate spectrum: with the exact term at the clusters the loss
+    discards (given ``A``, see ``_discarded``), measured by
+    ``second_order_guard`` at the others (``M``: the middle matrix, ``None``:
+    ``diag(gS)``)."""
+    if not torch.is_grad_enabled():
         return gA
     clusters = spectral_clusters(S, opts, complement or gA.is_complex())
     if clusters is None:
+        return gA
+    if A is not None:
+        found = discarded_clusters(S, gU, gS, gVh, *clusters)
+        if found is not None:
+            same, zero = found
+            term = DiscardedTerm(U, S, Vh, gU, gVh, same, zero)
+            gA = add_discarded_term(gA, A, term)
+            out = same.any(-1)
+            pairs = clusters[0] & ~(out.unsqueeze(-1) | out.unsqueeze(-2))
+            clusters = (pairs, clusters[1] & ~out)
+            if not (bool(pairs.any()) or bool(clusters[1].any())):
+                return gA
+    if opts.gauge == "ignore":
         return gA
     if M is None:
         M = torch.diag_embed(gS)
