@@ -70,6 +70,44 @@ function divdiff(a, b, fa, fb, da, db)
     return abs(quotient - average) > 2 * rounding ? quotient : average
 end
 
+# The skew numerators of the svd / eigh pullbacks, (Jₐ ± Kₐ)ᵢⱼ with J = UᴴΔU, K = VᴴΔV,
+# are divided by the gaps sⱼ - sᵢ (and sⱼ + sᵢ, λⱼ - λᵢ). For a loss invariant under
+# rotations of a near-degenerate pair (a polar factor, a projector onto a subspace
+# that contains the pair) the numerator is 0 in exact arithmetic; computed, it is the
+# rounding error of the products, and that divided by a gap just above the degeneracy
+# tolerance would be the gradient. So, with the criterion of `divdiff`, a numerator at
+# or below its own rounding error counts as 0. For J = Uᴴ G (m rows, orthonormal
+# columns), |fl(J)ᵢⱼ - Jᵢⱼ| <= γₘ ‖gⱼ‖ (Higham, Accuracy and Stability of Numerical
+# Algorithms, 2nd ed., §3.1 and Lemma 3.5, with Cauchy-Schwarz); the skew part adds
+# the error of Jⱼᵢ and a subtraction, complex products a factor √2: eps (m + 2)
+# (‖gᵢ‖ + ‖gⱼ‖) per factor covers it. One norm per column, no product. Same rule as
+# `column_rounding` / `cut_rounding` in pyspectral/common/safemethods.py.
+
+"""
+    column_rounding(G, inner; dims=1) -> Vector
+
+`eps (inner + 2) ‖gⱼ‖` per column `gⱼ` of `G` (`dims=2`: per row): with `cᵢ + cⱼ`, a
+bound on the rounding error of entry `(i, j)` of the skew part of `Qᴴ G`, `Q` with
+`inner` rows and orthonormal columns.
+"""
+function column_rounding(G::AbstractMatrix, inner::Integer; dims::Integer=1)
+    scale = eps(real(float(eltype(G)))) * (inner + 2)
+    lines = dims == 1 ? eachcol(G) : eachrow(G)
+    return [scale * LinearAlgebra.norm(g) for g in lines]
+end
+
+"""
+    cut_rounding(X, c) -> Matrix
+
+`X` with every entry `abs(Xᵢⱼ) <= cᵢ + cⱼ` (its rounding error, [`column_rounding`](@ref))
+set to zero, as [`divdiff`](@ref) treats a quotient within its rounding error. `NaN` is
+never cut.
+"""
+function cut_rounding(X::AbstractMatrix, c::AbstractVector)
+    r = c .+ transpose(c)
+    return ifelse.(abs.(X) .<= r, zero(eltype(X)), X)
+end
+
 """
     with_infinite_weights(linear, tol, weights...)
 

@@ -32,7 +32,8 @@ eigenvalues `λ` (ascending), eigenvectors `V` and their cotangents (either may 
 
     Mᵢⱼ = Kₐᵢⱼ inv(λⱼ - λᵢ)/2 + δᵢⱼ Δλᵢ,    G = V M Vᴴ,
 
-`inv` = [`gap_inverse`](@ref) (0 inside a cluster `|λᵢ - λⱼ| <= degeneracy_atol`), then
+`inv` = [`gap_inverse`](@ref) (0 inside a cluster `|λᵢ - λⱼ| <= degeneracy_atol`; an
+entry of `Kₐ` within its rounding error of 0, [`cut_rounding`](@ref), counts as 0), then
 [`fold_triangle!`](@ref). `Kₐ` inside clusters (diagonal included: complex phases) is
 gauge dependent and dropped; above `gauge_atol` the `gauge` policy applies.
 """
@@ -51,7 +52,8 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     end
     tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
     K = V' * ΔV
-    Kₐ = K - K'
+    # Kₐᵢⱼ within its rounding error of 0 counts as 0 (see svd_middle)
+    Kₐ = cut_rounding(K - K', column_rounding(ΔV, size(V, 1)))
     if checks
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔV) : gauge_atol
         check_gauge(:eigh, _cluster_max(Kₐ, λ, tol), gtol, gauge)
