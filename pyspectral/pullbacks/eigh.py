@@ -205,7 +205,7 @@ def eigh_pushforward(
     # Omega = V^H dV anti-Hermitian: dw = Re diag(dP) and, off the diagonal,
     # Omega_ij = dP_ij / (w_j - w_i), through the pullback's regularised
     # inverse, so 0 inside a degenerate cluster (and on the diagonal: no
-    # phase rotation).
+    # phase rotation). No rounding cut (see svd_pushforward): dP is data.
     dP = V.mH @ hermitian_from_triangle(dA, uplo) @ V
     tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i

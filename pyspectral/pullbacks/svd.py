@@ -329,6 +329,12 @@ def svd_pushforward(
     # regularised one: inside a degenerate cluster the rotation is 0, and the
     # zero-singular-value terms are pseudo-inverses. The thin complement terms
     # (I - U U^H) dA V S^-1 and (I - V V^H) dA^H U S^-1 are added one-sided.
+    # No rounding cut here (the pullback's cut_rounding): dP is data, the
+    # tangent's own components, not a difference that is 0 for a class of
+    # inputs; a small H_ij is a genuine small component whose quotient is the
+    # exact tangent to its ordinary rounding, and there is no exact 0 to snap
+    # it to. (The cancellation of a polar factor's dU Vh + U dVh happens in the
+    # caller's graph, after this; svd_function is exact there.)
     k = S.shape[-1]
     Uk, Vk = U[..., :k], Vh[..., :k, :].mH
     tol = degeneracy_tol(S, opts.degeneracy_atol)

@@ -106,7 +106,8 @@ the diagonal (no rotation within a degenerate subspace, no phase rotation).
 function eigh_pushforward(λ::AbstractVector, V::AbstractMatrix, ΔA::AbstractMatrix;
                           uplo::Symbol=:L, degeneracy_atol=nothing, broadening=nothing)
     # A V = V Λ gives ΔP = Ω Λ - Λ Ω + ΔΛ with Ω = Vᴴ ΔV anti-Hermitian: Δλᵢ = ΔPᵢᵢ
-    # and Ωᵢⱼ = ΔPᵢⱼ / (λⱼ - λᵢ) off the diagonal, through the regularised inverse.
+    # and Ωᵢⱼ = ΔPᵢⱼ / (λⱼ - λᵢ) off the diagonal, through the regularised inverse. No
+    # rounding cut (see svd_pushforward): ΔP is data.
     uplo = _check_uplo("eigh", uplo)
     n = length(λ)
     size(ΔA) == (n, n) || throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($n, $n)"))

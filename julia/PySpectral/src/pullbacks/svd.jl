@@ -264,7 +264,10 @@ function svd_pushforward(U::AbstractMatrix, S::AbstractVector, Vᴴ::AbstractMat
                          ΔA::AbstractMatrix; degeneracy_atol=nothing, broadening=nothing)
     # With Ω_U = Uᴴ dU and Ω_V = Vᴴ dV anti-Hermitian, dP = Ω_U S + dS - S Ω_V; its
     # Hermitian and anti-Hermitian parts give Ω_U ± Ω_V entrywise as above (the diagonal
-    # of the second term is the phase i Im(dPᵢᵢ)/(2sᵢ) for each of U and V).
+    # of the second term is the phase i Im(dPᵢᵢ)/(2sᵢ) for each of U and V). No rounding
+    # cut here (the pullback's cut_rounding): dP is data, the tangent's own components,
+    # not a difference that is 0 for a class of inputs, so there is no exact 0 to snap a
+    # small Hᵢⱼ to.
     k = length(S)
     m, n = size(U, 1), size(Vᴴ, 2)
     size(ΔA) == (m, n) ||
