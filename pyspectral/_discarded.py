@@ -36,8 +36,13 @@ cluster's mean, 0 for zeros), Ja = J^H, Kh = K^H, E^ the dropped part of E (on
 each cluster block). It is added to the first-order gradient as an operation
 of A whose value is 0 (``_DiscardedTerm``): its jvp is dG[D] (forward over
 reverse), its vjp the transpose (reverse over reverse). Every derivative of
-the svd is then exact there, so no warning is due: the guard measures only
-the clusters that the loss touches. A loss that touches a cluster (a
+the svd is then exact there, so the guard measures the coupling only at the
+clusters that the loss touches. Zero cotangents at this A do not make a
+cluster discarded to second order (sum(S**2) at exact zeros has gS = 2 S = 0
+there): the S-cotangent's change on it must vanish as well, which the guard
+checks (forward over reverse: its tangent; reverse over reverse: the
+second-order S-cotangent less what the pullback's own gap inverses put there,
+``DiscardedTerm.spectral_offset``). A loss that touches a cluster (a
 projector onto it, its singular values) still needs the rotation inside it,
 which no first-order cotangent determines (``_second_order``).
 """
@@ -111,6 +116,7 @@ class DiscardedTerm:
         eye = torch.eye(k, dtype=torch.bool, device=S.device)
         self.off = same & ~eye
         self.zero = zero
+        self.members = same.any(-1)
         # the cluster's mean value (0 for zeros) per column j
         member = same.diagonal(dim1=-2, dim2=-1)
         count = same.sum(-1).clamp_min(1).to(S.dtype)
@@ -165,12 +171,28 @@ class DiscardedTerm:
             out = out - U @ (self.J.mH * a) @ Q - U @ ((Q @ self.Gp) * a.mT) @ Vh
         return out
 
+    def _block_cotangent(self, Rk: Tensor) -> Tensor:
+        """The cotangent of the whole cluster blocks of ``E`` (before
+        ``_dropped``) for ``Rk = U^H R V``."""
+        return -(self.left.mH @ Rk + Rk @ self.right.mH)
+
+    def spectral_offset(self, R: Tensor) -> Tensor:
+        """What the derivative of the pullback itself (its gap inverses)
+        puts into the second-order S-cotangent of the discarded clusters, for
+        the cotangent ``R`` of the gradient: the real diagonal of the block
+        cotangent (``(*, k)``, 0 off the clusters). The rest of that
+        S-cotangent comes from the loss, through its S-cotangent, and must
+        vanish there (``SecondOrderCheck.spectral``)."""
+        Rk = self.U.mH @ peek(R.detach()) @ self.Vh.mH
+        d = self._block_cotangent(Rk).diagonal(dim1=-2, dim2=-1).real
+        return d * self.members
+
     def cotangent(self, R: Tensor) -> Tensor:
         """The transpose of :meth:`tangent` (reverse over reverse)."""
         U, Vh, a = self.U, self.Vh, self.a
         V = Vh.mH
         Rk = U.mH @ R @ V
-        Eb = self._dropped(-(self.left.mH @ Rk + Rk @ self.right.mH))
+        Eb = self._dropped(self._block_cotangent(Rk))
         out = U @ Eb @ Vh
         z = self.zero.unsqueeze(-2).to(Rk.dtype)
         if self.tall:

@@ -156,22 +156,18 @@ def _second_order_guard(
     clusters = spectral_clusters(S, opts, complement or gA.is_complex())
     if clusters is None:
         return gA
+    term = None
     if A is not None:
         found = discarded_clusters(S, gU, gS, gVh, *clusters)
         if found is not None:
-            same, zero = found
-            term = DiscardedTerm(U, S, Vh, gU, gVh, same, zero)
+            term = DiscardedTerm(U, S, Vh, gU, gVh, *found)
             gA = add_discarded_term(gA, A, term)
-            out = same.any(-1)
-            pairs = clusters[0] & ~(out.unsqueeze(-1) | out.unsqueeze(-2))
-            clusters = (pairs, clusters[1] & ~out)
-            if not (bool(pairs.any()) or bool(clusters[1].any())):
-                return gA
     if opts.gauge == "ignore":
         return gA
     if M is None:
         M = torch.diag_embed(gS)
-    return second_order_guard("svd", gA, gS, M, clusters, opts)
+    basis = None if A is None else (U, Vh)
+    return second_order_guard("svd", gA, gS, M, clusters, opts, term, A, basis)
 
 
 def _numerator_rounding(
