@@ -103,3 +103,19 @@ def test_trg_main_runs(trg, capsys):
         assert math.isnan(r.pop("u_torch"))
         assert all(math.isfinite(v) for v in r.values())
     assert "TRG of the 2D Ising model" in capsys.readouterr().out
+
+
+def test_near_degenerate_figure(tmp_path):
+    """docs/figures/fig_near_degenerate.py draws its picture (small) and its
+    curves stay below the bound of tests/test_near_degenerate.py."""
+    pytest.importorskip("matplotlib", reason="the figure scripts need matplotlib")
+    spec = importlib.util.spec_from_file_location(
+        "fig_near_degenerate",
+        EXAMPLES.parent / "docs" / "figures" / "fig_near_degenerate.py",
+    )
+    fig = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fig)
+    curves = fig.main(tmp_path)
+    png = tmp_path / "near_degenerate.png"
+    assert png.exists() and png.stat().st_size <= 150_000
+    assert max(max(v) for v in curves["after"].values()) < 1e-8
