@@ -19,7 +19,7 @@ from _spectra import grad, inner, matrix_with_spectrum, random_like, rel_err, un
 
 import pyspectral as ps
 from pyspectral import _julia
-from pyspectral.common.safemethods import column_rounding, cut_rounding
+from pyspectral.common.safemethods import column_rounding, cut_rounding, pair_rounding
 
 GAPS = [10.0 ** (-14 + 0.5 * i) for i in range(17)]  # 1e-14 ... 1e-6
 BOUND = 1e-8  # relative, over the whole sweep (before: 4e-5)
@@ -220,17 +220,17 @@ def test_polar_factor_and_projector_through_julia(dtype):
 
 
 def test_cut_rounding():
-    """Entries at or below ``c_i + c_j`` become 0, NaN stays; in place for a
+    """Entries at or below ``r_ij = c_i + c_j`` become 0, NaN stays; in place for a
     plain pullback; otherwise the value is cut and the derivative kept."""
     X = torch.tensor(
         [[0.0, 1e-15, 3.0], [-1e-15, float("nan"), 2e-15], [1.0, 0.0, 4.0]]
     )
-    c = torch.tensor([1e-15, 0.0, 0.5e-15])
-    Y = cut_rounding(X.clone(), c, inplace=True)
+    r = pair_rounding(torch.tensor([1e-15, 0.0, 0.5e-15]))
+    Y = cut_rounding(X.clone(), r, inplace=True)
     assert Y[0, 1] == 0 and Y[1, 0] == 0 and Y[1, 2] == 2e-15 and Y[0, 2] == 3.0
     assert torch.isnan(Y[1, 1])
     Z = X.clone().requires_grad_()
-    out = cut_rounding(Z, c, inplace=False)
+    out = cut_rounding(Z, r, inplace=False)
     assert out[0, 1] == 0
     (g,) = torch.autograd.grad(out[0, 1], Z)
     assert g[0, 1] == 1.0  # the derivative of the cut entry is kept

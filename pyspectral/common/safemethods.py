@@ -221,26 +221,32 @@ def with_infinite_weights(
 
 def column_rounding(G: torch.Tensor, inner: int, dim: int = -2) -> torch.Tensor:
     """``eps (inner + 2) ||g_j||`` per column ``g_j`` of ``G`` (``dim=-2``;
-    ``dim=-1``: per row), detached, shape ``(*, k)``: with ``c_i + c_j``, a
-    bound on the rounding error of the skew part of ``Q^H G`` (``Q``: ``inner``
-    rows, orthonormal columns) at entry ``(i, j)`` (see the comment above)."""
-    norms = torch.linalg.vector_norm(G.detach(), dim=dim)
-    return norms * (eps(G.dtype) * (inner + 2))
+    ``dim=-1``: per row), detached, shape ``(*, k)``: with ``c_i + c_j``
+    (:func:`pair_rounding`), a bound on the rounding error of the skew part of
+    ``Q^H G`` (``Q``: ``inner`` rows, orthonormal columns) at entry ``(i, j)``
+    (see the comment above)."""
+    if G.requires_grad or is_functorch_wrapped_tensor(G):
+        G = G.detach()
+    return torch.linalg.vector_norm(G, dim=dim).mul_(eps(G.dtype) * (inner + 2))
 
 
-def cut_rounding(X: torch.Tensor, c: torch.Tensor, inplace: bool) -> torch.Tensor:
-    """``X`` (``(*, k, k)``) with every entry ``|X_ij| <= c_i + c_j`` (its
-    rounding error, :func:`column_rounding`) set to 0, as
-    :func:`divided_difference` treats a quotient within its rounding error.
+def pair_rounding(c: torch.Tensor) -> torch.Tensor:
+    """``r_ij = c_i + c_j``, shape ``(*, k, k)``."""
+    return c.unsqueeze(-1) + c.unsqueeze(-2)
+
+
+def cut_rounding(X: torch.Tensor, r: torch.Tensor, inplace: bool) -> torch.Tensor:
+    """``X`` (``(*, k, k)``) with every entry ``|X_ij| <= r_ij`` (its rounding
+    error, :func:`pair_rounding`) set to 0, as :func:`divided_difference`
+    treats a quotient within its rounding error.
 
     ``inplace`` (a new tensor of a plain pullback): masked in place. Else the
     value is cut and the derivative kept (a second derivative through the
     pullback: an entry that is 0 here may still change along ``A``). NaN is
     never cut (``NaN <= r`` is false)."""
-    r = c.unsqueeze(-1) + c.unsqueeze(-2)
-    small = X.detach().abs() <= r
     if inplace:
-        return X.masked_fill_(small, 0)
+        return X.masked_fill_(X.abs() <= r, 0)
+    small = X.detach().abs() <= r
     return X - torch.where(small, X.detach(), 0)
 
 

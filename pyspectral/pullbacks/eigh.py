@@ -23,6 +23,7 @@ from ..common.safemethods import (
     column_rounding,
     cut_rounding,
     gap_inverse,
+    pair_rounding,
 )
 
 __all__ = [
@@ -98,7 +99,8 @@ def eigh_pullback(
     K = V.mH @ gV
     is_plain = plain(w, V, gw, gV)
     # Ka_ij within its rounding error of 0 counts as 0 (see svd_pullback)
-    Ka = cut_rounding(K - K.mH, column_rounding(gV, V.shape[-2]), is_plain)
+    r = pair_rounding(column_rounding(gV, V.shape[-2]))
+    Ka = cut_rounding(K - K.mH, r, is_plain)
     fast = opts.broadening is None and not middle_only and is_plain
     if fast and separated(w, opts.degeneracy_atol, descending=False):
         if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)

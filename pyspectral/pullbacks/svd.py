@@ -27,6 +27,7 @@ from ..common.safemethods import (
     divided_difference,
     gap_inverse,
     max_abs,
+    pair_rounding,
     with_infinite_weights,
 )
 from .eigh import tangent_scale
@@ -103,8 +104,8 @@ def svd_pullback(
     # just above the degeneracy tolerance, that noise would be the gradient of
     # a loss that does not depend on the pair's rotation (safemethods).
     is_plain = plain(U, S, Vh, gU, gS, gVh)
-    c = _numerator_rounding(gU, gVh, U.shape[-2], Vh.shape[-1])
-    JKa, JKd = (cut_rounding(X, c, is_plain) for X in (Ja + Ka, Ja - Ka))
+    r = _numerator_rounding(gU, gVh, U.shape[-2], Vh.shape[-1])
+    JKa, JKd = cut_rounding(Ja + Ka, r, is_plain), cut_rounding(Ja - Ka, r, is_plain)
     M = None
     if opts.broadening is None and gauge_extra == 0 and is_plain:
         M = _middle_separated(S, JKa, JKd, gS, gU, gVh, opts)
@@ -173,13 +174,16 @@ def _second_order_guard(
 def _numerator_rounding(
     gU: Tensor | None, gVh: Tensor | None, m: int, n: int
 ) -> Tensor:
-    """``c`` with ``c_i + c_j`` a bound on the rounding error of ``(Ja +- Ka)_ij``
-    (``J = U^H gU``: ``m`` rows; ``K = V^H gV``: ``n`` rows; see
-    ``column_rounding``)."""
+    """``r_ij`` bounding the rounding error of ``(Ja +- Ka)_ij`` (``J = U^H gU``:
+    ``m`` rows; ``K = V^H gV``: ``n`` rows, ``gV``'s columns are ``gVh``'s
+    rows; see ``column_rounding``)."""
     if gU is None:
-        return column_rounding(gVh, n, dim=-1)
-    c = column_rounding(gU, m)
-    return c if gVh is None else c + column_rounding(gVh, n, dim=-1)
+        c = column_rounding(gVh, n, dim=-1)
+    else:
+        c = column_rounding(gU, m)
+        if gVh is not None:
+            c = c.add_(column_rounding(gVh, n, dim=-1))
+    return pair_rounding(c)
 
 
 def _blocks(*cotangents: Tensor | None) -> tuple[Tensor, ...]:

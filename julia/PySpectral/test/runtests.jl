@@ -511,9 +511,9 @@ end
         end
     end
 
-    # The bound: cᵢ + cⱼ from column_rounding bounds the rounding error of the skew
-    # part of Qᴴ G (Float32 against Float64); cut_rounding zeroes at or below it and
-    # never a NaN.
+    # The bound: rᵢⱼ = cᵢ + cⱼ (column_rounding, pair_rounding) bounds the rounding
+    # error of the skew part of Qᴴ G (Float32 against Float64); cut_rounding zeroes at
+    # or below it and never a NaN.
     for trial in 1:20
         Q = Matrix(qr(randn(50, 8)).Q)
         G = randn(50, 8) .* 10.0^(trial % 5)
@@ -521,11 +521,11 @@ end
         J = Float64.(Q32' * G32)
         J64 = Float64.(Q32)' * Float64.(G32)
         err = abs.((J - J') - (J64 - J64'))
-        c = Float64.(PySpectral.column_rounding(G32, 50))
-        @test all(err .<= c .+ transpose(c))
+        r = Float64.(PySpectral.pair_rounding(PySpectral.column_rounding(G32, 50)))
+        @test all(err .<= r)
     end
     X = [0.0 1e-15 3.0; -1e-15 NaN 2e-15; 1.0 0.0 4.0]
-    Y = PySpectral.cut_rounding(X, [1e-15, 0.0, 0.5e-15])
+    Y = PySpectral.cut_rounding(X, PySpectral.pair_rounding([1e-15, 0.0, 0.5e-15]))
     @test Y[1, 2] == 0 && Y[2, 1] == 0 && Y[2, 3] == 2e-15 && Y[1, 3] == 3.0
     @test isnan(Y[2, 2])
 end

@@ -81,14 +81,15 @@ end
 # Algorithms, 2nd ed., §3.1 and Lemma 3.5, with Cauchy-Schwarz); the skew part adds
 # the error of Jⱼᵢ and a subtraction, complex products a factor √2: eps (m + 2)
 # (‖gᵢ‖ + ‖gⱼ‖) per factor covers it. One norm per column, no product. Same rule as
-# `column_rounding` / `cut_rounding` in pyspectral/common/safemethods.py.
+# `column_rounding` / `pair_rounding` / `cut_rounding` in
+# pyspectral/common/safemethods.py.
 
 """
     column_rounding(G, inner; dims=1) -> Vector
 
-`eps (inner + 2) ‖gⱼ‖` per column `gⱼ` of `G` (`dims=2`: per row): with `cᵢ + cⱼ`, a
-bound on the rounding error of entry `(i, j)` of the skew part of `Qᴴ G`, `Q` with
-`inner` rows and orthonormal columns.
+`eps (inner + 2) ‖gⱼ‖` per column `gⱼ` of `G` (`dims=2`: per row): with `cᵢ + cⱼ`
+([`pair_rounding`](@ref)), a bound on the rounding error of entry `(i, j)` of the skew
+part of `Qᴴ G`, `Q` with `inner` rows and orthonormal columns.
 """
 function column_rounding(G::AbstractMatrix, inner::Integer; dims::Integer=1)
     scale = eps(real(float(eltype(G)))) * (inner + 2)
@@ -97,16 +98,21 @@ function column_rounding(G::AbstractMatrix, inner::Integer; dims::Integer=1)
 end
 
 """
-    cut_rounding(X, c) -> Matrix
+    pair_rounding(c) -> Matrix
 
-`X` with every entry `abs(Xᵢⱼ) <= cᵢ + cⱼ` (its rounding error, [`column_rounding`](@ref))
+`rᵢⱼ = cᵢ + cⱼ`.
+"""
+pair_rounding(c::AbstractVector) = c .+ transpose(c)
+
+"""
+    cut_rounding(X, r) -> Matrix
+
+`X` with every entry `abs(Xᵢⱼ) <= rᵢⱼ` (its rounding error, [`pair_rounding`](@ref))
 set to zero, as [`divdiff`](@ref) treats a quotient within its rounding error. `NaN` is
 never cut.
 """
-function cut_rounding(X::AbstractMatrix, c::AbstractVector)
-    r = c .+ transpose(c)
-    return ifelse.(abs.(X) .<= r, zero(eltype(X)), X)
-end
+cut_rounding(X::AbstractMatrix, r::AbstractMatrix) =
+    ifelse.(abs.(X) .<= r, zero(eltype(X)), X)
 
 """
     with_infinite_weights(linear, tol, weights...)

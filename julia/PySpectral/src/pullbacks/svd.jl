@@ -116,8 +116,8 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
     # A numerator within its rounding error of 0 counts as 0: divided by a gap just
     # above the degeneracy tolerance, that noise would be the gradient of a loss that
     # does not depend on the pair's rotation (common/safemethods.jl).
-    c = _numerator_rounding(ΔU, ΔVᴴ, size(U, 1), size(Vᴴ, 2))
-    P, Q = cut_rounding(_plus(Jₐ, Kₐ), c), cut_rounding(_minus(Jₐ, Kₐ), c)
+    r = pair_rounding(_numerator_rounding(ΔU, ΔVᴴ, size(U, 1), size(Vᴴ, 2)))
+    P, Q = cut_rounding(_plus(Jₐ, Kₐ), r), cut_rounding(_minus(Jₐ, Kₐ), r)
     if _checks_gauge(gauge)
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
         check_gauge(:svd, max(_cluster_max(P, S, tol), gauge_extra), gtol, gauge)
