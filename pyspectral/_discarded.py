@@ -28,12 +28,12 @@ cluster and the complement of a tall A), P_R likewise (wide A); of it, the
 pullback's derivative has the real diagonal of E. The dropped part is linear
 in D:
 
-    dG[D] = U (-(Ja o a + Kh o b) E^ - E^ (J o b^T + K o a^T)) V^H + complement,
+    dG[D] = U (-(J^H o a + K^H o b) E^ - E^ (J o b^T + K o a^T)) V^H + complement,
 
 a_ij = g_i'(s_j) = -(s_j^2 + s_i^2) / (s_j^2 - s_i^2)^2, b_ij = e_i'(s_j) =
 -2 s_j s_i / (s_j^2 - s_i^2)^2 for i outside the cluster of j (s_j: the
-cluster's mean, 0 for zeros), Ja = J^H, Kh = K^H, E^ the dropped part of E (on
-each cluster block). It is added to the first-order gradient as an operation
+cluster's mean, 0 for zeros), E^ the dropped part of E (on each cluster
+block), o the entrywise product. It is added to the first-order gradient as an operation
 of A whose value is 0 (``_DiscardedTerm``): its jvp is dG[D] (forward over
 reverse), its vjp the transpose (reverse over reverse). Every derivative of
 the svd is then exact there, so the guard measures the coupling only at the
