@@ -250,6 +250,40 @@ def cut_rounding(X: torch.Tensor, r: torch.Tensor, inplace: bool) -> torch.Tenso
     return X - torch.where(small, X.detach(), 0)
 
 
+# The cut changes a result only where a gap is small: entry (i, j) of the
+# middle matrix by at most r_ij / (2 gap) <= eps (m + n + 4) g / gap (g the
+# largest column norm of the cotangents), against its natural scale
+# g / max(s). Where every gap is at least (m + n + 4) eps**(1/4) max(s) that
+# is below eps**(3/4) relative, the package's resolution, so a plain pullback
+# skips the cut there: well-separated spectra pay nothing for it.
+
+
+def rounding_cut_needed(x: torch.Tensor, inner: int, descending: bool) -> bool:
+    """Whether the sorted spectrum ``x`` (``(*, k)``, plain) may have a gap
+    below ``(inner + 4) eps**(1/4) max|x|`` in some matrix: an adjacent
+    difference or, for singular values (``descending``), the smallest sum
+    ``2 min(x)`` (the other denominator of the svd pullback). ``inner``:
+    ``m + n`` (svd), ``n`` (eigh). NaN needs the cut. Only a small spectrum
+    (at most 64 values, read on the host as ``separated`` does) is tested:
+    for a larger one the test would cost about as many passes as the cut,
+    which it then takes."""
+    k = x.shape[-1]
+    if x.numel() > 64:
+        return True
+    if k == 0 or x.numel() == 0:
+        return False
+    factor = (inner + 4) * eps(x.dtype) ** 0.25
+    for r in x.reshape(-1, k).tolist():  # (tolist reads no graph)
+        if descending:
+            r.reverse()  # ascending
+        tol = factor * max(abs(r[0]), abs(r[-1]))
+        if not all(b - a >= tol for a, b in zip(r, r[1:])):
+            return True
+        if descending and not 2 * r[0] >= tol:
+            return True
+    return False
+
+
 def max_abs(G: torch.Tensor) -> torch.Tensor:
     """``max |G|`` per matrix, detached, shape ``(*, 1, 1)`` (0 if empty)."""
     if G.shape[-1] * G.shape[-2] == 0:

@@ -24,6 +24,7 @@ from ..common.safemethods import (
     cut_rounding,
     gap_inverse,
     pair_rounding,
+    rounding_cut_needed,
 )
 
 __all__ = [
@@ -98,9 +99,11 @@ def eigh_pullback(
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     K = V.mH @ gV
     is_plain = plain(w, V, gw, gV)
+    Ka = K - K.mH
     # Ka_ij within its rounding error of 0 counts as 0 (see svd_pullback)
-    r = pair_rounding(column_rounding(gV, V.shape[-2]))
-    Ka = cut_rounding(K - K.mH, r, is_plain)
+    n = V.shape[-2]
+    if not is_plain or rounding_cut_needed(w, n, descending=False):
+        Ka = cut_rounding(Ka, pair_rounding(column_rounding(gV, n)), is_plain)
     fast = opts.broadening is None and not middle_only and is_plain
     if fast and separated(w, opts.degeneracy_atol, descending=False):
         if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)

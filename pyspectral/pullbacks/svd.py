@@ -28,6 +28,7 @@ from ..common.safemethods import (
     gap_inverse,
     max_abs,
     pair_rounding,
+    rounding_cut_needed,
     with_infinite_weights,
 )
 from .eigh import tangent_scale
@@ -103,9 +104,14 @@ def svd_pullback(
     # A numerator within its rounding error of 0 counts as 0: divided by a gap
     # just above the degeneracy tolerance, that noise would be the gradient of
     # a loss that does not depend on the pair's rotation (safemethods).
+    # (A plain pullback at a well-separated spectrum skips it: it could change
+    # nothing there beyond eps**(3/4) relative; see rounding_cut_needed.)
     is_plain = plain(U, S, Vh, gU, gS, gVh)
-    r = _numerator_rounding(gU, gVh, U.shape[-2], Vh.shape[-1])
-    JKa, JKd = cut_rounding(Ja + Ka, r, is_plain), cut_rounding(Ja - Ka, r, is_plain)
+    m, n = U.shape[-2], Vh.shape[-1]
+    JKa, JKd = Ja + Ka, Ja - Ka
+    if not is_plain or rounding_cut_needed(S, m + n, descending=True):
+        r = _numerator_rounding(gU, gVh, m, n)
+        JKa, JKd = cut_rounding(JKa, r, is_plain), cut_rounding(JKd, r, is_plain)
     M = None
     if opts.broadening is None and gauge_extra == 0 and is_plain:
         M = _middle_separated(S, JKa, JKd, gS, gU, gVh, opts)

@@ -114,6 +114,30 @@ never cut.
 cut_rounding(X::AbstractMatrix, r::AbstractMatrix) =
     ifelse.(abs.(X) .<= r, zero(eltype(X)), X)
 
+# The cut changes a result only where a gap is small: entry (i, j) of the middle matrix
+# by at most rᵢⱼ / (2 gap) <= eps (m + n + 4) g / gap (g the largest column norm of the
+# cotangents), against its natural scale g / maximum(S). Where every gap is at least
+# (m + n + 4) eps^(1/4) maximum(S) that is below eps^(3/4) relative, the package's
+# resolution, so the pullbacks skip the cut there (as pyspectral's plain pullbacks do).
+
+"""
+    rounding_cut_needed(x, inner; descending) -> Bool
+
+Whether the sorted spectrum `x` has a gap below `(inner + 4) eps^(1/4) maximum(abs, x)`:
+an adjacent difference or, for singular values (`descending = true`), the smallest sum
+`2 minimum(x)`. `inner`: `m + n` (svd), `n` (eigh). More than 64 values always take the
+cut, as in pyspectral/common/safemethods.py (where the test would cost as much as the
+cut). `NaN` needs the cut.
+"""
+function rounding_cut_needed(x::AbstractVector, inner::Integer; descending::Bool)
+    length(x) > 64 && return true
+    isempty(x) && return false
+    y = descending ? reverse(x) : x  # ascending
+    tol = (inner + 4) * eps(real(float(eltype(x))))^(1 / 4) * max(abs(y[1]), abs(y[end]))
+    all(i -> y[i+1] - y[i] >= tol, 1:length(y)-1) || return true
+    return descending && !(2 * y[1] >= tol)
+end
+
 """
     with_infinite_weights(linear, tol, weights...)
 

@@ -53,7 +53,11 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
     K = V' * ΔV
     # Kₐᵢⱼ within its rounding error of 0 counts as 0 (see svd_middle)
-    Kₐ = cut_rounding(K - K', pair_rounding(column_rounding(ΔV, size(V, 1))))
+    Kₐ = K - K'
+    n = size(V, 1)
+    if rounding_cut_needed(λ, n; descending=false)
+        Kₐ = cut_rounding(Kₐ, pair_rounding(column_rounding(ΔV, n)))
+    end
     if checks
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔV) : gauge_atol
         check_gauge(:eigh, _cluster_max(Kₐ, λ, tol), gtol, gauge)
