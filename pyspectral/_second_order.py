@@ -31,29 +31,82 @@ from .common.gauge import apply_gauge_policy
 # derivative is taken: forward over reverse (its jvp sees the tangent of the
 # S-cotangent) and reverse over reverse (its backward runs first, and leaves
 # the S-cotangent check to the pullback's next call, the second-order one).
+# Both dropped terms act through the part of the tangent dA that splits a
+# cluster (off-diagonal herm(U_C^H dA V_C); for zeros, the rest of their
+# block): where the tangent keeps a cluster degenerate to first order (a
+# symmetry of the path, as in TRG), the derivative along it is exact whatever
+# M is. Forward over reverse sees dA and measures only the clusters it
+# splits (svd). Reverse over reverse cannot: its result, a gradient w.r.t. A,
+# is contracted with the directions of A's own inputs after the guard has
+# run, so it measures every cluster the loss touches. (The clusters a loss
+# discards are exact either way: _discarded.)
 
 
 class SecondOrderCheck:
     """What a second derivative through a pullback at a degenerate spectrum
     must measure: ``coupling`` (``max |M|`` off the rotation-invariant
-    pattern, with its tolerance ``coupling_tol``) and the clusters (``pairs``,
-    ``zeros``) on which the change of the S-cotangent must be constant (0)."""
+    pattern of the clusters the loss touches, with its tolerance
+    ``coupling_tol``) and the clusters (``pairs``, ``zeros``) on which the
+    change of the S-cotangent must be constant (0). ``parts``: the middle
+    matrix and the touched clusters, to measure the coupling again at the
+    clusters a tangent splits; ``basis``: ``(U, Vh)`` of an svd (None:
+    every touched cluster counts as split)."""
 
-    def __init__(self, op: str, pairs, zeros, coupling, coupling_tol, opts):
+    def __init__(
+        self,
+        op: str,
+        pairs,
+        zeros,
+        coupling,
+        coupling_tol,
+        opts,
+        discarded=None,
+        parts=None,
+        basis=None,
+    ):
         self.op, self.pairs, self.zeros, self.opts = op, pairs, zeros, opts
         self.coupling, self.coupling_tol = coupling, coupling_tol
+        self.discarded, self.offset = discarded, None
+        self.parts, self.basis = parts, basis
 
-    def reverse(self) -> None:
-        """Reverse over reverse: the coupling here; the S-cotangent at the
-        pullback's second-order call (:func:`check_second_order_cotangent`)."""
+    def reverse(self, R: torch.Tensor) -> None:
+        """Reverse over reverse (``R``: the cotangent of the gradient): the
+        coupling here; the S-cotangent at the pullback's second-order call
+        (:func:`check_second_order_cotangent`), less what the discarded
+        clusters' exact term accounts for."""
         if not self._coupling():
+            if self.discarded is not None:
+                self.offset = self.discarded.spectral_offset(R)
             self.opts.state.second_order = self
 
-    def forward(self, dgS: torch.Tensor | None) -> None:
+    def forward(self, dgS: torch.Tensor | None, dA: torch.Tensor | None = None) -> None:
         """Forward over reverse: the coupling and the tangent of the
-        S-cotangent."""
+        S-cotangent, at the clusters that the tangent ``dA`` splits."""
+        split = None if dA is None else self._split_pairs(dA)
+        if split is not None:
+            P, cpairs, czeros = self.parts
+            self.coupling = _coupling(P, peek(cpairs & split), czeros)
+            self.pairs = peek(self.pairs & split)
         if not self._coupling() and dgS is not None:
             self.spectral(dgS, (dgS,))
+
+    def _split_pairs(self, dA: torch.Tensor) -> torch.Tensor | None:
+        """The cluster pairs ``(i, j)`` whose entry of ``herm(U^H dA V)`` exceeds
+        ``eps**(3/4) max |dA|`` (a tangent that keeps a cluster degenerate
+        splits none of its pairs), or None where that cannot be measured (no
+        svd basis, a transform's batch dimensions)."""
+        if self.basis is None or self.parts is None:
+            return None
+        U, Vh = self.basis
+        D = peek(dA.detach())
+        if D.shape[:-2] != U.shape[:-2] or D.shape[-2:] != (U.shape[-2], Vh.shape[-1]):
+            return None
+        with torch.no_grad():
+            E = U.mH @ D @ Vh.mH
+            H = ((E + E.mH) * 0.5).abs()
+            tol = eps(D.dtype) ** 0.75 * D.abs().amax(dim=(-2, -1), keepdim=True)
+            split = peek(H > tol)
+        return split if split.shape == self.pairs.shape else None
 
     def _coupling(self) -> bool:
         if self.coupling > self.coupling_tol:
@@ -76,6 +129,8 @@ class SecondOrderCheck:
         the zero clusters)."""
         with torch.no_grad():
             g = peek(g)
+            if self.offset is not None and self.offset.shape == g.shape:
+                g = g - self.offset
             pairs, zeros = _aligned(self.pairs, self.zeros, g.shape[:-1])
             spread = (g.unsqueeze(-1) - g.unsqueeze(-2)).abs().masked_select(pairs)
             at_zeros = g.abs().masked_select(zeros)
@@ -131,21 +186,23 @@ class _SecondOrderGuard(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(gA: torch.Tensor, gS: Any, check: SecondOrderCheck) -> torch.Tensor:
+    def forward(
+        gA: torch.Tensor, gS: Any, A: Any, check: SecondOrderCheck
+    ) -> torch.Tensor:
         return gA.clone()
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
-        ctx.check = inputs[2]
+        ctx.check = inputs[3]
 
     @staticmethod
     def backward(ctx: Any, R: torch.Tensor) -> tuple:
-        ctx.check.reverse()
-        return R, None, None
+        ctx.check.reverse(R)
+        return R, None, None, None
 
     @staticmethod
-    def jvp(ctx: Any, dgA: torch.Tensor, dgS: Any, _: Any) -> torch.Tensor:
-        ctx.check.forward(dgS)
+    def jvp(ctx: Any, dgA: torch.Tensor, dgS: Any, dA: Any, _: Any) -> torch.Tensor:
+        ctx.check.forward(dgS, dA)
         return dgA
 
 
@@ -184,15 +241,44 @@ def second_order_guard(
     M: torch.Tensor,
     clusters: tuple[torch.Tensor, torch.Tensor],
     opts: Options,
+    discarded: Any = None,
+    A: torch.Tensor | None = None,
+    basis: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """``gA`` through :class:`_SecondOrderGuard` (see the comment above), where
     a gradient is built differentiably at a degenerate spectrum; ``M`` is the
-    first-order middle matrix (``gA = U M Vh``)."""
+    first-order middle matrix (``gA = U M Vh``). ``discarded``: the exact
+    term of the clusters the loss discards (``_discarded.DiscardedTerm``),
+    whose coupling is not measured (it is computed); their S-cotangent is.
+    ``A`` and ``basis = (U, Vh)`` (svd): forward over reverse then measures
+    only the clusters that the tangent of ``A`` splits."""
     P = peek(M.detach())
     pairs, zeros = (peek(t) for t in _aligned(*clusters, P.shape[:-2]))
-    # Off the rotation-invariant pattern: the entries that couple a cluster
-    # (or a zero) to the rest or lie off the diagonal inside it, the spread of
-    # the diagonal on it, and the rows and columns of the zeros.
+    cpairs, czeros = pairs, zeros
+    if discarded is not None and discarded.members.shape == zeros.shape:
+        out = discarded.members
+        cpairs = pairs & ~(out.unsqueeze(-1) | out.unsqueeze(-2))
+        czeros = zeros & ~out
+    # plain tensors: under a torch.func transform even operations on plain
+    # tensors return wrapped ones, which must not outlive its level
+    cpairs, czeros = peek(cpairs), peek(czeros)
+    coupling = _coupling(P, cpairs, czeros)
+    tol = opts.gauge_atol
+    if tol is None:
+        tol = eps(P.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)
+    if basis is not None:
+        basis = tuple(peek(t.detach()) for t in basis)
+    check = SecondOrderCheck(
+        op, pairs, zeros, coupling, tol, opts, discarded, (P, cpairs, czeros), basis
+    )
+    return _SecondOrderGuard.apply(gA, gS, A, check)
+
+
+def _coupling(P: torch.Tensor, pairs: torch.Tensor, zeros: torch.Tensor) -> float:
+    """``max |P|`` off the rotation-invariant pattern of the clusters
+    (``pairs``, ``zeros``): the entries that couple a cluster (or a zero) to
+    the rest or lie off the diagonal inside it, the spread of the diagonal on
+    it, and the rows and columns of the zeros."""
     member = pairs.any(-1) | zeros
     couple = (member.unsqueeze(-1) | member.unsqueeze(-2)) & ~torch.eye(
         P.shape[-1], dtype=torch.bool, device=P.device
@@ -203,12 +289,7 @@ def second_order_guard(
         (d.unsqueeze(-1) - d.unsqueeze(-2)).abs().masked_select(pairs),
         d.abs().masked_select(zeros),
     ]
-    coupling = max((float(p.max()) for p in parts if p.numel()), default=0.0)
-    tol = opts.gauge_atol
-    if tol is None:
-        tol = eps(P.dtype) ** 0.75 * (float(P.abs().max()) if P.numel() else 0.0)
-    check = SecondOrderCheck(op, pairs, zeros, coupling, tol, opts)
-    return _SecondOrderGuard.apply(gA, gS, check)
+    return max((float(p.max()) for p in parts if p.numel()), default=0.0)
 
 
 def check_second_order_cotangent(

@@ -76,13 +76,18 @@ class _SVD(torch.autograd.Function):
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*output)
         ctx.save_for_forward(*output)
-        ctx.opts = inputs[2]
+        # A (an input: no copy, no reference cycle) for the exact second
+        # derivative at the clusters a loss discards (_discarded); among the
+        # saved tensors it would break the generated vmap rule of
+        # jacrev(jacrev) (as LinearInA's)
+        ctx.A, _, ctx.opts = inputs
         ctx.set_materialize_grads(False)
 
     @staticmethod
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         U, S, Vh = ctx.saved_tensors
-        return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
+        gA = svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts, A=ctx.A)
+        return gA, None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
@@ -100,6 +105,7 @@ class _SVDJulia(torch.autograd.Function):
         ctx.opts, ctx.shape_dtype = opts, (A.shape, A.dtype)
         ctx.save_for_backward(U, S, Vh)
         ctx.save_for_forward(U, S, Vh)
+        ctx.A = A  # as _SVD's
         ctx.set_materialize_grads(False)
         return U, S, Vh
 
@@ -109,7 +115,8 @@ class _SVDJulia(torch.autograd.Function):
         if torch.is_grad_enabled():
             # create_graph: the native pullback is the same formula, and
             # differentiable, so double backward stays exact.
-            return svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts), None, None
+            gA = svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts, A=ctx.A)
+            return gA, None, None
         if gU is None and gS is None and gVh is None:
             return None, None, None
         check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as svd_pullback

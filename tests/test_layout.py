@@ -25,6 +25,7 @@ JULIA_SRC = ROOT / "julia" / "PySpectral" / "src"
 COMMON = "pyspectral.common"
 BASE = {
     "pyspectral._autograd",
+    "pyspectral._discarded",  # the svd's exact second-order term (as _second_order)
     "pyspectral._fns",
     "pyspectral._second_order",
     "pyspectral._settings",

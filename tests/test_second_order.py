@@ -23,6 +23,7 @@ from _spectra import (
     hermitian_with_spectrum,
     inner,
     matrix_with_spectrum,
+    randn,
     random_like,
     rel_err,
 )
@@ -615,3 +616,96 @@ def test_the_second_order_check_is_still_made_per_call():
 
     with pytest.warns(ps.GaugeWarning, match="differs inside a degenerate cluster"):
         reverse_hvp(loss, X, random_like(X, seed=3))
+
+
+# ------------------------- clusters the loss discards (issue 15, item 9)
+
+
+def _truncated_loss(keep: int, W: torch.Tensor):
+    """A loss of the top ``keep`` triplets only, as TRG's split uses them
+    (``U sqrt(S)``, ``sqrt(S) Vh``), invariant under their signs: every
+    cotangent past ``keep`` is exactly 0."""
+
+    def loss(X):
+        U, S, Vh = ps.svd(X)
+        r = S[:keep].sqrt()
+        F1, F3 = U[:, :keep] * r, r[:, None] * Vh[:keep]
+        Y = F3 @ W.mH @ F1
+        return (Y.abs() ** 2).sum() + Y.diagonal().real.sum() + inner(F1 @ F3, W)
+
+    return loss
+
+
+DISCARDED = {  # spectrum, shape, kept triplets
+    "zeros": ((5.0, 3.0, 2.0, 0.0, 0.0), (5, 5), 3),
+    "zero, tall": ((5.0, 3.0, 2.0, 1.0, 0.0), (7, 5), 4),
+    "zeros, wide": ((5.0, 3.0, 2.0, 0.0, 0.0), (5, 8), 3),
+    "pair": ((5.0, 3.0, 2.0, 1.0, 1.0), (5, 5), 3),
+    "pair, tall": ((5.0, 3.0, 2.0, 1.0, 1.0), (7, 5), 3),
+    "triple": ((5.0, 3.0, 1.0, 1.0, 1.0), (6, 5), 2),
+    "pair and zeros": ((5.0, 3.0, 1.0, 1.0, 0.0, 0.0), (6, 6), 2),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", DISCARDED)
+@pytest.mark.parametrize("hvp", [reverse_hvp, forward_hvp])
+def test_svd_second_order_at_discarded_clusters_is_exact_and_silent(case, dtype, hvp):
+    """Zeros and multiplets that the loss discards (TRG's first SVD has both):
+    the term the pullback's derivative drops there is computed
+    (pyspectral/_discarded.py), so the Hessian-vector product agrees with
+    finite differences and nothing warns (the suite makes a GaugeWarning an
+    error). Before, it warned and was off by 1e-2 .. 8e-1."""
+    spectrum, (m, n), keep = DISCARDED[case]
+    A = matrix_with_spectrum(spectrum, m, n, dtype=dtype, seed=41)
+    loss = _truncated_loss(keep, random_like(A, seed=42))
+    D = random_like(A, seed=43)
+    assert rel_err(hvp(loss, A, D), fd_hvp(loss, A, D)) < TOL
+
+
+@pytest.mark.parametrize("hvp", [reverse_hvp, forward_hvp])
+def test_svd_second_order_at_exact_zeros_the_loss_uses_still_warns(hvp):
+    """sum(S**2) = ||A||**2 at exact zero singular values: its S-cotangent 2 S
+    is 0 there at this A, but changes along any tangent, so the cluster is not
+    discarded: the exact Hessian (2 D) needs the block of the zeros, which
+    the cotangents do not give. It still warns (and is wrong); sum over the
+    kept values only is exact and silent."""
+    A = torch.zeros(5, 4, dtype=torch.float64)
+    A[:2, :2] = randn(2, 2, seed=44)  # singular values (s1, s2, 0, 0) exactly
+    D = random_like(A, seed=45)
+    with pytest.warns(ps.GaugeWarning, match="second derivative"):
+        got = hvp(lambda X: (ps.svd(X).S ** 2).sum(), A, D)
+    assert rel_err(got, 2 * D) > 1e-2
+    top2 = lambda X: (ps.svd(X).S[:2] ** 2).sum()  # noqa: E731
+    assert rel_err(hvp(top2, A, D), fd_hvp(top2, A, D)) < TOL
+
+
+def test_forward_over_reverse_measures_only_the_clusters_its_tangent_splits():
+    """The polar factor at a kept cluster: along a tangent that keeps the
+    cluster degenerate (off-diagonal herm(U_C^H D V_C) = 0, as a symmetry of
+    the path keeps TRG's multiplets) forward over reverse drops nothing, and
+    is exact and silent; along a generic tangent it warns. Reverse over
+    reverse cannot see the tangent (its gradient is contracted with A's own
+    directions after the guard ran), and the Hessian-vector product it
+    returns does miss the term: it warns for both."""
+    A = matrix_with_spectrum((5.0, 2.0, 2.0, 1.0, 0.5), 5, 5, seed=14)
+    W = random_like(A, seed=15)
+    U, _, Vh = torch.linalg.svd(A)
+    X = random_like(A, seed=16)
+    X[1:3, 1:3] = torch.tensor([[0.7, 0.3], [-0.3, 0.7]], dtype=A.dtype)
+    keeps = U @ X @ Vh  # its cluster block: 0.7 I + an anti-Hermitian part
+
+    def loss(X):
+        U, _, Vh = ps.svd(X)
+        return inner(U @ Vh, W)
+
+    exact = lambda X: inner(ps.svd_function(X, "polar"), W)  # noqa: E731
+    assert rel_err(forward_hvp(loss, A, keeps), fd_hvp(exact, A, keeps)) < TOL
+    for hvp, D in [
+        (forward_hvp, random_like(A, seed=17)),
+        (reverse_hvp, keeps),
+        (reverse_hvp, random_like(A, seed=17)),
+    ]:
+        with pytest.warns(ps.GaugeWarning, match="rotation inside it"):
+            got = hvp(loss, A, D)
+        assert rel_err(got, fd_hvp(exact, A, D)) > 1e-3

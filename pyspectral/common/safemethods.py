@@ -207,6 +207,95 @@ def with_infinite_weights(
     return _infinite_where(direction, finite, tol)
 
 
+# The skew numerators of the svd / eigh pullbacks, (Ja +- Ka)_ij with
+# J = U^H gU, K = V^H gV, are divided by the gaps s_j - s_i (and s_j + s_i,
+# lambda_j - lambda_i). For a loss that is invariant under rotations of a
+# near-degenerate pair (a polar factor, a projector onto a subspace that
+# contains the pair) the numerator is 0 in exact arithmetic; computed, it is
+# the rounding error of the products, and that divided by a gap just above
+# the degeneracy tolerance is what came out (1e-5 relative at gaps ~1e-11).
+# So, with the criterion of divided_difference, a numerator at or below its
+# own rounding error counts as 0. The bound: for J = U^H G with orthonormal
+# columns u_i of length m, |fl(J)_ij - J_ij| <= gamma_m sum_l |U_li| |G_lj|
+# <= gamma_m ||u_i|| ||g_j|| = gamma_m ||g_j|| (Higham, Accuracy and Stability
+# of Numerical Algorithms, 2nd ed., sec. 3.1 and Lemma 3.5; Cauchy-Schwarz),
+# gamma_m = m u / (1 - m u), u = eps / 2; complex products cost a factor
+# sqrt(2) (gamma_{m+2}). Ja_ij = J_ij - conj(J_ji) adds the error of J_ji and
+# one subtraction, (Ja + Ka) one more. eps (m + 2) (||g_i|| + ||g_j||) per
+# factor covers all of it with a margin (the worst case, not the typical
+# sqrt(m) eps: what escapes the cut is divided by the smallest gaps). Cost:
+# one norm per column of each cotangent and a few k x k passes, no product.
+# It never drops more than the rounding error it is compared with: an entry
+# cut was within that error of 0, so the result moves by at most what the
+# noise would have moved it. Not counted: rounding already in the incoming
+# cotangents (the caller's data, as any cotangent's error).
+
+
+def column_rounding(G: torch.Tensor, inner: int, dim: int = -2) -> torch.Tensor:
+    """``eps (inner + 2) ||g_j||`` per column ``g_j`` of ``G`` (``dim=-2``;
+    ``dim=-1``: per row), detached, shape ``(*, k)``: with ``c_i + c_j``
+    (:func:`pair_rounding`), a bound on the rounding error of the skew part of
+    ``Q^H G`` (``Q``: ``inner`` rows, orthonormal columns) at entry ``(i, j)``
+    (see the comment above)."""
+    if G.requires_grad or is_functorch_wrapped_tensor(G):
+        G = G.detach()
+    return torch.linalg.vector_norm(G, dim=dim).mul_(eps(G.dtype) * (inner + 2))
+
+
+def pair_rounding(c: torch.Tensor) -> torch.Tensor:
+    """``r_ij = c_i + c_j``, shape ``(*, k, k)``."""
+    return c.unsqueeze(-1) + c.unsqueeze(-2)
+
+
+def cut_rounding(X: torch.Tensor, r: torch.Tensor, inplace: bool) -> torch.Tensor:
+    """``X`` (``(*, k, k)``) with every entry ``|X_ij| <= r_ij`` (its rounding
+    error, :func:`pair_rounding`) set to 0, as :func:`divided_difference`
+    treats a quotient within its rounding error.
+
+    ``inplace`` (a new tensor of a plain pullback): masked in place. Else the
+    value is cut and the derivative kept (a second derivative through the
+    pullback: an entry that is 0 here may still change along ``A``). NaN is
+    never cut (``NaN <= r`` is false)."""
+    if inplace:
+        return X.masked_fill_(X.abs() <= r, 0)
+    small = X.detach().abs() <= r
+    return X - torch.where(small, X.detach(), 0)
+
+
+# The cut changes a result only where a gap is small: entry (i, j) of the
+# middle matrix by at most r_ij / (2 gap) <= eps (m + n + 4) g / gap (g the
+# largest column norm of the cotangents), against its natural scale
+# g / max(s). Where every gap is at least (m + n + 4) eps**(1/4) max(s) that
+# is below eps**(3/4) relative, the package's resolution, so a plain pullback
+# skips the cut there: well-separated spectra pay nothing for it.
+
+
+def rounding_cut_needed(x: torch.Tensor, inner: int, descending: bool) -> bool:
+    """Whether the sorted spectrum ``x`` (``(*, k)``, plain) may have a gap
+    below ``(inner + 4) eps**(1/4) max|x|`` in some matrix: an adjacent
+    difference or, for singular values (``descending``), the smallest sum
+    ``2 min(x)`` (the other denominator of the svd pullback). ``inner``:
+    ``m + n`` (svd), ``n`` (eigh). NaN needs the cut. Only a small spectrum
+    (at most 64 values, read on the host as ``separated`` does) is tested:
+    for a larger one the test would cost about as many passes as the cut,
+    which it then takes."""
+    k = x.shape[-1]
+    if x.numel() > 64:
+        return True
+    if k == 0 or x.numel() == 0:
+        return False
+    factor = (inner + 4) * eps(x.dtype) ** 0.25
+    for r in x.reshape(-1, k).tolist():  # (tolist reads no graph)
+        if descending:
+            r.reverse()  # ascending
+        tol = factor * max(abs(r[0]), abs(r[-1]))
+        if not all(b - a >= tol for a, b in zip(r, r[1:])):
+            return True
+        if descending and not 2 * r[0] >= tol:
+            return True
+    return False
+
+
 def max_abs(G: torch.Tensor) -> torch.Tensor:
     """``max |G|`` per matrix, detached, shape ``(*, 1, 1)`` (0 if empty)."""
     if G.shape[-1] * G.shape[-2] == 0:

@@ -18,7 +18,14 @@ from .._second_order import (
 from .._settings import Options
 from ..common.defaults import degeneracy_tol, separated
 from ..common.gauge import check_gauge
-from ..common.safemethods import add_diagonal, gap_inverse
+from ..common.safemethods import (
+    add_diagonal,
+    column_rounding,
+    cut_rounding,
+    gap_inverse,
+    pair_rounding,
+    rounding_cut_needed,
+)
 
 __all__ = [
     "eigh_pullback",
@@ -91,8 +98,13 @@ def eigh_pullback(
         return _second_order_guard(fold_triangle(G, uplo), w, gw, None, opts)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     K = V.mH @ gV
+    is_plain = plain(w, V, gw, gV)
     Ka = K - K.mH
-    fast = opts.broadening is None and not middle_only and plain(w, V, gw, gV)
+    # Ka_ij within its rounding error of 0 counts as 0 (see svd_pullback)
+    n = V.shape[-2]
+    if not is_plain or rounding_cut_needed(w, n, descending=False):
+        Ka = cut_rounding(Ka, pair_rounding(column_rounding(gV, n)), is_plain)
+    fast = opts.broadening is None and not middle_only and is_plain
     if fast and separated(w, opts.degeneracy_atol, descending=False):
         if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)
             violation = Ka.diagonal(dim1=-2, dim2=-1)
@@ -198,7 +210,7 @@ def eigh_pushforward(
     # Omega = V^H dV anti-Hermitian: dw = Re diag(dP) and, off the diagonal,
     # Omega_ij = dP_ij / (w_j - w_i), through the pullback's regularised
     # inverse, so 0 inside a degenerate cluster (and on the diagonal: no
-    # phase rotation).
+    # phase rotation). No rounding cut (see svd_pushforward): dP is data.
     dP = V.mH @ hermitian_from_triangle(dA, uplo) @ V
     tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from .._autograd import plain
+from .._discarded import DiscardedTerm, add_discarded_term, discarded_clusters
 from .._fns import SpectralFn
 from .._second_order import (
     check_second_order_cotangent,
@@ -21,9 +22,13 @@ from ..common.defaults import degeneracy_tol, eps34, separated
 from ..common.gauge import check_gauge, policy_applied
 from ..common.safemethods import (
     add_diagonal,
+    column_rounding,
+    cut_rounding,
     divided_difference,
     gap_inverse,
     max_abs,
+    pair_rounding,
+    rounding_cut_needed,
     with_infinite_weights,
 )
 from .eigh import tangent_scale
@@ -52,6 +57,7 @@ def svd_pullback(
     opts: Options,
     middle_only: bool = False,
     gauge_extra: float = 0.0,
+    A: Tensor | None = None,
 ) -> Tensor | None:
     """Gradient w.r.t. ``A = U diag(S) Vh`` from the cotangents of U, S, Vh.
 
@@ -60,6 +66,9 @@ def svd_pullback(
     returns the ``k x k`` middle matrix ``M`` of ``U M Vh`` instead (for the
     truncated pullback in ``truncated.py``, which adds its own complement terms
     and passes the gauge part it drops there as ``gauge_extra``: one check).
+    ``A``: the decomposed matrix, for the exact second derivative at clusters
+    the loss discards (``_discarded``; None: those are measured and warned
+    about like any cluster).
     """
     # Derivation (Townsend 2016; Wan & Zhang 2019; torch's svd_backward;
     # MatrixAlgebraKit.jl's svd_pullback!). With dP = U^H dA V, the skew part of
@@ -86,23 +95,33 @@ def svd_pullback(
         if gS is None:
             return None
         gA = (U * gS.unsqueeze(-2)) @ Vh
-        return _second_order_guard(gA, S, gS, None, complement, opts)
+        return _second_order_guard(gA, S, gS, None, complement, opts, A, U, Vh)
 
     J = None if gU is None else U.mH @ gU
     K = None if gVh is None else Vh @ gVh.mH
     Ja = 0 if J is None else _skew(J)
     Ka = 0 if K is None else _skew(K)
-    JKa = Ja + Ka
+    # A numerator within its rounding error of 0 counts as 0: divided by a gap
+    # just above the degeneracy tolerance, that noise would be the gradient of
+    # a loss that does not depend on the pair's rotation (safemethods).
+    # (A plain pullback at a well-separated spectrum skips it: it could change
+    # nothing there beyond eps**(3/4) relative; see rounding_cut_needed.)
+    is_plain = plain(U, S, Vh, gU, gS, gVh)
+    m, n = U.shape[-2], Vh.shape[-1]
+    JKa, JKd = Ja + Ka, Ja - Ka
+    if not is_plain or rounding_cut_needed(S, m + n, descending=True):
+        r = _numerator_rounding(gU, gVh, m, n)
+        JKa, JKd = cut_rounding(JKa, r, is_plain), cut_rounding(JKd, r, is_plain)
     M = None
-    if opts.broadening is None and gauge_extra == 0 and plain(U, S, Vh, gU, gS, gVh):
-        M = _middle_separated(S, JKa, Ja - Ka, gS, gU, gVh, opts)
+    if opts.broadening is None and gauge_extra == 0 and is_plain:
+        M = _middle_separated(S, JKa, JKd, gS, gU, gVh, opts)
     if M is None:  # the general formula
         tol = degeneracy_tol(S, opts.degeneracy_atol)
         Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
         gap = Sj - Si
         blocks = _blocks(gU, gVh)
         check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
-        M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + (Ja - Ka) * (
+        M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + JKd * (
             0.5 * gap_inverse(Sj + Si, tol, opts)
         )
         if gS is not None:
@@ -118,7 +137,7 @@ def svd_pullback(
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
     if wide:
         gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
-    return _second_order_guard(gA, S, gS, M, complement, opts)
+    return _second_order_guard(gA, S, gS, M, complement, opts, A, U, Vh, gU, gVh)
 
 
 def _second_order_guard(
@@ -128,18 +147,49 @@ def _second_order_guard(
     M: Tensor | None,
     complement: bool,
     opts: Options,
+    A: Tensor | None,
+    U: Tensor,
+    Vh: Tensor,
+    gU: Tensor | None = None,
+    gVh: Tensor | None = None,
 ) -> Tensor:
-    """``gA``, measured by ``second_order_guard`` if a second derivative can
-    be taken through it at a degenerate spectrum (``M``: the middle matrix,
-    ``None``: ``diag(gS)``)."""
-    if not torch.is_grad_enabled() or opts.gauge == "ignore":
+    """``gA`` where a second derivative can be taken through it at a
+    degenerate spectrum: with the exact term at the clusters the loss
+    discards (given ``A``, see ``_discarded``), measured by
+    ``second_order_guard`` at the others (``M``: the middle matrix, ``None``:
+    ``diag(gS)``)."""
+    if not torch.is_grad_enabled():
         return gA
     clusters = spectral_clusters(S, opts, complement or gA.is_complex())
     if clusters is None:
         return gA
+    term = None
+    if A is not None:
+        found = discarded_clusters(S, gU, gS, gVh, *clusters)
+        if found is not None:
+            term = DiscardedTerm(U, S, Vh, gU, gVh, *found)
+            gA = add_discarded_term(gA, A, term)
+    if opts.gauge == "ignore":
+        return gA
     if M is None:
         M = torch.diag_embed(gS)
-    return second_order_guard("svd", gA, gS, M, clusters, opts)
+    basis = None if A is None else (U, Vh)
+    return second_order_guard("svd", gA, gS, M, clusters, opts, term, A, basis)
+
+
+def _numerator_rounding(
+    gU: Tensor | None, gVh: Tensor | None, m: int, n: int
+) -> Tensor:
+    """``r_ij`` bounding the rounding error of ``(Ja +- Ka)_ij`` (``J = U^H gU``:
+    ``m`` rows; ``K = V^H gV``: ``n`` rows, ``gV``'s columns are ``gVh``'s
+    rows; see ``column_rounding``)."""
+    if gU is None:
+        c = column_rounding(gVh, n, dim=-1)
+    else:
+        c = column_rounding(gU, m)
+        if gVh is not None:
+            c = c.add_(column_rounding(gVh, n, dim=-1))
+    return pair_rounding(c)
 
 
 def _blocks(*cotangents: Tensor | None) -> tuple[Tensor, ...]:
@@ -285,6 +335,12 @@ def svd_pushforward(
     # regularised one: inside a degenerate cluster the rotation is 0, and the
     # zero-singular-value terms are pseudo-inverses. The thin complement terms
     # (I - U U^H) dA V S^-1 and (I - V V^H) dA^H U S^-1 are added one-sided.
+    # No rounding cut here (the pullback's cut_rounding): dP is data, the
+    # tangent's own components, not a difference that is 0 for a class of
+    # inputs; a small H_ij is a genuine small component whose quotient is the
+    # exact tangent to its ordinary rounding, and there is no exact 0 to snap
+    # it to. (The cancellation of a polar factor's dU Vh + U dVh happens in the
+    # caller's graph, after this; svd_function is exact there.)
     k = S.shape[-1]
     Uk, Vk = U[..., :k], Vh[..., :k, :].mH
     tol = degeneracy_tol(S, opts.degeneracy_atol)

@@ -473,6 +473,81 @@ end
     end
 end
 
+@testset "near-degenerate gaps" begin
+    # Gaps just above the degeneracy tolerance. For a loss that does not depend on the
+    # rotation of the near-degenerate pair, the numerator (Jₐ + Kₐ)ᵢⱼ of the svd pullback
+    # (Kₐᵢⱼ of eigh's) is 0 in exact arithmetic; before, its rounding noise divided by a
+    # gap of 1e-11 came out as the gradient (4e-5 relative). A numerator within its
+    # rounding error of 0 counts as 0 (cut_rounding). Against svd_function /
+    # matrix_function, exact at every spectrum, over the gaps 1e-14 … 1e-6.
+    Random.seed!(31)
+    gaps = 10.0 .^ (-14:0.5:-6)
+    relerr(a, b) = maximum(abs, a - b) / maximum(abs, b)
+    # the indicator of (lo, hi) as a user pair (f, f′): the spectral projector onto the
+    # values in that interval, with its exact pullback
+    indicator(lo, hi) = (x -> lo < x < hi ? one(x) : zero(x), x -> zero(x))
+    worst(loss, exact, matrices) = maximum(
+        relerr(only(Zygote.gradient(loss, X)), only(Zygote.gradient(exact, X)))
+        for X in matrices)
+    for T in (Float64, ComplexF64)
+        Q1, Q2, Q = randunitary(T, 6), randunitary(T, 4), randunitary(T, 4)
+        W, Wh = randn(T, 6, 4), randn(T, 4, 4)
+        svds = [Q1[:, 1:4] * Diagonal(T.([3.0, 2.0 + g, 2.0, 1.0])) * Q2' for g in gaps]
+        hermitian_pair(g) = (H = Q * Diagonal(T.([1.0, 2.0, 2.0 + g, 3.0])) * Q'; (H + H') / 2)
+        hermitians = [hermitian_pair(g) for g in gaps]
+        top, pair = indicator(1.5, 10.0), indicator(1.5, 2.5)
+
+        # the issue's polar factor, and the same through the top-3 triplets
+        polar(X) = (F = PySpectral.svd(X); real(dot(W, F.U * F.Vt)))
+        polar_exact(X) = real(dot(W, PySpectral.svd_function(X, :polar)))
+        @test worst(polar, polar_exact, svds) < 1e-8
+        top3(X) = (F = PySpectral.svd(X; k=3); real(dot(W, F.U * F.Vt)))
+        top3_exact(X) = real(dot(W, PySpectral.svd_function(X, top)))
+        @test worst(top3, top3_exact, svds) < 1e-8
+
+        # the projector onto the pair's eigenvectors, and a smooth function of it
+        function pair_projector(X)
+            V2 = PySpectral.eigh(X).vectors[:, 2:3]
+            return V2 * V2'
+        end
+        P_exact(X) = PySpectral.matrix_function(X, pair)
+        @test worst(X -> real(dot(Wh, pair_projector(X))),
+                    X -> real(dot(Wh, P_exact(X))), hermitians) < 1e-8
+        @test worst(X -> sum(exp, real(pair_projector(X))),
+                    X -> sum(exp, real(P_exact(X))), hermitians) < 1e-8
+
+        # A small but genuine numerator is kept: a basis-dependent term with weight
+        # 1e-12 (u₂v₂ᴴ: invariant under signs, not under rotations of the pair), whose
+        # gradient 1e-12 / gap would be lost if it were cut.
+        W2, τ = randn(T, 6, 4), 1e-12
+        basis(X) = (F = PySpectral.svd(X); τ * real(dot(W2, F.U[:, 2] * F.Vt[2:2, :])))
+        total(X) = polar(X) + basis(X)
+        for A in svds[7:9]  # gaps 1e-11 … 1e-10
+            g_basis = only(Zygote.gradient(basis, A))
+            g_rest = only(Zygote.gradient(total, A)) - only(Zygote.gradient(polar_exact, A))
+            @test maximum(abs, g_rest - g_basis) < 1e-2 * maximum(abs, g_basis)
+        end
+    end
+
+    # The bound: rᵢⱼ = cᵢ + cⱼ (column_rounding, pair_rounding) bounds the rounding
+    # error of the skew part of Qᴴ G (Float32 against Float64); cut_rounding zeroes at
+    # or below it and never a NaN.
+    for trial in 1:20
+        Q = Matrix(qr(randn(50, 8)).Q)
+        G = randn(50, 8) .* 10.0^(trial % 5)
+        Q32, G32 = Float32.(Q), Float32.(G)
+        J = Float64.(Q32' * G32)
+        J64 = Float64.(Q32)' * Float64.(G32)
+        err = abs.((J - J') - (J64 - J64'))
+        r = Float64.(PySpectral.pair_rounding(PySpectral.column_rounding(G32, 50)))
+        @test all(err .<= r)
+    end
+    X = [0.0 1e-15 3.0; -1e-15 NaN 2e-15; 1.0 0.0 4.0]
+    Y = PySpectral.cut_rounding(X, PySpectral.pair_rounding([1e-15, 0.0, 0.5e-15]))
+    @test Y[1, 2] == 0 && Y[2, 1] == 0 && Y[2, 3] == 2e-15 && Y[1, 3] == 3.0
+    @test isnan(Y[2, 2])
+end
+
 @testset "matrix_function" begin
     Random.seed!(6)
     fs = (:sqrt, :invsqrt, :log, :exp, (:pow, 2), (:pow, 0.5), (:pow, -1), (sin, cos))

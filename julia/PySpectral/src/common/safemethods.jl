@@ -78,6 +78,74 @@ end
 # same number as ULPS in pyspectral/common/safemethods.py.
 const DIVDIFF_ULPS = 8
 
+# The skew numerators of the svd / eigh pullbacks, (Jₐ ± Kₐ)ᵢⱼ with J = UᴴΔU, K = VᴴΔV,
+# are divided by the gaps sⱼ - sᵢ (and sⱼ + sᵢ, λⱼ - λᵢ). For a loss invariant under
+# rotations of a near-degenerate pair (a polar factor, a projector onto a subspace
+# that contains the pair) the numerator is 0 in exact arithmetic; computed, it is the
+# rounding error of the products, and that divided by a gap just above the degeneracy
+# tolerance would be the gradient. So, with the criterion of `divdiff`, a numerator at
+# or below its own rounding error counts as 0. For J = Uᴴ G (m rows, orthonormal
+# columns), |fl(J)ᵢⱼ - Jᵢⱼ| <= γₘ ‖gⱼ‖ (Higham, Accuracy and Stability of Numerical
+# Algorithms, 2nd ed., §3.1 and Lemma 3.5, with Cauchy-Schwarz); the skew part adds
+# the error of Jⱼᵢ and a subtraction, complex products a factor √2: eps (m + 2)
+# (‖gᵢ‖ + ‖gⱼ‖) per factor covers it. One norm per column, no product. Same rule as
+# `column_rounding` / `pair_rounding` / `cut_rounding` in
+# pyspectral/common/safemethods.py.
+
+"""
+    column_rounding(G, inner; dims=1) -> Vector
+
+`eps (inner + 2) ‖gⱼ‖` per column `gⱼ` of `G` (`dims=2`: per row): with `cᵢ + cⱼ`
+([`pair_rounding`](@ref)), a bound on the rounding error of entry `(i, j)` of the skew
+part of `Qᴴ G`, `Q` with `inner` rows and orthonormal columns.
+"""
+function column_rounding(G::AbstractMatrix, inner::Integer; dims::Integer=1)
+    scale = eps(real(float(eltype(G)))) * (inner + 2)
+    lines = dims == 1 ? eachcol(G) : eachrow(G)
+    return [scale * LinearAlgebra.norm(g) for g in lines]
+end
+
+"""
+    pair_rounding(c) -> Matrix
+
+`rᵢⱼ = cᵢ + cⱼ`.
+"""
+pair_rounding(c::AbstractVector) = c .+ transpose(c)
+
+"""
+    cut_rounding(X, r) -> Matrix
+
+`X` with every entry `abs(Xᵢⱼ) <= rᵢⱼ` (its rounding error, [`pair_rounding`](@ref))
+set to zero, as [`divdiff`](@ref) treats a quotient within its rounding error. `NaN` is
+never cut.
+"""
+cut_rounding(X::AbstractMatrix, r::AbstractMatrix) =
+    ifelse.(abs.(X) .<= r, zero(eltype(X)), X)
+
+# The cut changes a result only where a gap is small: entry (i, j) of the middle matrix
+# by at most rᵢⱼ / (2 gap) <= eps (m + n + 4) g / gap (g the largest column norm of the
+# cotangents), against its natural scale g / maximum(S). Where every gap is at least
+# (m + n + 4) eps^(1/4) maximum(S) that is below eps^(3/4) relative, the package's
+# resolution, so the pullbacks skip the cut there (as pyspectral's plain pullbacks do).
+
+"""
+    rounding_cut_needed(x, inner; descending) -> Bool
+
+Whether the sorted spectrum `x` has a gap below `(inner + 4) eps^(1/4) maximum(abs, x)`:
+an adjacent difference or, for singular values (`descending = true`), the smallest sum
+`2 minimum(x)`. `inner`: `m + n` (svd), `n` (eigh). More than 64 values always take the
+cut, as in pyspectral/common/safemethods.py (where the test would cost as much as the
+cut). `NaN` needs the cut.
+"""
+function rounding_cut_needed(x::AbstractVector, inner::Integer; descending::Bool)
+    length(x) > 64 && return true
+    isempty(x) && return false
+    y = descending ? reverse(x) : x  # ascending
+    tol = (inner + 4) * eps(real(float(eltype(x))))^(1 / 4) * max(abs(y[1]), abs(y[end]))
+    all(i -> y[i+1] - y[i] >= tol, 1:length(y)-1) || return true
+    return descending && !(2 * y[1] >= tol)
+end
+
 """
     with_infinite_weights(linear, tol, weights...)
 

@@ -32,7 +32,8 @@ eigenvalues `λ` (ascending), eigenvectors `V` and their cotangents (either may 
 
     Mᵢⱼ = Kₐᵢⱼ inv(λⱼ - λᵢ)/2 + δᵢⱼ Δλᵢ,    G = V M Vᴴ,
 
-`inv` = [`gap_inverse`](@ref) (0 inside a cluster `|λᵢ - λⱼ| <= degeneracy_atol`), then
+`inv` = [`gap_inverse`](@ref) (0 inside a cluster `|λᵢ - λⱼ| <= degeneracy_atol`; an
+entry of `Kₐ` within its rounding error of 0, [`cut_rounding`](@ref), counts as 0), then
 [`fold_triangle!`](@ref). `Kₐ` inside clusters (diagonal included: complex phases) is
 gauge dependent and dropped; above `gauge_atol` the `gauge` policy applies.
 """
@@ -51,7 +52,12 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     end
     tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
     K = V' * ΔV
+    # Kₐᵢⱼ within its rounding error of 0 counts as 0 (see svd_middle)
     Kₐ = K - K'
+    n = size(V, 1)
+    if rounding_cut_needed(λ, n; descending=false)
+        Kₐ = cut_rounding(Kₐ, pair_rounding(column_rounding(ΔV, n)))
+    end
     if checks
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔV) : gauge_atol
         check_gauge(:eigh, _cluster_max(Kₐ, λ, tol), gtol, gauge)
@@ -104,7 +110,8 @@ the diagonal (no rotation within a degenerate subspace, no phase rotation).
 function eigh_pushforward(λ::AbstractVector, V::AbstractMatrix, ΔA::AbstractMatrix;
                           uplo::Symbol=:L, degeneracy_atol=nothing, broadening=nothing)
     # A V = V Λ gives ΔP = Ω Λ - Λ Ω + ΔΛ with Ω = Vᴴ ΔV anti-Hermitian: Δλᵢ = ΔPᵢᵢ
-    # and Ωᵢⱼ = ΔPᵢⱼ / (λⱼ - λᵢ) off the diagonal, through the regularised inverse.
+    # and Ωᵢⱼ = ΔPᵢⱼ / (λⱼ - λᵢ) off the diagonal, through the regularised inverse. No
+    # rounding cut (see svd_pushforward): ΔP is data.
     uplo = _check_uplo("eigh", uplo)
     n = length(λ)
     size(ΔA) == (n, n) || throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($n, $n)"))

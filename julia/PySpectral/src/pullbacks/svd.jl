@@ -52,7 +52,8 @@ length k) SVD; any cotangent may be `nothing`. With `J = UᴴΔU`, `K = VᴴΔV`
     Mᵢⱼ = (Jₐ + Kₐ)ᵢⱼ inv(sⱼ - sᵢ)/2 + (Jₐ - Kₐ)ᵢⱼ inv(sⱼ + sᵢ)/2 + δᵢⱼ ΔSᵢ
 
 where every `inv` is [`gap_inverse`](@ref)`(x, degeneracy_atol, broadening)` (0 inside
-a cluster, pseudo-inverse at zero singular values). The part of `Jₐ + Kₐ` inside
+a cluster, pseudo-inverse at zero singular values) and an entry of `Jₐ ± Kₐ` within its
+rounding error of 0 ([`cut_rounding`](@ref)) counts as 0. The part of `Jₐ + Kₐ` inside
 clusters (diagonal included: complex phases) is gauge dependent and dropped; when it
 exceeds `gauge_atol` (default [`default_gauge_atol`](@ref)) the `gauge` policy applies
 (see [`check_gauge`](@ref)). For full factors the extra columns are folded in first,
@@ -112,7 +113,17 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
     J = iszerotangent(ΔU) ? nothing : U' * ΔU
     K = iszerotangent(ΔVᴴ) ? nothing : Vᴴ * ΔVᴴ'
     Jₐ, Kₐ = _skew(J), _skew(K)
+    # A numerator within its rounding error of 0 counts as 0: divided by a gap just
+    # above the degeneracy tolerance, that noise would be the gradient of a loss that
+    # does not depend on the pair's rotation (common/safemethods.jl).
+    # (A well-separated spectrum skips it: it could change nothing there beyond
+    # eps^(3/4) relative; see rounding_cut_needed.)
+    m, n = size(U, 1), size(Vᴴ, 2)
     P, Q = _plus(Jₐ, Kₐ), _minus(Jₐ, Kₐ)
+    if rounding_cut_needed(S, m + n; descending=true)
+        r = pair_rounding(_numerator_rounding(ΔU, ΔVᴴ, m, n))
+        P, Q = cut_rounding(P, r), cut_rounding(Q, r)
+    end
     if _checks_gauge(gauge)
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
         check_gauge(:svd, max(_cluster_max(P, S, tol), gauge_extra), gtol, gauge)
@@ -122,6 +133,15 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
     M = P .* (ginv.(Sⱼ .- S) ./ 2) .+ Q .* (ginv.(Sⱼ .+ S) ./ 2)
     _add_diagonal!(M, ΔS)
     return M, J, K
+end
+
+# c with cᵢ + cⱼ a bound on the rounding error of (Jₐ ± Kₐ)ᵢⱼ (J = UᴴΔU: m rows;
+# K = VᴴΔV: n rows, ΔV's columns are ΔVᴴ's rows); at least one cotangent is present.
+function _numerator_rounding(ΔU, ΔVᴴ, m, n)
+    iszerotangent(ΔU) && return column_rounding(ΔVᴴ, n; dims=2)
+    c = column_rounding(ΔU, m)
+    iszerotangent(ΔVᴴ) && return c
+    return c .+ column_rounding(ΔVᴴ, n; dims=2)
 end
 
 # Full factors: the complement Up = U[:, k+1:end] is arbitrary up to Up → Up Q, so a
@@ -250,7 +270,10 @@ function svd_pushforward(U::AbstractMatrix, S::AbstractVector, Vᴴ::AbstractMat
                          ΔA::AbstractMatrix; degeneracy_atol=nothing, broadening=nothing)
     # With Ω_U = Uᴴ dU and Ω_V = Vᴴ dV anti-Hermitian, dP = Ω_U S + dS - S Ω_V; its
     # Hermitian and anti-Hermitian parts give Ω_U ± Ω_V entrywise as above (the diagonal
-    # of the second term is the phase i Im(dPᵢᵢ)/(2sᵢ) for each of U and V).
+    # of the second term is the phase i Im(dPᵢᵢ)/(2sᵢ) for each of U and V). No rounding
+    # cut here (the pullback's cut_rounding): dP is data, the tangent's own components,
+    # not a difference that is 0 for a class of inputs, so there is no exact 0 to snap a
+    # small Hᵢⱼ to.
     k = length(S)
     m, n = size(U, 1), size(Vᴴ, 2)
     size(ΔA) == (m, n) ||
