@@ -40,7 +40,7 @@ extensions = [
 
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 root_doc = "index"
-exclude_patterns = ["_build", "figures/README.md", "gallery/*.ipynb", "**.codeobj.json"]
+exclude_patterns = ["_build", "gallery/*.ipynb", "**.codeobj.json"]
 
 # MyST: $...$ / $$...$$ maths, anchors for headings down to ###, so that
 # [text](page.md#a-heading) links resolve (and are checked: -W).
