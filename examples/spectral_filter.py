@@ -1,4 +1,7 @@
-"""A learnable spectral graph filter, trained to denoise a signal on a ring.
+"""A learnable spectral graph filter
+=================================
+
+The filter is trained to denoise a signal on a ring.
 
 The filter is ``H = V g_theta(Lambda) V^T`` for the graph Laplacian
 ``L = V Lambda V^T``, with ``g_theta`` a polynomial in the normalised

@@ -1,4 +1,7 @@
-"""Differentiable TRG of the 2D Ising model: energy and specific heat by
+"""Differentiable TRG of the 2D Ising model
+========================================
+
+Energy and specific heat by
 autograd through ``ps.svd``, against finite differences, Onsager's exact
 solution and ``torch.linalg.svd``.
 

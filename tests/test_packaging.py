@@ -36,6 +36,7 @@ def jl_files() -> list[Path]:
         [
             *ROOT.joinpath("julia").rglob("*.jl"),
             *ROOT.joinpath("pyspectral").rglob("*.jl"),
+            *ROOT.joinpath("examples").rglob("*.jl"),
         ]
     )
 
