@@ -11,11 +11,14 @@ invariant losses of a 6x5 float64 matrix with singular values
   top 3 eigenvalues of ``A A^H`` and 0 on the rest);
 - ``<U tanh(S) V^H, W>``: ``ps.svd_function``.
 
-``ps.svd``, like ``torch.linalg.svd``, divides by the gap; where the gap is
-above ``degeneracy_atol`` (about 7e-12 here) the rounding error of the
-cotangent is amplified by 1/gap for both; below it pyspectral's cluster rule
-takes over and is exact. The composites use divided differences and are
-exact at every gap.
+``torch.linalg.svd`` divides the rounding error of the cotangent by the gap:
+its error grows like 1/gap and is O(1) at gap 0. ``ps.svd`` is exact at every
+gap for the polar factor and the projector: below ``degeneracy_atol`` (about
+7e-12 here) by its cluster rule, above it because an entry of ``J_a + K_a``
+within its own rounding error counts as zero (the rounding cut,
+``docs/near_degenerate.md``). The composites use divided differences and are
+exact at every gap, also for ``U tanh(S) V^H``, which ``ps.svd`` is not
+(hence no ``ps.svd`` curve in that panel).
 
 Writes ``gap.png``. ``python docs/figures/fig_gap.py [out_dir]``.
 """

@@ -3,6 +3,7 @@
 exact at every spectrum, over gaps 1e-14 ... 1e-6 (docs/near_degenerate.md).
 
     PYTHONPATH=. python docs/figures/fig_near_degenerate.py [--out DIR] [--before SRC]
+    python docs/figures/make_figures.py near_degenerate
 
 (from the repository root: the pyspectral measured is the one Python imports.)
 Writes ``near_degenerate.png`` into ``DIR`` (default: this folder) and prints
@@ -10,16 +11,21 @@ the table of the worst relative errors. ``--before SRC``: also measure the
 pyspectral in ``SRC`` (a source tree, e.g. ``git archive 23d6b67 pyspectral |
 tar -x -C SRC``) in a subprocess, and draw it dashed. ``--json``: print the
 curves of the pyspectral that Python imports, as JSON (what ``--before``
-runs).
+runs). ``main(out_dir)`` (what ``make_figures.py`` calls) draws the dashed
+curves of commit ``BEFORE`` itself, extracted with ``git archive`` into a
+temporary folder, where this is a git checkout that has that commit.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import subprocess
 import sys
+import tarfile
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -27,6 +33,7 @@ import torch
 
 import pyspectral as ps
 
+BEFORE = "23d6b67"  # the last commit before the rounding cut
 GAPS = [10.0 ** (-14 + 0.25 * i) for i in range(33)]  # 1e-14 ... 1e-6
 DTYPE = torch.float64
 
@@ -152,7 +159,31 @@ def table(after: dict, before: dict | None = None) -> str:
     return "\n".join(rows)
 
 
-def main(out_dir: Path, before: Path | None = None) -> dict:
+def before_tree(dest: Path) -> Path | None:
+    """pyspectral as of commit ``BEFORE``, extracted into ``dest`` with ``git
+    archive``; None where this is not a git checkout that has the commit."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", BEFORE, "pyspectral"],
+            check=True,
+            capture_output=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(dest)  # our own repository's files
+    return dest
+
+
+def main(out_dir: Path) -> dict:
+    """:func:`render` with the curves of commit ``BEFORE`` dashed, where git
+    has it (as the committed image); else the current curves alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        return render(Path(out_dir), before_tree(Path(tmp)))
+
+
+def render(out_dir: Path, before: Path | None = None) -> dict:
     """Measure, print the table, draw ``near_degenerate.png`` into
     ``out_dir``; returns the curves (``{"after": ..., "before": ...}``)."""
     import matplotlib
@@ -195,4 +226,4 @@ if __name__ == "__main__":
     if args.json:
         print(json.dumps(measure()))
     else:
-        main(args.out, args.before)
+        render(args.out, args.before)

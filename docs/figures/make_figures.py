@@ -47,6 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     sys.path.insert(0, str(HERE))
+    # This repository's pyspectral, not whichever one the environment
+    # installed (an editable install of another checkout, an older wheel):
+    # the figures must show the code they document.
+    sys.path.insert(0, str(HERE.parent.parent))
     chosen = [s for s in scripts() if not args.names or s.stem[4:] in args.names]
     unknown = set(args.names) - {s.stem[4:] for s in scripts()}
     if unknown:
