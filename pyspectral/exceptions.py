@@ -297,10 +297,9 @@ class JuliaError(PySpectralError, RuntimeError):
 
     Raised by calls with ``backend="julia"`` and by :mod:`pyspectral.julia`
     (Julia's ``ArgumentError`` and ``DomainError`` come as
-    :class:`InputError` and :class:`DomainError`). The example needs the
-    Julia backend.
+    :class:`InputError` and :class:`DomainError`).
 
-    Example::
+    Example (needs the Julia backend)::
 
         >>> import torch, pyspectral as ps
         >>> f = ps.julia.function('x -> error("no such thing")')
