@@ -110,8 +110,9 @@ def function(f: str) -> JuliaFunction:
         InputTypeError: ``f`` is not a string (raised before Julia starts).
         BackendError: Julia cannot start here (not installed); when called,
             a tensor argument not on the CPU.
-        JuliaError: ``f`` does not evaluate to a function in Julia; when
-            called, an error inside ``f`` or its pullback (Julia's message;
+        JuliaError: ``f`` fails in Julia (a syntax error, an unknown
+            name); when called, an error inside ``f`` or its pullback, or
+            arguments ``f`` has no method for (Julia's message;
             ``ArgumentError`` comes as :class:`InputError`, ``DomainError``
             as :class:`DomainError`).
 
