@@ -281,8 +281,9 @@ class DerivativeError(PySpectralError, RuntimeError):
 
         >>> import torch, pyspectral as ps
         >>> g = torch.Generator().manual_seed(0)
-        >>> A = torch.randn(60, 40, dtype=torch.float64, generator=g)
-        >>> A = A.requires_grad_()
+        >>> B = torch.randn(60, 3, dtype=torch.float64, generator=g)
+        >>> C = torch.randn(3, 40, dtype=torch.float64, generator=g)
+        >>> A = (B @ C).requires_grad_()  # rank 3: the iteration converges
         >>> U, S, Vh = ps.svd(A, k=3, method="randomized")
         >>> (gA,) = torch.autograd.grad(S.sum(), A, create_graph=True)
         >>> torch.autograd.grad(gA.sum(), A)  # a second derivative

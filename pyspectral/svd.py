@@ -70,7 +70,7 @@ class SVDResult(NamedTuple):
         >>> result = svd(A)
         >>> type(result).__name__, result._fields
         ('SVDResult', ('U', 'S', 'Vh'))
-        >>> result.S
+        >>> result.S.round(decimals=10)
         tensor([3., 2.], dtype=torch.float64)
     """
 
@@ -593,7 +593,7 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
         >>> A = torch.tensor([[3.0, 0.0], [0.0, -4.0], [0.0, 0.0]],
         ...                  dtype=torch.float64, requires_grad=True)
         >>> S = svdvals(A)
-        >>> S
+        >>> S.round(decimals=10)
         tensor([4., 3.], dtype=torch.float64, grad_fn=<...>)
         >>> S.sum().backward()  # the nuclear norm: its gradient is U Vh
         >>> UVh = torch.tensor([[1.0, 0.0], [0.0, -1.0], [0.0, 0.0]],
