@@ -101,7 +101,21 @@ def _effective() -> Options:
 def get_defaults() -> dict[str, Any]:
     """The package defaults used when a call leaves a setting as ``None``: the
     process-wide ones, with the overrides of the enclosing ``defaults(...)``
-    blocks of this thread."""
+    blocks of this thread.
+
+    Returns:
+        A new dict (changing it changes nothing) with the keys
+        ``degeneracy_atol``, ``broadening``, ``gauge`` and ``gauge_atol``
+        (meanings in :func:`set_defaults`; ``None``: computed from the data
+        of each call). It raises nothing.
+
+    Example::
+
+        >>> sorted(get_defaults())
+        ['broadening', 'degeneracy_atol', 'gauge', 'gauge_atol']
+        >>> get_defaults()["gauge"] in ("warn", "raise", "ignore")
+        True
+    """
     return _settings(_effective())
 
 
@@ -113,7 +127,27 @@ def set_defaults(**settings: Any) -> dict[str, Any]:
     Keys: ``degeneracy_atol`` (float or None = ``max(S) * eps**0.75``),
     ``broadening`` (Lorentzian width, float or None = hard cutoff),
     ``gauge`` (``"warn"``, ``"raise"`` or ``"ignore"``) and ``gauge_atol``
-    (float or None = ``eps**0.75 * max|gU|, |gVh|``).
+    (float or None = ``eps**0.75 * max|gU|, |gVh|``). A call's own keyword
+    wins over the default; ``hermitian_tol`` and the truncation tolerances
+    are per call only. Numbers are validated as the keywords of a call
+    (tolerances finite and ``>= 0``, ``broadening`` finite and ``> 0``);
+    nothing is changed when one is invalid.
+
+    Returns:
+        The previous process-wide settings, a dict with the four keys.
+
+    Raises:
+        InputError: an unknown key, an unknown ``gauge`` policy, or an
+            invalid number.
+
+    Example::
+
+        >>> previous = set_defaults(gauge="raise")
+        >>> get_defaults()["gauge"]
+        'raise'
+        >>> _ = set_defaults(**previous)  # restore
+        >>> get_defaults() == previous
+        True
     """
     global _defaults
     with _defaults_lock:
@@ -128,7 +162,24 @@ def defaults(**settings: Any) -> Iterator[None]:
     thread (or asyncio task) only. Nests; the process-wide defaults
     (:func:`set_defaults`) are never changed, so concurrent blocks in other
     threads neither see these settings nor can leave them behind. Threads
-    started inside the block start from the process-wide defaults."""
+    started inside the block start from the process-wide defaults.
+
+    Takes the keys of :func:`set_defaults`, validated as there before the
+    block is entered.
+
+    Raises:
+        InputError: an unknown key, an unknown ``gauge`` policy, or an
+            invalid number (raised by the ``with`` statement).
+
+    Example::
+
+        >>> before = get_defaults()
+        >>> with defaults(gauge="ignore", degeneracy_atol=1e-10):
+        ...     print(get_defaults()["gauge"], get_defaults()["degeneracy_atol"])
+        ignore 1e-10
+        >>> get_defaults() == before
+        True
+    """
     merged = {**(_scoped.get() or {}), **_known(settings)}
     # validated as set_defaults validates (same messages), before entering
     checked = _check_options(replace(Options(), **merged))

@@ -68,6 +68,25 @@ __all__ = ["EighResult", "eigh", "eigvalsh", "matrix_function", "eigh_pullback"]
 
 
 class EighResult(NamedTuple):
+    """The result of :func:`eigh` and :func:`eigh_topk`:
+    ``A = V diag(eigenvalues) V^H`` with ``V = eigenvectors``.
+
+    ``eigenvalues: (*, r)`` real (float32 or float64, the precision of
+    ``A``) and ascending; ``eigenvectors: (*, n, r)`` of ``A``'s dtype, one
+    eigenvector per column; ``r = n``, or the kept width of a top-k or
+    truncated call. A named tuple, so it unpacks as ``w, V = eigh(A)``;
+    constructing one checks nothing.
+
+    Example::
+
+        >>> A = torch.tensor([[2.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+        >>> result = eigh(A)
+        >>> type(result).__name__, result._fields
+        ('EighResult', ('eigenvalues', 'eigenvectors'))
+        >>> result.eigenvalues.round(decimals=10)
+        tensor([1., 2.], dtype=torch.float64)
+    """
+
     eigenvalues: Tensor
     eigenvectors: Tensor
 
@@ -448,7 +467,13 @@ def eigh(
     diagonal is ignored), unless ``check_hermitian=True``, which first raises
     if ``max|A - A^H| > hermitian_tol`` for a matrix of the batch (default
     ``eps**0.75 max|A|``, per matrix; ``hermitian_tol`` without
-    ``check_hermitian=True`` raises).
+    ``check_hermitian=True`` raises). ``A`` is float32, float64, complex64 or
+    complex128 (other dtypes raise); the eigenvalues are real (float32 or
+    float64), the eigenvectors (the columns of ``V``) of ``A``'s dtype. Each
+    eigenvector is defined up to a phase (a sign for real input), and inside
+    a degenerate cluster up to a rotation: the forward returns
+    ``torch.linalg.eigh``'s choice, and the backward asks the loss not to
+    depend on it (``gauge``, as in :func:`svd`).
 
     .. warning:: The gradient is the true gradient w.r.t. the entries read:
         the other triangle gets zero and the read triangle twice the
@@ -491,15 +516,53 @@ def eigh(
     ``torch.linalg.eigh``'s, without autograd, not with a truncation).
 
     Returns:
-        ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues are real
-        and ascending.
+        ``(eigenvalues, eigenvectors)``, a named tuple (:class:`EighResult`);
+        eigenvalues are real and ascending. With ``return_error=True``, a
+        :class:`TruncatedEighResult`
+        ``(eigenvalues, eigenvectors, error, rel_error, rank)``.
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor, ``UPLO`` is not a string, or
+            ``check_hermitian``, ``largest`` or ``return_error`` is not a
+            bool.
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions or is not square.
+        UPLOError: ``UPLO`` is a string other than ``"L"`` or ``"U"`` (either
+            case).
+        NonFiniteError: NaN or Inf in the ``UPLO`` triangle (in either
+            triangle with ``check_hermitian=True``).
+        InputError: ``check_hermitian=True`` and ``A`` is not Hermitian to
+            ``hermitian_tol``; ``hermitian_tol`` without
+            ``check_hermitian=True``; ``largest=False`` without ``k`` or a
+            tolerance; a keyword out of range or one the call would not use,
+            as in :func:`svd`.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call (as in :func:`svd`).
+        GaugeError: in the backward, under ``gauge="raise"``, when the loss
+            depends on the basis inside a degenerate cluster (under
+            ``"warn"``, the default, a :class:`GaugeWarning` instead).
+        DerivativeError: a second derivative through the iterative top-k
+            path (``method="full"`` has them).
+        JuliaError: an error inside Julia (``backend="julia"``).
+
+    Warns:
+        GaugeWarning: under ``gauge="warn"``, as for ``GaugeError``.
+        ConvergenceWarning: ``method="randomized"`` could not certify the
+            ``k`` eigenpairs or the backward's solve.
 
     Example::
 
-        >>> X = torch.randn(4, 4, dtype=torch.float64)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.randn(4, 4, dtype=torch.float64, generator=g)
         >>> w, V = eigh(X + X.mT)
-        >>> torch.dist(V @ torch.diag(w) @ V.mT, X + X.mT) < 1e-12
-        tensor(True)
+        >>> w.shape, V.shape, bool((w[1:] >= w[:-1]).all())  # ascending
+        (torch.Size([4]), torch.Size([4, 4]), True)
+        >>> bool(torch.dist(V @ torch.diag(w) @ V.mT, X + X.mT) < 1e-12)
+        True
+        >>> A = torch.tensor([[2.0, 99.0], [1.0, 2.0]], dtype=torch.float64)
+        >>> w = eigh(A).eigenvalues  # reads the lower triangle: [[2, 1], [1, 2]]
+        >>> w.round(decimals=10)
+        tensor([1., 3.], dtype=torch.float64)
     """
     # Every argument is validated before a backend is chosen (and Julia started).
     UPLO = _check("eigh", A, UPLO)
@@ -582,10 +645,36 @@ def eigvalsh(
 ) -> Tensor:
     r"""eigvalsh(A, UPLO="L", *, backend="auto", out=None) -> Tensor
 
-    Eigenvalues of a Hermitian ``A`` (shape ``(*, n, n)``), real and ascending.
-    The gradient ``V diag(gw) V^H`` (folded onto the ``UPLO`` triangle) is
-    exact for symmetric functions of the eigenvalues at any spectrum.
+    Eigenvalues of a Hermitian ``A`` (shape ``(*, n, n)``), real and ascending,
+    shape ``(*, n)``: float32 for float32 and complex64 input, float64 for
+    float64 and complex128 (other dtypes raise). Only the ``UPLO`` triangle
+    is read, as in ``torch.linalg.eigvalsh``. The gradient ``V diag(gw) V^H``
+    (folded onto the ``UPLO`` triangle) is exact for symmetric functions of
+    the eigenvalues at any spectrum (``trace``, ``sum(w**2)``, ...); second
+    derivatives at a degenerate cluster as in :func:`eigh`.
     ``UPLO``, ``backend`` and ``out`` as in :func:`eigh` (``"auto"``: native).
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor, or ``UPLO`` is not a string.
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions or is not square.
+        UPLOError: ``UPLO`` is a string other than ``"L"`` or ``"U"``.
+        NonFiniteError: NaN or Inf in the ``UPLO`` triangle.
+        InputError: ``out=`` with ``backend="julia"``.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call (as in :func:`svd`).
+        JuliaError: an error inside Julia (``backend="julia"``).
+
+    Example::
+
+        >>> A = torch.tensor([[2.0, 0.0], [1.0, 2.0]], dtype=torch.float64,
+        ...                  requires_grad=True)
+        >>> w = eigvalsh(A)  # of [[2, 1], [1, 2]]: the lower triangle
+        >>> w.round(decimals=10)
+        tensor([1., 3.], dtype=torch.float64, grad_fn=<...>)
+        >>> w.sum().backward()  # the trace: its gradient is the identity
+        >>> torch.allclose(A.grad, torch.eye(2, dtype=torch.float64))
+        True
     """
     UPLO = _check("eigvalsh", A, UPLO)
     if check_out("eigvalsh", out, backend, A):
@@ -647,15 +736,55 @@ def matrix_function(
         Triangle convention and ``UPLO`` as in :func:`eigh`; ``n = 0`` gives
         an empty result.
 
-    ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native).
+    ``A`` is float32, float64, complex64 or complex128 (other dtypes raise);
+    ``Y`` has its dtype and is Hermitian. ``Y`` does not depend on the
+    phases or the basis chosen inside a degenerate cluster, so no gauge
+    convention enters and no gauge policy applies. Exactness class: exact
+    gradients at every spectrum, the composite to use for ``V f(Lambda)
+    V^H`` rather than :func:`eigh`.
+
+    ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native);
+    ``check_hermitian``, ``hermitian_tol`` and ``degeneracy_atol`` as in
+    :func:`eigh`.
+
+    Returns:
+        ``Y``, shape ``(*, n, n)``, the dtype of ``A``.
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor, ``UPLO`` is not a string,
+            ``check_hermitian`` is not a bool, or ``f`` is not one of the
+            forms above (or a user ``f`` returns a non-tensor or a complex
+            tensor).
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions or is not square.
+        UPLOError: ``UPLO`` is a string other than ``"L"`` or ``"U"``.
+        NonFiniteError: NaN or Inf in the ``UPLO`` triangle.
+        InputError: ``p`` of ``("pow", p)`` not finite (or a tensor that
+            requires grad), a user ``f`` not elementwise, an invalid
+            ``degeneracy_atol`` / ``hermitian_tol``, ``hermitian_tol``
+            without ``check_hermitian=True``, or ``A`` not Hermitian under
+            ``check_hermitian=True``.
+        DomainError: the spectrum is outside ``f``'s domain (see above), or
+            a user ``f`` is not finite on it.
+        DerivativeError: a third derivative, or a user ``f`` whose
+            derivative torch cannot take and no ``f_prime`` was given.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call (as in :func:`svd`).
+        JuliaError: an error inside Julia (``backend="julia"``).
 
     Example::
 
-        >>> X = torch.randn(4, 4, dtype=torch.float64)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> X = torch.randn(4, 4, dtype=torch.float64, generator=g)
         >>> A = X @ X.mT + torch.eye(4, dtype=X.dtype)
         >>> R = matrix_function(A, "sqrt")
-        >>> torch.dist(R @ R, A) < 1e-10
-        tensor(True)
+        >>> bool(torch.dist(R @ R, A) < 1e-10)
+        True
+        >>> I3 = torch.eye(3, dtype=torch.float64, requires_grad=True)
+        >>> L = matrix_function(I3, "log")  # a triple eigenvalue: still exact
+        >>> L.trace().backward()  # d trace(log A) / dA = A^-1 = I here
+        >>> torch.allclose(I3.grad, torch.eye(3, dtype=torch.float64))
+        True
     """
     UPLO = _check("matrix_function", A, UPLO)
     kw = check_keywords(

@@ -48,12 +48,39 @@ def _package_dir() -> Path:
     return here.parent / "julia" / "PySpectral"
 
 
+#: The bundled PySpectral Julia package's test folder (its ``runtests.jl``
+#: is what :func:`run_tests` runs by default), a ``pathlib.Path``.
 PACKAGE_TESTS = _package_dir() / "test"
+#: The Julia packages the Julia tests use (``python -m pyspectral
+#: install-julia --tests`` installs them; see :func:`missing_test_packages`).
 TEST_PACKAGES = ("Test", "Random", "ChainRulesTestUtils", "FiniteDifferences", "Zygote")
 
 
 def include(path: str | Path) -> None:
-    """Evaluate a Julia file in pyspectral's user module (again, to reload it)."""
+    """Evaluate a Julia file in pyspectral's user module (again, to reload it).
+
+    Its functions (and their ``ChainRulesCore.rrule`` methods) are then callable
+    by name through :func:`function`; including the file again after an
+    edit makes the next call use the new definitions. Starts Julia on first
+    use.
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        BackendError: Julia cannot start here (not installed).
+        JuliaError: the file fails in Julia (its Julia message;
+            ``ArgumentError`` comes as :class:`InputError`).
+
+    Example (needs the Julia backend)::
+
+        >>> import tempfile, torch, pyspectral as ps
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "scaled.jl"
+        >>> _ = path.write_text("scaled(x) = 2 .* x", encoding="utf-8")
+        >>> ps.julia.include(path)
+        >>> scaled = ps.julia.function("scaled")
+        >>> scaled(torch.tensor([1.0, 2.0], dtype=torch.float64))
+        tensor([2., 4.], dtype=torch.float64)
+    """
     p = Path(path).resolve()
     if not p.is_file():
         raise FileNotFoundError(f"pyspectral.julia.include: no file {p}")
@@ -68,6 +95,38 @@ def function(f: str) -> JuliaFunction:
     backward uses ``ChainRulesCore.rrule(f, args...)`` when one exists (yours,
     or ChainRules.jl's for ``inv``, ``det``, ``logdet``, ``cholesky``, ``\\``,
     ...), else ``Zygote.pullback``; ``.last_rule`` says which ran.
+
+    The returned :class:`JuliaFunction` takes CPU tensors of any shape and
+    dtype (copied into Julia ``Array`` objects in their logical, row-major
+    layout: a ``(m, n)`` tensor is the ``m x n`` matrix) and other
+    arguments as juliacall converts them; it returns a tensor (a tuple of
+    tensors when Julia returns a tuple) sharing Julia's memory, numbers as
+    0-d tensors. Its gradient is exact as far as the rule used is.
+
+    Returns:
+        A :class:`JuliaFunction`.
+
+    Raises:
+        InputTypeError: ``f`` is not a string (raised before Julia starts).
+        BackendError: Julia cannot start here (not installed); when called,
+            a tensor argument not on the CPU.
+        JuliaError: ``f`` fails in Julia (a syntax error, an unknown
+            name); when called, an error inside ``f`` or its pullback, or
+            arguments ``f`` has no method for (Julia's message;
+            ``ArgumentError`` comes as :class:`InputError`, ``DomainError``
+            as :class:`DomainError`).
+
+    Example (needs the Julia backend)::
+
+        >>> import torch, pyspectral as ps
+        >>> f = ps.julia.function("x -> sum(abs2, x)")
+        >>> x = torch.tensor([1.0, 2.0], dtype=torch.float64, requires_grad=True)
+        >>> y = f(x)
+        >>> float(y), f.last_rule  # no rrule for this lambda: Zygote
+        (5.0, 'zygote')
+        >>> y.backward()
+        >>> x.grad
+        tensor([2., 4.], dtype=torch.float64)
     """
     if not isinstance(f, str):
         raise InputTypeError(
@@ -78,7 +137,29 @@ def function(f: str) -> JuliaFunction:
 
 
 class JuliaFunction:
-    """Callable returned by :func:`function`."""
+    """Callable returned by :func:`function`: a Julia function as a
+    differentiable torch operation.
+
+    Attributes: ``source`` (the text given to :func:`function`) and
+    ``last_rule``, ``"rrule"`` or ``"zygote"`` (which pullback the last call
+    recorded; ``None`` before the first call). Construct it with
+    :func:`function`, which checks its argument.
+
+    Raises:
+        BackendError: when called with a tensor that is not on the CPU.
+        JuliaError: when called, an error inside the Julia function or its
+            pullback (see :func:`function`).
+
+    Example (needs the Julia backend)::
+
+        >>> import torch, pyspectral as ps
+        >>> inv = ps.julia.function("inv")  # ChainRules.jl has its rrule
+        >>> X = torch.tensor([[2.0, 0.0], [0.0, 4.0]], dtype=torch.float64)
+        >>> torch.allclose(inv(X), torch.linalg.inv(X)), inv.last_rule
+        (True, 'rrule')
+        >>> inv
+        pyspectral.julia.function('inv')
+    """
 
     def __init__(self, source: str):
         self.source = source
@@ -86,6 +167,10 @@ class JuliaFunction:
         self.last_rule: str | None = None
 
     def __call__(self, *args: Any) -> Any:
+        """Call the Julia function on ``args`` (CPU tensors are passed as
+        Julia arrays, in their logical layout); returns a tensor, or a tuple
+        of tensors when Julia returns a tuple, differentiable in every tensor
+        argument."""
         for a in args:
             if isinstance(a, torch.Tensor):
                 _julia.check_tensor(self.source, a)
@@ -269,7 +354,28 @@ def _literal_name(tokens: list[tuple[str, str]], i: int) -> str | None:
 def testset_names(path: str | Path) -> list[str]:
     """Names of the top-level ``@testset "name"`` blocks of a Julia test file
     (read without Julia, so pytest can list them even where Julia is absent);
-    a testset may sit in a top-level ``try``/``begin``/``let``/macro wrapper."""
+    a testset may sit in a top-level ``try``/``begin``/``let``/macro wrapper.
+
+    Returns:
+        The names, in file order (a testset whose name is not a string
+        literal, or interpolates, is not listed).
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist (as ``Path.read_text``;
+            other ``OSError`` subclasses likewise).
+
+    Example::
+
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "rules_test.jl"
+        >>> _ = path.write_text('''using Test
+        ... @testset "sum" begin @test sum([1, 2]) == 3 end
+        ... @testset "prod" begin @test prod([2, 3]) == 6 end
+        ... ''', encoding="utf-8")
+        >>> testset_names(path)
+        ['sum', 'prod']
+    """
     tokens = _tokens(Path(path).read_text(encoding="utf-8"))
     names: list[str] = []
     blocks = brackets = 0
@@ -305,7 +411,25 @@ def julia_testset_names(path: str | Path) -> list[str]:
 
 
 def missing_test_packages() -> list[str]:
-    """The Julia test packages not installed in pyspectral's Julia environment."""
+    """The Julia test packages not installed in pyspectral's Julia environment.
+
+    Checks :data:`TEST_PACKAGES`; ``python -m pyspectral install-julia
+    --tests`` installs what is missing. Starts Julia.
+
+    Returns:
+        The missing package names (empty when all are installed).
+
+    Raises:
+        BackendError: Julia cannot start here (not installed).
+        JuliaError: an error inside Julia.
+
+    Example (needs the Julia backend)::
+
+        >>> import pyspectral as ps
+        >>> missing = ps.julia.missing_test_packages()
+        >>> set(missing) <= set(ps.julia.TEST_PACKAGES)
+        True
+    """
     # A tuple: juliacall passes it as a Tuple of Strings (a list would arrive as
     # PyList{Py}, whose elements String() cannot convert).
     names = tuple(TEST_PACKAGES)
@@ -314,7 +438,34 @@ def missing_test_packages() -> list[str]:
 
 def run_testset(path: str | Path, name: str) -> tuple[int, list[str]]:
     """Run one top-level ``@testset`` of ``path`` in Julia; ``(passed, failures)``
-    with each failure as Julia prints it (message and location)."""
+    with each failure as Julia prints it (message and location).
+
+    The file's other top-level code (``using``, helper definitions) runs
+    first, once per file, in a module of its own; the other testsets do not
+    run. Failed and errored tests are returned, not raised.
+
+    Raises:
+        BackendError: Julia cannot start here (not installed).
+        InputError: the file has no top-level ``@testset`` of that name, or
+            a top-level expression wraps more than one (Julia's
+            ``ArgumentError``).
+        JuliaError: the file's setup code fails in Julia.
+
+    Example (needs the Julia backend)::
+
+        >>> import tempfile, pyspectral as ps
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "rules_test.jl"
+        >>> _ = path.write_text('''using Test
+        ... @testset "sum" begin @test sum([1, 2]) == 3 end
+        ... @testset "wrong" begin @test 1 + 1 == 3 end
+        ... ''', encoding="utf-8")
+        >>> ps.julia.run_testset(path, "sum")
+        (1, [])
+        >>> passed, failures = ps.julia.run_testset(path, "wrong")
+        >>> passed, len(failures)
+        (0, 1)
+    """
     passed, failures = _julia.call(
         f"julia test {name!r}", "run_testset", str(Path(path).resolve()), name
     )
@@ -323,7 +474,31 @@ def run_testset(path: str | Path, name: str) -> tuple[int, list[str]]:
 
 def run_tests(path: str | Path | None = None) -> bool:
     """Run every top-level ``@testset`` of a Julia test file (default: the
-    PySpectral package tests), print a summary, return True if all passed."""
+    PySpectral package tests), print a summary, return True if all passed.
+
+    One line per testset (``name: N passed, ok`` or ``K FAILED``, then each
+    failure); ``python -m pyspectral test-julia [file]`` runs this, and
+    pytest runs the package's testsets as items. The package tests take
+    minutes.
+
+    Raises:
+        BackendError: Julia cannot start here, or the test packages
+            (:data:`TEST_PACKAGES`) are not installed.
+        InputError: a top-level expression wraps more than one ``@testset``.
+        JuliaError: the file's setup code fails in Julia.
+
+    Example (needs the Julia backend and its test packages)::
+
+        >>> import tempfile, pyspectral as ps
+        >>> from pathlib import Path
+        >>> path = Path(tempfile.mkdtemp()) / "rules_test.jl"
+        >>> _ = path.write_text('''using Test
+        ... @testset "sum" begin @test sum([1, 2]) == 3 end
+        ... ''', encoding="utf-8")
+        >>> ps.julia.run_tests(path)
+        sum: 1 passed, ok
+        True
+    """
     path = Path(path) if path is not None else PACKAGE_TESTS / "runtests.jl"
     missing = missing_test_packages()
     if missing:

@@ -85,11 +85,32 @@ class LinearOperator:
     Any object with the attributes ``shape``, ``dtype``, ``device``,
     ``matmul`` (and ``rmatmul`` for ``svd_topk``) is accepted in its place.
 
+    ``dtype`` is float32, float64, complex64 or complex128; ``device`` a
+    ``torch.device`` or its name. The constructor checks these and the
+    shape; the products' shapes, dtypes and finiteness are checked each
+    time :func:`svd_topk` or :func:`eigh_topk` calls them (``InputError`` /
+    ``NonFiniteError`` there).
+
+    Raises:
+        InputTypeError: ``matmul`` (or a given ``rmatmul``) is not callable,
+            or ``device`` is not a device.
+        ShapeError: ``shape`` is not a tuple of at least 2 non-negative
+            integers.
+        DtypeError: ``dtype`` is not float32, float64, complex64 or
+            complex128.
+
     Example::
 
-        >>> B, C = torch.randn(500, 8), torch.randn(8, 400)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> B = torch.randn(500, 8, dtype=torch.float64, generator=g)
+        >>> C = torch.randn(8, 400, dtype=torch.float64, generator=g)
         >>> op = LinearOperator((500, 400), lambda X: B @ (C @ X),
         ...                     lambda Y: C.mH @ (B.mH @ Y), dtype=B.dtype)
+        >>> op
+        LinearOperator(shape=(500, 400), dtype=torch.float64, device=cpu,
+                       rmatmul=True)
+        >>> op.matmul(torch.ones(400, 2, dtype=torch.float64)).shape
+        torch.Size([500, 2])
     """
 
     def __init__(
@@ -488,19 +509,56 @@ def svd_topk(
     ``jacrev`` work over the tensors the callables use (``vmap`` does not:
     give the operator batch dimensions instead).
 
+    Dtypes float32, float64, complex64, complex128 (``U``, ``Vh`` of that
+    dtype, ``S`` real); conventions (``Vh`` is ``V^H``, phases and the
+    ``gauge`` policy) and exactness as in :func:`svd`: the gradient includes
+    the exact coupling to the discarded singular pairs, and is exact for
+    losses that see ``U``, ``V`` through complete clusters and ``S``
+    through symmetric functions.
+
     Returns:
-        ``(U, S, Vh)``, a named tuple; ``S`` real and descending.
+        ``(U, S, Vh)``, a named tuple (:class:`SVDResult`); ``S`` real and
+        descending.
+
+    Raises:
+        InputTypeError: ``op`` is neither a tensor nor an operator (no
+            ``shape``, ``dtype``, ``device``, ``matmul``), or its
+            ``matmul`` / ``rmatmul`` is not callable.
+        ShapeError: ``op.shape`` is not ``(*, m, n)``.
+        DtypeError: ``op.dtype`` is not float32, float64, complex64 or
+            complex128.
+        InputError: ``k`` missing or out of range, a keyword invalid or
+            unused (as in :func:`svd`), a rule the operator form cannot
+            take (above), or a product of the wrong shape or dtype.
+        NonFiniteError: a product returned NaN or Inf.
+        BackendError: ``backend="julia"`` for an operator (for a tensor: as
+            in :func:`svd`).
+        GaugeError: in the backward, under ``gauge="raise"``, when the loss
+            depends on the basis inside a degenerate cluster.
+        DerivativeError: a second derivative through the iterative path, or
+            forward mode (``jvp``, ``jacfwd``) on an operator.
+
+    Warns:
+        ConvergenceWarning: the iteration, or the backward's solve, could
+            not be certified (the message gives the residual and the remedy).
+        GaugeWarning: under ``gauge="warn"``, as for ``GaugeError``.
 
     Example::
 
-        >>> B = torch.randn(300, 12, dtype=torch.float64, requires_grad=True)
-        >>> C = torch.randn(12, 200, dtype=torch.float64, requires_grad=True)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> B = torch.randn(300, 12, dtype=torch.float64, generator=g)
+        >>> C = torch.randn(12, 200, dtype=torch.float64, generator=g)
+        >>> B, C = B.requires_grad_(), C.requires_grad_()
         >>> op = LinearOperator((300, 200), lambda X: B @ (C @ X),
         ...                     lambda Y: C.mH @ (B.mH @ Y), dtype=B.dtype)
         >>> U, S, Vh = svd_topk(op, 4)
-        >>> S.sum().backward()  # B.grad, C.grad
-        >>> torch.dist(S, torch.linalg.svdvals(B @ C)[:4]) < 1e-10
-        tensor(True)
+        >>> U.shape, S.shape, Vh.shape
+        (torch.Size([300, 4]), torch.Size([4]), torch.Size([4, 200]))
+        >>> S.sum().backward()  # into B.grad and C.grad
+        >>> B.grad.shape, C.grad.shape
+        (torch.Size([300, 12]), torch.Size([12, 200]))
+        >>> bool(torch.dist(S, torch.linalg.svdvals(B @ C)[:4]) < 1e-10)
+        True
     """
     numeric = dict(
         degeneracy_atol=degeneracy_atol,
@@ -680,19 +738,48 @@ def eigh_topk(
     forms ``(A + A^H) / 2`` with ``A = op.matmul(I)``). Truncation rules as
     in :func:`eigh`, with the operator restrictions of :func:`svd_topk`.
 
+    Dtypes, conventions (phases, the ``gauge`` policy) and exactness as in
+    :func:`eigh`; the gradient includes the exact coupling to the rest of
+    the spectrum.
+
     Returns:
-        ``(eigenvalues, eigenvectors)``, a named tuple; eigenvalues real and
-        ascending.
+        ``(eigenvalues, eigenvectors)``, a named tuple (:class:`EighResult`);
+        eigenvalues real and ascending.
+
+    Raises:
+        InputTypeError: ``op`` is neither a tensor nor an operator, its
+            ``matmul`` is not callable, or ``largest`` is not a bool.
+        ShapeError: ``op.shape`` is not ``(*, n, n)``.
+        DtypeError: ``op.dtype`` is not float32, float64, complex64 or
+            complex128.
+        InputError: ``k`` missing or out of range, a keyword invalid or
+            unused, a rule the operator form cannot take (as in
+            :func:`svd_topk`), or a product of the wrong shape or dtype.
+        NonFiniteError: a product returned NaN or Inf.
+        BackendError: ``backend="julia"`` for an operator.
+        GaugeError: in the backward, under ``gauge="raise"``, when the loss
+            depends on the basis inside a degenerate cluster.
+        DerivativeError: a second derivative through the iterative path, or
+            forward mode on an operator.
+
+    Warns:
+        ConvergenceWarning: the iteration, or the backward's solve, could
+            not be certified.
+        GaugeWarning: under ``gauge="warn"``, as for ``GaugeError``.
 
     Example::
 
-        >>> B = torch.randn(300, 6, dtype=torch.float64, requires_grad=True)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> B = torch.randn(300, 6, dtype=torch.float64, generator=g)
+        >>> B = B.requires_grad_()
         >>> op = LinearOperator((300, 300), lambda X: B @ (B.mH @ X) + X,
         ...                     dtype=B.dtype)
-        >>> w, V = eigh_topk(op, 3)
-        >>> w.sum().backward()  # B.grad
-        >>> torch.dist(op.matmul(V), V * w) < 1e-9
-        tensor(True)
+        >>> w, V = eigh_topk(op, 3)  # the 3 largest, ascending
+        >>> w.shape, V.shape, bool(w[0] <= w[1] <= w[2])
+        (torch.Size([3]), torch.Size([300, 3]), True)
+        >>> w.sum().backward()  # into B.grad
+        >>> bool(torch.dist(op.matmul(V), V * w) < 1e-9)
+        True
     """
     numeric = dict(
         degeneracy_atol=degeneracy_atol,

@@ -57,6 +57,23 @@ __all__ = ["SVDResult", "svd", "svdvals", "svd_function", "svd_pullback"]
 
 
 class SVDResult(NamedTuple):
+    """The result of :func:`svd` and :func:`svd_topk`: ``A = U diag(S) Vh``.
+
+    ``U: (*, m, r)`` and ``Vh: (*, r, n)`` (``Vh`` is ``V^H``, not ``V``) of
+    ``A``'s dtype, ``S: (*, r)`` real and descending; ``r = min(m, n)``, or
+    the kept width of a top-k or truncated call. A named tuple, so it
+    unpacks as ``U, S, Vh = svd(A)``; constructing one checks nothing.
+
+    Example::
+
+        >>> A = torch.tensor([[3.0, 0.0], [0.0, 2.0]], dtype=torch.float64)
+        >>> result = svd(A)
+        >>> type(result).__name__, result._fields
+        ('SVDResult', ('U', 'S', 'Vh'))
+        >>> result.S.round(decimals=10)
+        tensor([3., 2.], dtype=torch.float64)
+    """
+
     U: Tensor
     S: Tensor
     Vh: Tensor
@@ -362,6 +379,14 @@ def svd(
     ``Vh: (*, k, n)``), whose gradient includes the exact coupling to the
     discarded singular pairs.
 
+    ``A`` is float32, float64, complex64 or complex128 (other dtypes raise);
+    ``U`` and ``Vh`` have its dtype, ``S`` the real dtype of that precision.
+    ``Vh`` is ``V^H`` (not ``V``), as in torch. Each singular pair is
+    defined up to a phase (a sign for real input), and inside a degenerate
+    cluster up to a rotation: the forward returns ``torch.linalg.svd``'s
+    choice, and the backward asks the loss not to depend on it (the
+    ``gauge`` policy below). ``S`` is descending.
+
     .. warning:: Gradients are finite at every spectrum. They are exact when
         the loss sees ``U`` and ``V`` through complete degenerate clusters
         (projectors, the polar factor ``U Vh``) and ``S`` through symmetric
@@ -436,19 +461,49 @@ def svd(
     empty gradients, as torch does.
 
     Returns:
-        ``(U, S, Vh)``, a named tuple; ``S`` is real and descending. With
-        ``return_error=True``, ``(U, S, Vh, error, rel_error, rank)``.
+        ``(U, S, Vh)``, a named tuple (:class:`SVDResult`); ``S`` is real and
+        descending. With ``return_error=True``, a
+        :class:`TruncatedSVDResult` ``(U, S, Vh, error, rel_error, rank)``.
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor, or ``full_matrices`` or
+            ``return_error`` is not a bool.
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions.
+        NonFiniteError: ``A`` has NaN or Inf entries.
+        InputError: a keyword out of range (``k`` outside
+            ``0 <= k <= min(m, n)`` without a tolerance, a negative
+            tolerance, an unknown ``method``, ``multiplets`` or ``gauge``),
+            or one the call would not use (see above); ``k`` or a
+            truncation rule with ``full_matrices=True`` or ``out=``.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call (not installed, a CUDA or empty
+            tensor, inside a ``torch.func`` transform).
+        GaugeError: in the backward, under ``gauge="raise"``, when the loss
+            depends on the basis inside a degenerate cluster (under
+            ``"warn"``, the default, a :class:`GaugeWarning` instead).
+        DerivativeError: a second derivative through the iterative top-k
+            path (``method="full"`` has them).
+        JuliaError: an error inside Julia (``backend="julia"``).
+
+    Warns:
+        GaugeWarning: under ``gauge="warn"``, as for ``GaugeError``.
+        ConvergenceWarning: ``method="randomized"`` could not certify the
+            top ``k`` or the backward's solve.
 
     Example::
 
-        >>> A = torch.randn(5, 3, dtype=torch.float64)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> A = torch.randn(5, 3, dtype=torch.float64, generator=g)
         >>> U, S, Vh = svd(A)
-        >>> torch.dist(U @ torch.diag(S) @ Vh, A) < 1e-12
-        tensor(True)
+        >>> U.shape, S.shape, Vh.shape
+        (torch.Size([5, 3]), torch.Size([3]), torch.Size([3, 3]))
+        >>> bool(torch.dist(U @ torch.diag(S) @ Vh, A) < 1e-12)
+        True
         >>> U, S, Vh, err, rel, r = svd(A, k=2, return_error=True)
         >>> R = A - U @ torch.diag(S) @ Vh  # its norm is the truncation error
-        >>> torch.dist(torch.linalg.matrix_norm(R), err) < 1e-12
-        tensor(True)
+        >>> bool(torch.dist(torch.linalg.matrix_norm(R), err) < 1e-12), int(r)
+        (True, 2)
     """
     # Every argument is validated before a backend is chosen (and Julia started).
     check_matrix("svd", A)
@@ -515,9 +570,36 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
     r"""svdvals(A, *, backend="auto", out=None) -> Tensor
 
     Singular values of ``A`` (shape ``(*, m, n)``), descending, shape
-    ``(*, min(m, n))``. The gradient ``U diag(gS) Vh`` is exact for symmetric
-    functions of the singular values at any spectrum (nuclear norm, ...).
+    ``(*, min(m, n))``, real (float32 for float32 and complex64 input,
+    float64 for float64 and complex128; other dtypes raise), as
+    ``torch.linalg.svdvals``. The gradient ``U diag(gS) Vh`` is exact for
+    symmetric functions of the singular values at any spectrum (nuclear
+    norm, ``sum(S**2)``, ...); second derivatives at a degenerate cluster as
+    in :func:`svd` (the ``gauge`` policy applies where they are not exact).
     ``backend`` and ``out`` as in :func:`svd` (``"auto"``: native).
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor.
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions.
+        NonFiniteError: ``A`` has NaN or Inf entries.
+        InputError: ``out=`` with ``backend="julia"``.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call (as in :func:`svd`).
+        JuliaError: an error inside Julia (``backend="julia"``).
+
+    Example::
+
+        >>> A = torch.tensor([[3.0, 0.0], [0.0, -4.0], [0.0, 0.0]],
+        ...                  dtype=torch.float64, requires_grad=True)
+        >>> S = svdvals(A)
+        >>> S.round(decimals=10)
+        tensor([4., 3.], dtype=torch.float64, grad_fn=<...>)
+        >>> S.sum().backward()  # the nuclear norm: its gradient is U Vh
+        >>> UVh = torch.tensor([[1.0, 0.0], [0.0, -1.0], [0.0, 0.0]],
+        ...                    dtype=torch.float64)
+        >>> torch.allclose(A.grad, UVh)
+        True
     """
     check_matrix("svdvals", A)
     if check_out("svdvals", out, backend, A):
@@ -575,14 +657,57 @@ def svd_function(
         a degenerate cluster (gap below ``degeneracy_atol``) makes ``Y``
         itself basis dependent and triggers the ``gauge`` policy.
 
-    ``backend`` as in :func:`svd` (``"auto"``: native).
+    ``A`` is float32, float64, complex64 or complex128 (other dtypes raise);
+    ``Y`` has its dtype. ``Y`` does not depend on the phases or the basis
+    chosen inside a degenerate cluster (except ``("truncate", k)`` cutting
+    one), so no gauge convention enters. Exactness class: exact gradients at
+    every spectrum, the composite to use for ``U f(S) Vh`` (reconstruct,
+    truncate, threshold, normalise, powers) rather than :func:`svd`.
+
+    ``backend`` as in :func:`svd` (``"auto"``: native); ``degeneracy_atol``
+    and ``gauge`` as there.
+
+    Returns:
+        ``Y``, shape ``(*, m, n)``, the dtype of ``A``.
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor, or ``f`` is not one of the
+            forms above (or a user ``f`` returns a non-tensor or a complex
+            tensor).
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions.
+        NonFiniteError: ``A`` has NaN or Inf entries.
+        InputError: the number of a named ``f`` is invalid (``k`` not an
+            integer in ``1 <= k <= min(m, n)``, ``tau < 0``, ``p`` not
+            finite, or a tensor that requires grad), a user ``f`` is not
+            elementwise, or ``degeneracy_atol`` / ``gauge`` is invalid.
+        DomainError: ``("pow", p)`` with ``p < 0`` at a (numerically) zero
+            singular value, ``"normalize"`` of a zero matrix, or a user
+            ``f`` not finite on the spectrum.
+        GaugeError: ``("truncate", k)`` cuts a degenerate cluster, under
+            ``gauge="raise"`` (a :class:`GaugeWarning` under ``"warn"``).
+        DerivativeError: a third derivative, or a user ``f`` whose
+            derivative torch cannot take and no ``f_prime`` was given.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call (as in :func:`svd`).
+        JuliaError: an error inside Julia (``backend="julia"``).
 
     Example::
 
-        >>> A = torch.randn(6, 4, dtype=torch.float64)
+        >>> g = torch.Generator().manual_seed(0)
+        >>> A = torch.randn(6, 4, dtype=torch.float64, generator=g)
         >>> Q = svd_function(A, "polar")
-        >>> torch.dist(Q.mT @ Q, torch.eye(4, dtype=A.dtype)) < 1e-12
-        tensor(True)
+        >>> bool(torch.dist(Q.mT @ Q, torch.eye(4, dtype=A.dtype)) < 1e-12)
+        True
+        >>> s = torch.tensor([2.0, 2.0, 0.5], dtype=torch.float64)
+        >>> B = torch.diag(s).requires_grad_()  # a repeated singular value
+        >>> Y = svd_function(B, ("threshold", 1.0))  # max(s - 1, 0)
+        >>> one_one_zero = torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64)
+        >>> torch.allclose(Y.diagonal(), one_one_zero)
+        True
+        >>> Y.trace().backward()  # d trace(Y) / dB_ii = f'(s_i), exactly
+        >>> torch.allclose(B.grad.diagonal(), one_one_zero)
+        True
     """
     check_matrix("svd_function", A)
     kw = check_keywords("svd_function", degeneracy_atol=degeneracy_atol)

@@ -57,7 +57,28 @@ class TruncatedSVDResult(NamedTuple):
     """``svd(..., return_error=True)``: the kept triplets (padded, see
     :mod:`pyspectral.truncation`), the truncation error ``||S_discarded||_2``
     and ``error / ||A||_F`` (shape ``(*,)``, differentiable), and the rank of
-    each matrix (``(*,)``, int64)."""
+    each matrix (``(*,)``, int64).
+
+    ``U: (*, m, w)``, ``S: (*, w)`` (real, descending), ``Vh: (*, w, n)``
+    (``V^H``), ``w`` the largest rank of the batch; past its own rank each
+    matrix's places hold zeros. ``error`` and ``rel_error`` are real, of the
+    precision of ``A``. A named tuple; constructing one checks nothing.
+
+    Example::
+
+        >>> import pyspectral as ps
+        >>> d = torch.tensor([[3.0, 2.0, 1e-9], [3.0, 1e-9, 1e-9]],
+        ...                  dtype=torch.float64)
+        >>> A = torch.diag_embed(d)  # two 3 x 3 matrices, ranks 2 and 1
+        >>> U, S, Vh, error, rel_error, rank = ps.svd(A, rtol=1e-6,
+        ...                                           return_error=True)
+        >>> rank, S.shape
+        (tensor([2, 1]), torch.Size([2, 2]))
+        >>> S[1].round(decimals=6)  # the place past its rank holds a zero
+        tensor([3., 0.], dtype=torch.float64)
+        >>> [f"{e:.3g}" for e in error.tolist()]
+        ['1e-09', '1.41e-09']
+    """
 
     U: Tensor
     S: Tensor
@@ -70,7 +91,23 @@ class TruncatedSVDResult(NamedTuple):
 class TruncatedEighResult(NamedTuple):
     """``eigh(..., return_error=True)``: the kept eigenpairs (padded), the
     truncation error ``||eigenvalues_discarded||_2``, ``error / ||A||_F`` and
-    the rank of each matrix."""
+    the rank of each matrix.
+
+    ``eigenvalues: (*, w)`` (real, ascending), ``eigenvectors: (*, n, w)``,
+    ``w`` the largest rank of the batch, padded with zero eigenpairs on the
+    side away from the wanted end (see :func:`pyspectral.eigh`); ``error``,
+    ``rel_error`` ``(*,)`` real and differentiable, ``rank`` ``(*,)`` int64.
+    A named tuple; constructing one checks nothing.
+
+    Example::
+
+        >>> import pyspectral as ps
+        >>> A = torch.diag(torch.tensor([-1e-9, 0.5, 2.0], dtype=torch.float64))
+        >>> w, V, error, rel_error, rank = ps.eigh(A, rtol=1e-6,
+        ...                                        return_error=True)
+        >>> w, int(rank), f"{float(error):.3g}"
+        (tensor([0.5000, 2.0000], dtype=torch.float64), 2, '1e-09')
+    """
 
     eigenvalues: Tensor
     eigenvectors: Tensor

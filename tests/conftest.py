@@ -36,6 +36,8 @@ CPU_ONLY_MODULES = {
     "test_julia_rules.py": _JULIA,
     "test_bench.py": "the benchmarks' command line, output and Julia stand-in; "
     "they take their own --device (test_device.py runs them on this one)",
+    "test_docstrings.py": "the docstring examples are CPU code, as a reader runs "
+    "them (CPU generators; printed tensors show no device)",
 }
 
 

@@ -25,8 +25,6 @@ MyST directives (```` ```{figure} ````) are not code blocks.
 
 from __future__ import annotations
 
-import doctest
-import importlib
 import io
 import itertools
 import re
@@ -347,39 +345,6 @@ def test_api_reference_covers_the_public_api():
     assert not missing, f"public names missing from docs/api.md: {missing}"
     stale = [n for n in documented if n not in api_names()]
     assert not stale, f"docs/api.md documents names that are not public: {stale}"
-
-
-def docstring_examples() -> list[tuple[str, doctest.DocTest]]:
-    finder = doctest.DocTestFinder(recurse=False)
-    out = []
-    for name in ps.__all__:
-        obj = getattr(ps, name)
-        if not callable(obj) or isinstance(obj, type(ps)):
-            continue
-        module = importlib.import_module(obj.__module__)
-        for test in finder.find(obj, name, module=module, globs=vars(module)):
-            if test.examples:
-                out.append((name, test))
-    return out
-
-
-EXAMPLES = docstring_examples()
-
-
-def test_docstring_examples_are_found():
-    assert {"svd", "eigh", "svd_function", "matrix_function", "svd_topk"} <= {
-        n for n, _ in EXAMPLES
-    }
-
-
-@pytest.mark.parametrize("test", [t for _, t in EXAMPLES], ids=[n for n, _ in EXAMPLES])
-def test_docstring_example(test: doctest.DocTest):
-    torch.manual_seed(0)
-    test.globs = dict(test.globs)
-    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
-    out = io.StringIO()
-    runner.run(test, out=out.write)
-    assert runner.failures == 0, out.getvalue()
 
 
 def test_declared_extras_are_read():
