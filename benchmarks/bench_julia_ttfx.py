@@ -9,7 +9,7 @@ Where Julia is not usable it prints ``skipped: <reason>`` and exits 0.
 
 Each variant first runs one untimed "cold" process (it precompiles PySpectral
 if the variant's cache does not exist yet; its wall time is reported), then
-``--runs`` fresh processes, each timing, in the order the README recommends
+``--runs`` fresh processes, each timing, in the order docs/guide/julia.md recommends
 (Julia before torch): ``import juliacall`` (Julia itself), ``import torch`` and
 ``pyspectral``, loading PySpectral and the glue (``_julia.glue()``), the first
 ``ps.svd`` of a 2 x 6x4 float64 batch, its first backward (the time to the
@@ -73,7 +73,7 @@ print({MARK!r} + json.dumps({{
 CHILD = f"""
 import time
 t0 = time.perf_counter()
-import juliacall  # Julia first, then torch: the order the README recommends
+import juliacall  # Julia first, then torch: the order docs/guide/julia.md recommends
 t1 = time.perf_counter()
 import json
 import torch

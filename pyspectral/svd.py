@@ -450,7 +450,7 @@ def svd(
 
     ``backend``: ``"auto"`` (the default) and ``"torch"`` run the native
     backend (any device); ``"julia"`` runs the same rules in Julia (CPU
-    tensors; see the README), with the same errors and warnings.
+    tensors; see docs/guide/julia.md), with the same errors and warnings.
 
     ``out=(U, S, Vh)``: as in ``torch.linalg.svd`` (results written into the
     given tensors, resized if needed, dtypes checked, no autograd: a ``RuntimeError``

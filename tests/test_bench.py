@@ -569,7 +569,7 @@ def test_bench_julia_ttfx_variants(tmp_path):
 def test_bench_julia_ttfx_children_compile(code):
     source = getattr(bench_julia_ttfx, code)
     compile(source, code, "exec")
-    if code == "CHILD":  # Julia first, as the README recommends
+    if code == "CHILD":  # Julia first, as docs/guide/julia.md recommends
         assert source.index("import juliacall") < source.index("import torch")
 
 

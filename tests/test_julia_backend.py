@@ -459,7 +459,7 @@ def test_gauge_policy_through_julia(case, backend):
 
 
 # -------------------------------------------------------------- error text
-# The README's promise ("One behaviour on both backends"): what only Julia can
+# docs/guide/julia.md, "One behaviour on both backends": what only Julia can
 # see is reported as the native backend reports it. A spectrum outside f's
 # domain raises the native DomainError (native text, 0-based index), with
 # Julia's own message kept on the error (julia_message); any other Julia

@@ -171,7 +171,7 @@ def test_bench_julia_starts_julia_before_torch(usable_julia):
 
 def test_user_programs_start_julia_at_the_first_julia_call(usable_julia):
     """``import pyspectral`` in someone's program starts nothing (the warning
-    there is the user's to act on, as the README says)."""
+    there is the user's to act on, as docs/guide/julia.md says)."""
     code = "import sys, pyspectral; print('juliacall' in sys.modules)"
     run = subprocess.run(
         [sys.executable, "-c", code],

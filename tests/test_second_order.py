@@ -73,7 +73,7 @@ def check_hvp(
 ) -> None:
     """The Hessian-vector product by every composition of the two modes
     (``twice_forward=False``: not forward over forward, which ``svd``/``eigh``
-    do not support; see the README's Limits)."""
+    do not support; see docs/limits.md)."""
     D = random_like(A, seed=seed)
     expected = fd_hvp(loss, A, D)
     assert bool(expected.abs().max() > 1e-3)  # the test sees a second derivative

@@ -420,7 +420,7 @@ def test_cluster_past_the_block_warns() -> None:
 
 
 # Issue 15, item 7: n_iter is honoured, and method="randomized" iterates at
-# least T.RANDOMIZED_MIN_ITERATIONS (100) times before giving up, as the README
+# least T.RANDOMIZED_MIN_ITERATIONS (100) times before giving up, as docs/guide/topk.md
 # says. Before: the measured rate stopped it after 3-10 iterations, n_iter or
 # not ("it is not converging" at a rate >= 1 that was rounding noise of float32;
 # "would exceed the work budget", a budget of 100 products = 50 iterations).
@@ -442,7 +442,7 @@ def test_n_iter_alone_limits_the_iterations() -> None:
     assert _iterations(lambda: ps.eigh(H, k=2, method="randomized", n_iter=130)) == 130
     assert _iterations(lambda: ps.svd(A, k=2, method="randomized")) >= 100
     assert _iterations(lambda: ps.eigh(H, k=2, method="randomized")) >= 100
-    assert T.RANDOMIZED_MIN_ITERATIONS == 100  # the README's number
+    assert T.RANDOMIZED_MIN_ITERATIONS == 100  # the docs. number
 
 
 @pytest.mark.parametrize("seed", range(20))
