@@ -23,6 +23,25 @@ repeat; ``ps.svd`` is exact, and so are its second derivatives, at the
 clusters the split discards (``pyspectral/_discarded.py``) and, along
 ``dA/dK``, at the multiplets it keeps, which the path keeps degenerate.
 
+Truncation, as a TRG user sets it: every split is
+``ps.svd(M, k=chi, rtol=eps**0.75, multiplets="down", return_error=True)``.
+``k=chi`` bounds the bond dimension; ``rtol`` drops the exact zeros (below
+``eps**(3/4) s_1``: a zero carries no weight, and ``sqrt(S)`` has an infinite
+derivative there); ``multiplets="down"`` never splits a degenerate multiplet
+(the cut moves below it), so the bond stays at most ``chi`` and the kept
+subspace does not depend on the basis chosen inside a multiplet, where
+``"cut"`` would make the result basis dependent and ``"up"`` would let the
+bond exceed ``chi``. Measured on this run (chi = 3 ... 16, K = 0.3, 0.4, K_c,
+0.5, 0.6): no multiplet straddles the cut at chi, so the three rules give the
+same numbers to the last digit: ``"down"`` costs no accuracy here and is a
+guard. ``return_error=True`` gives each split's relative truncation error
+``||S_discarded||_2 / ||M||_F`` from the same decomposition; ``main`` prints
+the largest over the run (at chi = 8, 16 steps: 1.0e-2 at K = 0.3 and 0.6,
+6.7e-2 at K_c, where the spectrum decays slowest). The number kept is piecewise constant in ``K``, so
+the gradient is that of the fixed-rank network, exact: ``u`` and ``c`` agree
+with central finite differences of the same truncated ``ln Z / N`` (tests:
+``u`` to 1e-6, ``c`` to 1e-5 relative, at chi = 6, 8 steps).
+
     python examples/trg_ising.py
 """
 

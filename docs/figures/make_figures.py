@@ -6,7 +6,9 @@
     python docs/figures/make_figures.py --out /tmp/figs
 
 Needs matplotlib (``pip install -e ".[docs]"``). Figures with timings
-(``fig_topk``, ``fig_bench``) name the machine in the image. ``fig_bench``
+(``fig_topk``, ``fig_bench``) name the machine in the image. ``fig_trg``
+runs the TRG example of ``examples/trg_ising.py`` at 18 temperatures (chi =
+16, 24 steps: several minutes). ``fig_bench``
 plots the benchmark data in ``docs/figures/data/``; ``--measure`` re-runs the
 benchmarks on this machine first (minutes).
 """
