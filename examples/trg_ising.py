@@ -37,10 +37,11 @@ same numbers to the last digit: ``"down"`` costs no accuracy here and is a
 guard. ``return_error=True`` gives each split's relative truncation error
 ``||S_discarded||_2 / ||M||_F`` from the same decomposition; ``main`` prints
 the largest over the run (at chi = 8, 16 steps: 1.0e-2 at K = 0.3 and 0.6,
-6.7e-2 at K_c, where the spectrum decays slowest). The number kept is piecewise constant in ``K``, so
-the gradient is that of the fixed-rank network, exact: ``u`` and ``c`` agree
-with central finite differences of the same truncated ``ln Z / N`` (tests:
-``u`` to 1e-6, ``c`` to 1e-5 relative, at chi = 6, 8 steps).
+6.7e-2 at K_c, where the spectrum decays slowest). The number kept is
+piecewise constant in ``K``, so the gradient is that of the fixed-rank
+network, exact: ``u`` and ``c`` agree with central finite differences of
+the same truncated ``ln Z / N`` (tests: ``u`` to 1e-6, ``c`` to 1e-5
+relative, at chi = 6, 8 steps).
 
     python examples/trg_ising.py
 """
