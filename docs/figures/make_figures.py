@@ -7,8 +7,8 @@
 
 Needs matplotlib (``pip install -e ".[docs]"``). Figures with timings
 (``fig_topk``, ``fig_bench``) name the machine in the image. ``fig_trg``
-runs the TRG example of ``examples/trg_ising.py`` at 18 temperatures (chi =
-16, 24 steps: several minutes). ``fig_bench``
+runs the TRG example of ``examples/trg_ising.py`` at 10 temperatures (chi =
+8, 16 steps: about a minute). ``fig_bench``
 plots the benchmark data in ``docs/figures/data/``; ``--measure`` re-runs the
 benchmarks on this machine first (minutes).
 """
