@@ -69,7 +69,7 @@ def demo(seed: int) -> int:
     return _demo.run(seed)
 
 
-BENCHMARKS = ("svd", "eigh", "topk", "truncation", "julia")
+BENCHMARKS = ("svd", "eigh", "topk", "truncation", "trg", "julia")
 
 # bench_topk.py's own quick mode (its smallest sensible problems).
 TOPK_QUICK = ["--quick"]
@@ -170,8 +170,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser(
         "bench",
         help="forward+backward time against torch.linalg, row by row: svd, eigh, "
-        "topk, truncation (rules against a fixed k), julia or all (needs a source "
-        "checkout)",
+        "topk, truncation (rules against a fixed k), trg (the TRG example per "
+        "temperature point; --sizes are bond dimensions chi), julia or all "
+        "(needs a source checkout)",
     )
     b.add_argument("which", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
     b.add_argument(

@@ -39,6 +39,7 @@ import bench_eigh  # noqa: E402
 import bench_julia  # noqa: E402
 import bench_julia_ttfx  # noqa: E402
 import bench_overhead  # noqa: E402
+import bench_trg  # noqa: E402
 import bench_truncation  # noqa: E402
 
 JULIA_USABLE, JULIA_WHY = _julia.status()
@@ -64,7 +65,9 @@ def child_env() -> dict[str, str]:
 # ------------------------------------------------------------ command line
 
 
-@pytest.mark.parametrize("which", ["svd", "eigh", "topk", "truncation", "julia", "all"])
+@pytest.mark.parametrize(
+    "which", ["svd", "eigh", "topk", "truncation", "trg", "julia", "all"]
+)
 def test_bench_command_parses_every_benchmark(which, monkeypatch):
     seen = {}
 
@@ -107,7 +110,7 @@ def test_bench_arguments_per_benchmark():
 
 def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
     """``bench all`` loads benchmarks/bench_<name>.py for svd, eigh, topk,
-    truncation and julia (stand-in scripts here) and calls main with their
+    truncation, trg and julia (stand-in scripts here) and calls main with their
     arguments."""
     for name in cli.BENCHMARKS:
         (tmp_path / f"bench_{name}.py").write_text(
@@ -121,6 +124,7 @@ def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
         "ran eigh ['--quick']",
         f"ran topk {cli.TOPK_QUICK}",
         "ran truncation ['--quick']",
+        "ran trg ['--quick']",
         "ran julia ['--quick']",
     ]
     assert "running benchmarks/bench_topk.py" in out.err
@@ -300,6 +304,32 @@ def test_bench_truncation_rows(capsys):
     ]
     for _, _, us, share in rows(alone):
         float(us), float(share)
+
+
+def test_bench_trg_rows(capsys):
+    """bench_trg's table at a tiny size (chi = 6, 6 steps, one round): the
+    two times and their ratio as numbers, torch.linalg's energy NaN (from the
+    fifth step its SVDs repeat exact zeros), pyspectral's finite and the one
+    of the example's own autograd."""
+    assert bench_trg.main(["--sizes", "6", "--repeat", "1", "--steps", "6"]) == 0
+    out = capsys.readouterr().out
+    assert "one temperature point" in out
+    (line,) = [r for r in out.splitlines() if r.startswith("| 6 |")]
+    chi, steps, t_torch, t_ps, ratio, u_torch, u_ps = line.strip("| ").split(" | ")
+    assert (chi, steps) == ("6", "6")
+    assert float(t_torch) > 0 and float(t_ps) > 0 and float(ratio) > 0
+    assert u_torch == "NaN"
+    u = bench_trg.example().observables(bench_trg.K, 6, 6)[1]
+    assert abs(float(u_ps) - u) < 1e-6
+
+
+def test_bench_trg_times_the_second_derivative_when_asked(capsys):
+    argv = ["--sizes", "4", "--repeat", "1", "--steps", "3", "--second"]
+    assert bench_trg.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| pyspectral u and c ms |" in out
+    (line,) = [r for r in out.splitlines() if r.startswith("| 4 |")]
+    assert float(line.strip("| ").split(" | ")[-1]) > 0
 
 
 def test_ops_in_counts_dispatched_operations():

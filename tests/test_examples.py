@@ -23,6 +23,7 @@ import pytest
 import torch
 from _spectra import central4
 
+import pyspectral as ps
 from pyspectral import _backend
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,6 +168,60 @@ def trg() -> ModuleType:
     return load("trg_ising")
 
 
+def test_trg_split_keeps_at_most_chi_and_reports_the_error(trg):
+    """The split keeps at most chi singular values, drops the exact zeros
+    (the Ising tensor is 4 x 4 of rank 2) and reports the relative truncation
+    error ``||M - F1 F3||_F / ||M||_F``."""
+    T = trg.ising_tensor(torch.tensor(0.4, dtype=torch.float64))
+    errors: list[float] = []
+    F1, F3 = trg.split(T.reshape(4, 4), chi=3, errors=errors)
+    assert F1.shape == (4, 2) and F3.shape == (2, 4)  # the two zeros dropped
+    assert torch.allclose(F1 @ F3, T.reshape(4, 4), atol=1e-14)
+    assert errors[0] < 1e-15
+    M = torch.randn(
+        16, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+    )
+    F1, F3 = trg.split(M, chi=5, errors=errors)
+    assert F1.shape == (16, 5)
+    rel = torch.linalg.matrix_norm(M - F1 @ F3) / torch.linalg.matrix_norm(M)
+    assert abs(errors[1] - rel.item()) < 1e-12 * rel.item()
+
+
+@pytest.mark.parametrize("multiplets", ["cut", "down", "up"])
+@pytest.mark.parametrize("chi", [1, 2, 3, 4, 5])
+def test_trg_rank_is_ps_svds_rule(trg, chi, multiplets):
+    """The torch.linalg comparison cuts where ps.svd does: the example's
+    ``rank`` against ``ps.svd(..., return_error=True).rank`` on a spectrum
+    with a doublet (2, 2) and two zeros."""
+    S = torch.tensor([3.0, 2.0, 2.0, 1.0, 0.0, 0.0], dtype=torch.float64)
+    Q, _ = torch.linalg.qr(
+        torch.randn(6, 6, dtype=S.dtype, generator=torch.Generator().manual_seed(1))
+    )
+    M = (Q * S) @ Q.mT
+    got = ps.svd(M, k=chi, rtol=trg.ZERO_RTOL, multiplets=multiplets, return_error=True)
+    assert trg.rank(torch.linalg.svdvals(M), chi, multiplets) == int(got.rank)
+
+
+def test_trg_torch_linalg_run_is_the_same_truncation(trg):
+    """The torch.linalg run has the same forward (the same values kept)."""
+    with torch.no_grad():
+        K = torch.tensor(0.4, dtype=torch.float64)
+        f_ps = trg.lnz(K, 6, 6)
+        f_torch = trg.lnz(K, 6, 6, trg.torch_svd)
+    assert abs(f_ps.item() - f_torch.item()) < 1e-12
+
+
+@pytest.mark.parametrize("K", [0.3, 0.6])
+def test_trg_multiplet_rules_agree_on_this_run(trg, K):
+    """No multiplet straddles the cut at chi in this run (measured: at chi =
+    3 ... 16, 5 couplings): ``"cut"``, ``"down"`` and ``"up"`` keep the same
+    values; ``"down"`` is the guard for the runs where one would."""
+    K = torch.tensor(K, dtype=torch.float64)
+    with torch.no_grad():
+        f = [trg.lnz(K, 6, 8, None, m).item() for m in ("cut", "down", "up")]
+    assert f[0] == f[1] == f[2]
+
+
 @pytest.mark.parametrize("K", [0.3, 0.6])
 def test_trg_derivatives_match_finite_differences(trg, K):
     """u and c by autograd (forward over reverse) against central differences
@@ -223,17 +278,25 @@ def test_onsager(trg):
     exact = 2 * catalan / math.pi + math.log(2) / 2
     assert abs(trg.onsager_lnz(trg.K_CRITICAL, nodes=20000) - exact) < 1e-9
     assert trg.onsager_energy(trg.K_CRITICAL) == pytest.approx(-math.sqrt(2))
+    # the AGM of _elliptic_k ends at moduli where a and b end up alternating
+    # between two neighbouring floats (it looped forever here before)
+    # (nearer K_c: a smaller step for the fourth-order stencil)
+    for K in (1 / 2.5 - 1e-5, 1 / 2.5 + 1e-5):
+        du = central4(lambda t, K=K: trg.onsager_lnz(K + t), 2e-4)
+        assert abs(-du - trg.onsager_energy(K)) < 1e-9
 
 
 def test_trg_main_runs(trg, capsys):
     """The script's table, small: one row per coupling, every number finite
-    but torch.linalg's energy (NaN)."""
+    but torch.linalg's energy (NaN), and the largest truncation error."""
     rows = trg.main(couplings=(0.3, 0.5), chi=6, steps=5)
     assert [r["K"] for r in rows] == [0.3, 0.5]
     for r in rows:
         assert math.isnan(r.pop("u_torch"))
         assert all(math.isfinite(v) for v in r.values())
-    assert "TRG of the 2D Ising model" in capsys.readouterr().out
+        assert 0 < r["truncation_error"] < 0.1
+    out = capsys.readouterr().out
+    assert "TRG of the 2D Ising model" in out and "max trunc. err" in out
 
 
 def test_near_degenerate_figure(tmp_path):

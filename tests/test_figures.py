@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def load(path: Path):
 
 def test_there_are_figures():
     names = {p.stem for p in SCRIPTS}
-    assert {"fig_gap", "fig_topk", "fig_bench"} <= names
+    assert {"fig_gap", "fig_topk", "fig_bench", "fig_trg"} <= names
 
 
 @pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
@@ -70,3 +71,21 @@ def test_benchmark_figure_data_names_its_machine():
         assert len(data[op]) >= 4
         for _size, t_torch, t_ps, ratio in data[op]:
             assert t_torch > 0 and t_ps > 0 and ratio > 0
+
+
+def test_trg_figure_small(tmp_path):
+    """fig_trg's measurement and drawing at a tiny size (chi = 6, 6 steps,
+    two temperatures and T_c): autograd's u and c agree with the finite
+    differences, torch.linalg's u is NaN (drawn as a cross), the truncation
+    error is reported, and the PNG is small."""
+    pytest.importorskip("matplotlib", reason="the figure scripts need matplotlib")
+    fig = load(FIGURES / "fig_trg.py")
+    data = fig.measure((2.0, 3.0), chi=6, steps=6)
+    assert len(data["T"]) == 3  # T_c added
+    for u, u_fd, c, c_fd in zip(data["u"], data["u_fd"], data["c"], data["c_fd"]):
+        assert abs(u - u_fd) < 1e-5 * abs(u_fd)
+        assert abs(c - c_fd) < 1e-3 * abs(c_fd)
+    assert all(math.isnan(v) for v in data["u_torch"])
+    assert all(0 < e < 1 for e in data["trunc"])
+    png = fig.draw(data, tmp_path)
+    assert png.name == "trg.png" and png.stat().st_size <= MAX_BYTES

@@ -6,7 +6,9 @@
     python docs/figures/make_figures.py --out /tmp/figs
 
 Needs matplotlib (``pip install -e ".[docs]"``). Figures with timings
-(``fig_topk``, ``fig_bench``) name the machine in the image. ``fig_bench``
+(``fig_topk``, ``fig_bench``) name the machine in the image. ``fig_trg``
+runs the TRG example of ``examples/trg_ising.py`` at 10 temperatures (chi =
+8, 16 steps: about a minute). ``fig_bench``
 plots the benchmark data in ``docs/figures/data/``; ``--measure`` re-runs the
 benchmarks on this machine first (minutes).
 """
