@@ -14,7 +14,7 @@ Zygote instead (``.last_rule`` says which ran). The rule's own tests,
 with ``ps.julia.run_tests`` (``python -m pyspectral test-julia
 examples/myrules_test.jl``).
 
-Needs the Julia backend (``pip install "pyspectral[julia]"`` and
+Needs the Julia backend (``pip install -e ".[julia]"`` in the clone and
 ``python -m pyspectral install-julia``); where it is not installed the script
 says why and stops.
 """

@@ -1331,7 +1331,8 @@ def install(tests: bool = False) -> str:
     and check that the backend loads. Returns what that process reports."""
     if importlib.util.find_spec("juliacall") is None:
         raise BackendError(
-            "juliacall is not installed: pip install 'pyspectral[julia]' first"
+            "juliacall is not installed: pip install 'juliacall>=0.9.26' first (in a "
+            "clone of pyspectral: pip install -e '.[julia]')"
         )
     import juliapkg
 

@@ -41,7 +41,8 @@ def probe() -> str | None:
         return None
     if importlib.util.find_spec("juliacall") is None:
         return (
-            "juliacall is not installed: pip install 'pyspectral[julia]', then "
+            "juliacall is not installed: pip install 'juliacall>=0.9.26' (in a clone "
+            "of pyspectral: pip install -e '.[julia]'), then "
             + INSTALL_HINT[0].lower()
             + INSTALL_HINT[1:]
         )

@@ -682,8 +682,10 @@ def svd_function(
             finite, or a tensor that requires grad), a user ``f`` is not
             elementwise, or ``degeneracy_atol`` / ``gauge`` is invalid.
         DomainError: ``("pow", p)`` with ``p < 0`` at a (numerically) zero
-            singular value, ``"normalize"`` of a zero matrix, or a user
-            ``f`` not finite on the spectrum.
+            singular value, ``"normalize"`` of a zero matrix, a user
+            ``f`` not finite on the spectrum, or a user ``f`` with
+            ``f(0) != 0`` where ``A`` has a (numerically) zero singular value
+            (its singular vectors are arbitrary there).
         GaugeError: ``("truncate", k)`` cuts a degenerate cluster, under
             ``gauge="raise"`` (a :class:`GaugeWarning` under ``"warn"``).
         DerivativeError: a third derivative, or a user ``f`` whose
@@ -744,6 +746,7 @@ def _user_svd_function(A: Tensor, user: UserFunction, opts: Options, julia: bool
         (U, S, Vh), on_julia = _julia.svd_values(A)
     else:
         U, S, Vh = torch.linalg.svd(A.detach(), full_matrices=False)
+    _require_f_at_zero(user, S, opts)
     f, d = user.values(S)
     op = ValuesOp(
         "svd_function",
@@ -760,6 +763,29 @@ def _user_svd_function(A: Tensor, user: UserFunction, opts: Options, julia: bool
     if julia:
         return apply(SpectralValuesJulia, A, f, d, h, op, on_julia, U, S, Vh)
     return apply(SpectralValues, A, f, d, h, op, U, S, Vh)
+
+
+def _require_f_at_zero(user: UserFunction, S: Tensor, opts: Options) -> None:
+    """``DomainError`` where ``A`` has a (numerically) zero singular value and
+    ``f(0) != 0``: the left and right singular vectors of a zero value are
+    independent (each up to its own sign, or rotation in a cluster of zeros),
+    so ``f(0) u vᴴ`` and with it ``U f(S) Vh`` would depend on that arbitrary
+    choice. ``f(0)`` is evaluated only where a zero is there."""
+    S = peek(S.detach())
+    small = S <= degeneracy_tol(S, opts.degeneracy_atol)[..., 0]
+    if not bool(small.any()):
+        return
+    with torch.no_grad():
+        f0 = user.f(torch.zeros(1, dtype=S.dtype, device=S.device))
+    f0 = float(peek(torch.as_tensor(f0)).detach().reshape(-1)[0])
+    if f0 != 0:
+        i = int(small.nonzero()[0, -1])
+        raise DomainError(
+            f"svd_function: f(0) = {f0:.3g}, but singular value {i} of A is "
+            f"{float(S[..., i].min()):.3g} (numerically zero); U f(S) Vh then "
+            "depends on the arbitrary singular vectors of the zero values. Use "
+            "an f with f(0) = 0 (e.g. lambda s: f(s) - f(0)) or a full-rank A."
+        )
 
 
 def _svd_form(T: tuple, x: Tensor) -> Tensor:

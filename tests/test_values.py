@@ -376,3 +376,34 @@ def test_torch_func_over_a_captured_tensor_on_the_julia_backend(fake):
 
     with pytest.raises(ps.BackendError, match="torch.func .* backend='torch'"):
         torch.func.grad(loss)(torch.tensor(1.5, dtype=torch.float64))
+
+
+# ------------------------------------------------------------ f(0) != 0
+
+
+def test_f_of_zero_must_vanish_at_a_zero_singular_value(backend):
+    """``U f(S) Vh`` with ``f(0) != 0`` at a zero singular value depends on the
+    arbitrary (independent) singular vectors of that zero: refused with a
+    DomainError on both backends. Before, it returned a basis-dependent
+    result silently (P @ svd_function(B, f) != svd_function(P @ B, f) for an
+    orthogonal P). Full rank, or f(0) = 0, is fine."""
+    g = torch.Generator().manual_seed(3)
+    B = torch.randn(5, 2, dtype=torch.float64, generator=g)
+    B = B @ torch.randn(2, 4, dtype=torch.float64, generator=g)  # rank 2 of 4
+    shifted = (lambda s: s + 1, lambda s: torch.ones_like(s))
+    with pytest.raises(ps.DomainError, match=r"^svd_function: f\(0\) = 1, "):
+        ps.svd_function(B, shifted, backend=backend)
+    with pytest.raises(ps.DomainError, match=r"f\(0\) = 1"):
+        ps.svd_function(
+            torch.stack([B[:4] + torch.eye(4, dtype=B.dtype), B[:4]]),
+            shifted,
+            backend=backend,
+        )  # the second of a batch
+    full = torch.randn(5, 4, dtype=torch.float64, generator=g)
+    Y = ps.svd_function(full, shifted, backend=backend)
+    U, S, Vh = torch.linalg.svd(full, full_matrices=False)
+    assert torch.allclose(Y, (U * (S + 1)) @ Vh)
+    P = torch.linalg.qr(torch.randn(5, 5, dtype=torch.float64, generator=g)).Q
+    odd = (torch.sinh, torch.cosh)  # f(0) = 0: basis independent at the zeros
+    Z = ps.svd_function(P @ B, odd, backend=backend)
+    assert torch.allclose(Z, P @ ps.svd_function(B, odd, backend=backend))
