@@ -41,7 +41,7 @@ def test_there_are_figures():
 def test_figure_script_has_main_and_a_committed_image(path: Path):
     pytest.importorskip(
         "matplotlib",
-        reason='the figure scripts need matplotlib (pip install -e ".[docs]")',
+        reason='the figure scripts need matplotlib (pip install -e ".[test]")',
     )
     module = load(path)
     main = getattr(module, "main", None)
