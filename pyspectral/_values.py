@@ -42,7 +42,7 @@ from the values (``PySpectral.SpectralValues``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -50,7 +50,7 @@ import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from ._autograd import LinearInA, SpectralMaps, no_third_derivative
+from ._autograd import LinearInA, SpectralMaps, apply, no_third_derivative
 from ._fns import SpectralFn
 from .exceptions import PySpectralError
 
@@ -491,3 +491,18 @@ class SpectralValuesJulia(torch.autograd.Function):
             theta = ctx.op.form(T, df)
             out = theta if out is None else out + theta
         return torch.zeros_like(ctx.op.form(T, f)) if out is None else out
+
+
+def apply_values(
+    A: Tensor, f: Tensor, d: Tensor, op: ValuesOp, T: tuple, on_julia: Any = None
+) -> Tensor:
+    """``Y`` from the values ``f``, ``f'`` of a user's function on the spectrum
+    ``T[op.spectrum]`` of the factors ``T`` (``(U, S, Vh)`` or ``(w, V)``):
+    :class:`SpectralValuesJulia` where Julia decomposed (``on_julia``, what
+    the bridge returned with the factors), else :class:`SpectralValues`."""
+    h = second_values(op, T[op.spectrum])
+    if not differentiated(f, d):
+        op = replace(op, constant=True)
+    if on_julia is not None:
+        return apply(SpectralValuesJulia, A, f, d, h, op, on_julia, *T)
+    return apply(SpectralValues, A, f, d, h, op, *T)

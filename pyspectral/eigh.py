@@ -4,7 +4,6 @@ and the spectral matrix functions ``matrix_function`` (``V f(L) Vh``).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -35,13 +34,7 @@ from ._validation import (
     require_hermitian,
     truncation_rule,
 )
-from ._values import (
-    SpectralValues,
-    SpectralValuesJulia,
-    ValuesOp,
-    differentiated,
-    second_values,
-)
+from ._values import ValuesOp, apply_values
 from .common.defaults import degeneracy_tol, peek
 from .exceptions import DomainError, InputError, InputTypeError
 from .pullbacks.eigh import (
@@ -383,12 +376,7 @@ def _user_matrix_function(
         spectrum=0,
         odd=False,
     )
-    h = second_values(op, w)
-    if not differentiated(f, d):
-        op = replace(op, constant=True)
-    if julia:
-        return apply(SpectralValuesJulia, A, f, d, h, op, on_julia, w, V)
-    return apply(SpectralValues, A, f, d, h, op, w, V)
+    return apply_values(A, f, d, op, (w, V), on_julia if julia else None)
 
 
 def _eigh_form(T: tuple, x: Tensor) -> Tensor:

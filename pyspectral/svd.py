@@ -4,7 +4,6 @@ the composite ``svd_function`` (``U f(S) Vh``) with an exact pullback.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 import torch
@@ -33,13 +32,7 @@ from ._validation import (
     check_truncation_method,
     truncation_rule,
 )
-from ._values import (
-    SpectralValues,
-    SpectralValuesJulia,
-    ValuesOp,
-    differentiated,
-    second_values,
-)
+from ._values import ValuesOp, apply_values
 from .common.defaults import degeneracy_tol, peek
 from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
@@ -757,12 +750,7 @@ def _user_svd_function(A: Tensor, user: UserFunction, opts: Options, julia: bool
         spectrum=1,
         odd=True,
     )
-    h = second_values(op, S)
-    if not differentiated(f, d):
-        op = replace(op, constant=True)
-    if julia:
-        return apply(SpectralValuesJulia, A, f, d, h, op, on_julia, U, S, Vh)
-    return apply(SpectralValues, A, f, d, h, op, U, S, Vh)
+    return apply_values(A, f, d, op, (U, S, Vh), on_julia if julia else None)
 
 
 def _require_f_at_zero(user: UserFunction, S: Tensor, opts: Options) -> None:
