@@ -461,14 +461,15 @@ def to_julia(t: torch.Tensor, keep: list) -> tuple[int, ...]:
     conj/neg bit). ``keep`` holds what must live until the call returns."""
     t = _plain(t)
     m, n = t.shape[-2:]
-    return _spec(t, (n, m, t.numel() // max(m * n, 1)), keep)
+    # the batch from the shape, not numel // (m n): an empty matrix has a batch too
+    return _spec(t, (n, m, math.prod(t.shape[:-2])), keep)
 
 
 def to_julia_vectors(t: torch.Tensor, keep: list) -> tuple[int, ...]:
     """``(*, k)`` tensor -> column-major ``k x B`` (no copy, as :func:`to_julia`)."""
     t = _plain(t)
     k = t.shape[-1]
-    return _spec(t, (k, t.numel() // max(k, 1)), keep)
+    return _spec(t, (k, math.prod(t.shape[:-1])), keep)
 
 
 def to_julia_matrices(t: torch.Tensor, keep: list) -> tuple[int, ...]:

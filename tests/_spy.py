@@ -59,7 +59,9 @@ function spy(glue::Module, pythread::Integer, enter, f, args...)
     return value
 end
 
-take_log() = (log = Tuple(LOG); empty!(LOG); log)
+# A copy first: Julia 1.9 and 1.10 fold `Tuple(LOG)` of this const global into the
+# constant it had when first compiled, so every later call would return that.
+take_log() = (log = copy(LOG); empty!(LOG); Tuple(log))
 
 end
 """
