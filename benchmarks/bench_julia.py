@@ -58,7 +58,7 @@ import bench_eigh  # noqa: E402
 import bench_svd  # noqa: E402
 
 import pyspectral as ps  # noqa: E402
-from pyspectral import _julia  # noqa: E402
+from pyspectral.julia import _blas, _bridge, _convert  # noqa: E402
 
 SIZES = "8,32,64,128,256,512,1024,4096x8"
 QUICK_SIZES = "8,64,256,512x8"
@@ -148,7 +148,7 @@ def torch_blas() -> str:
 def real_julia() -> bool:
     """Whether the Julia runtime is the real one (tests swap in a stand-in,
     which has no Julia to time a loop in)."""
-    return isinstance(_julia.runtime, _julia.JuliaRuntime)
+    return isinstance(_bridge.runtime, _bridge.JuliaRuntime)
 
 
 def start_julia(threads: int) -> Any:
@@ -156,7 +156,7 @@ def start_julia(threads: int) -> Any:
     define the timing loops, give Julia's BLAS ``threads`` threads; return the
     timing module (None for a stand-in runtime)."""
     _timing.progress("starting Julia (through pyspectral)...")
-    _julia.glue()
+    _bridge.glue()
     if not real_julia():
         return None
     from juliacall import Main as jl
@@ -171,7 +171,7 @@ def header(bench: Any) -> str:
         julia = "Julia: a stand-in runtime, not Julia"
     else:
         julia = (
-            f"Julia {bench.version()}, BLAS: {_julia.julia_blas()}, "
+            f"Julia {bench.version()}, BLAS: {_bridge.julia_blas()}, "
             f"{bench.blas_threads()} BLAS threads"
         )
     return (
@@ -216,21 +216,25 @@ def julia_calls(op: str, bench: Any, A: torch.Tensor, cot: tuple) -> tuple:
     rule inside Julia and returns their time (seconds) as measured there;
     ``gradient()`` is the gradient one such call computes (as a tensor). The
     tensors cross as the bridge passes them (``keep`` holds them meanwhile)."""
-    _julia.glue()
+    _bridge.glue()
     keep: list = []
-    At = _julia.to_julia(A, keep)
+    At = _convert.to_julia(A, keep)
     if op == "svd":
         gU, gS, gVh = cot
-        # Julia's U is Python's Vh^T and its Vt Python's U^T (see _julia.py).
+        # Julia's U is Python's Vh^T and its Vt Python's U^T
+        # (see pyspectral/julia/_convert.py).
         args = (
-            _julia.to_julia(gVh, keep),
-            _julia.to_julia_vectors(gS, keep),
-            _julia.to_julia(gU, keep),
+            _convert.to_julia(gVh, keep),
+            _convert.to_julia_vectors(gS, keep),
+            _convert.to_julia(gU, keep),
         )
         timer, one = bench.svd_seconds, bench.svd_gradient
     else:
         gw, gV = cot
-        args = (_julia.to_julia_vectors(gw, keep), _julia.to_julia_matrices(gV, keep))
+        args = (
+            _convert.to_julia_vectors(gw, keep),
+            _convert.to_julia_matrices(gV, keep),
+        )
         timer, one = bench.eigh_seconds, bench.eigh_gradient
 
     def calls(number: int) -> Callable[[], float]:
@@ -238,7 +242,7 @@ def julia_calls(op: str, bench: Any, A: torch.Tensor, cot: tuple) -> tuple:
         return lambda keep=keep: float(timer(At, *args, number))
 
     def gradient() -> torch.Tensor:
-        return _julia.from_julia(one(At, *args), A.shape[:-2])
+        return _convert.from_julia(one(At, *args), A.shape[:-2])
 
     return calls, gradient
 
@@ -409,15 +413,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.blas == "both":
         return both(args)
     if args.blas is not None:
-        os.environ[_julia.BLAS_ENV] = args.blas  # read when Julia starts
-    usable, why = _julia.status()
+        os.environ[_blas.BLAS_ENV] = args.blas  # read when Julia starts
+    usable, why = _bridge.status()
     if not usable:
         print(f"skipped: the Julia backend is not usable here: {why}")
         return 0
-    if args.blas == "mkl" and _julia.blas_choice()[1] is not None:
-        print(f"skipped: --blas mkl: {_julia.blas_choice()[1]}")
+    if args.blas == "mkl" and _blas.blas_choice()[1] is not None:
+        print(f"skipped: --blas mkl: {_blas.blas_choice()[1]}")
         return 0
-    if args.blas is not None and _julia.julia_blas() is not None:
+    if args.blas is not None and _bridge.julia_blas() is not None:
         _timing.progress(
             "note: Julia was already running in this process, so --blas does not "
             "apply; the header says which BLAS Julia uses"

@@ -11,7 +11,7 @@ Each variant first runs one untimed "cold" process (it precompiles PySpectral
 if the variant's cache does not exist yet; its wall time is reported), then
 ``--runs`` fresh processes, each timing, in the order docs/guide/julia.md recommends
 (Julia before torch): ``import juliacall`` (Julia itself), ``import torch`` and
-``pyspectral``, loading PySpectral and the glue (``_julia.glue()``), the first
+``pyspectral``, loading PySpectral and the glue (``_bridge.glue()``), the first
 ``ps.svd`` of a 2 x 6x4 float64 batch, its first backward (the time to the
 first Julia call is the sum of these), and a second svd + backward (compiled by
 then: the floor). The table gives medians over the timed processes.
@@ -58,8 +58,8 @@ MARK = "pyspectral-ttfx "
 PROBE = f"""
 import json, juliapkg
 import juliacall
-from pyspectral import _julia
-_julia.glue()
+from pyspectral.julia import _bridge
+_bridge.glue()
 from juliacall import Main as jl
 print({MARK!r} + json.dumps({{
     "depots": [str(d) for d in jl.seval("DEPOT_PATH")],
@@ -78,9 +78,9 @@ t1 = time.perf_counter()
 import json
 import torch
 import pyspectral as ps
-from pyspectral import _julia
+from pyspectral.julia import _bridge
 t2 = time.perf_counter()
-_julia.glue()  # load PySpectral and the glue
+_bridge.glue()  # load PySpectral and the glue
 t3 = time.perf_counter()
 A = torch.randn(2, 6, 4, dtype=torch.float64,
                 generator=torch.Generator().manual_seed(0))
@@ -216,9 +216,9 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = arguments(argv)
-    from pyspectral import _julia
+    from pyspectral.julia import _bridge
 
-    ok, why = _julia.status()
+    ok, why = _bridge.status()
     if not ok:
         print(f"skipped: Julia is not installed: {why}")
         return 0

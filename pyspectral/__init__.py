@@ -1,14 +1,8 @@
 """pyspectral: SVD, eigh and spectral matrix functions for PyTorch with correct,
 finite gradients at degenerate spectra."""
 
-from . import _juliaprobe
-
-if _juliaprobe.julia_first():
-    # Start Julia before torch loads (torch is imported just below), the import
-    # order that avoids the crashes of PythonCall.jl #215/#384: when
-    # PYSPECTRAL_START_JULIA asks for it, or for pyspectral's own Julia commands.
-    _juliaprobe.start_julia()
-
+# First: importing the Julia subpackage starts Julia before torch is loaded
+# when that is asked for (see pyspectral/julia/__init__.py).
 from . import julia
 from ._settings import defaults, get_defaults, set_defaults
 from .eigh import EighResult, eigh, eigvalsh, matrix_function

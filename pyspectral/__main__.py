@@ -45,20 +45,20 @@ def julia_blas() -> str | None:
     """Julia's BLAS: what libblastrampoline forwards to once Julia runs in this
     process, else what PYSPECTRAL_JULIA_BLAS will make it; None when Julia is
     neither running, usable nor configured."""
-    from . import _julia
+    from .julia import _blas, _bridge
 
-    running = _julia.julia_blas()
+    running = _bridge.julia_blas()
     if running is not None:
         return running
-    if not _julia.status()[0] and _julia.requested_blas() is None:
+    if not _bridge.status()[0] and _blas.requested_blas() is None:
         return None
-    path, problem = _julia.blas_choice()
+    path, problem = _blas.blas_choice()
     if problem is not None:
         return f"default (Julia not started here): {problem}"
     if path is not None:
-        return f"{path} ({_julia.BLAS_ENV}; Julia not started here)"
+        return f"{path} ({_blas.BLAS_ENV}; Julia not started here)"
     return (
-        f"default, OpenBLAS (Julia not started here; {_julia.BLAS_ENV}=mkl for "
+        f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=mkl for "
         "the mkl wheel's MKL)"
     )
 
@@ -139,9 +139,9 @@ def bench(which: str, args: argparse.Namespace) -> int:
 
 def install_julia(tests: bool) -> int:
     """Install Julia and the Julia packages (juliapkg prints its progress)."""
-    from . import _julia
+    from .julia import _install
 
-    loaded = _julia.install(tests=tests)
+    loaded = _install.install(tests=tests)
     print("pyspectral: the Julia backend is installed and loads:", loaded)
     return 0
 

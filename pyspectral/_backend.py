@@ -1,7 +1,7 @@
 """Which backend runs a call: ``resolve_backend`` and ``backend_status``.
 
-Kept out of ``_settings`` and ``_validation`` because it needs ``_julia``, which uses
-them: the layers that the pullbacks build on must not reach Julia.
+Kept out of ``_settings`` and ``_validation`` because it needs the Julia bridge,
+which uses them: the layers that the pullbacks build on must not reach Julia.
 """
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ from __future__ import annotations
 import torch
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _julia
 from .exceptions import BackendError
+from .julia import _bridge, _convert
 
 BACKENDS = ("auto", "torch", "julia")
 
 
 def backend_status() -> dict[str, tuple[bool, str]]:
     """For each backend name: whether it can run here, and why (not)."""
-    return {"torch": (True, "native PyTorch backend"), "julia": _julia.status()}
+    return {"torch": (True, "native PyTorch backend"), "julia": _bridge.status()}
 
 
 def resolve_backend(op: str, backend: str, A: torch.Tensor) -> str:
@@ -46,6 +46,6 @@ def resolve_backend(op: str, backend: str, A: torch.Tensor) -> str:
     )
     if why_not:
         raise BackendError(f"{op}: {why_not}; use backend='torch'")
-    _julia.check_tensor(op, A)
-    _julia.glue()
+    _convert.check_tensor(op, A)
+    _bridge.glue()
     return "julia"

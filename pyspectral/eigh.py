@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _julia
 from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
 from ._backend import resolve_backend
 from ._fns import (
@@ -37,6 +36,8 @@ from ._validation import (
 from ._values import ValuesOp, apply_values
 from .common.defaults import degeneracy_tol, peek
 from .exceptions import DomainError, InputError, InputTypeError
+from .julia import _convert as jconvert
+from .julia import _eigh as jeigh
 from .pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
@@ -118,7 +119,7 @@ class _EighJulia(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, uplo: str, opts: Options) -> tuple:
-        (w, V), ctx.handles = _julia.eigh(A, uplo)
+        (w, V), ctx.handles = jeigh.eigh(A, uplo)
         ctx.uplo, ctx.opts, ctx.shape_dtype = uplo, opts, (A.shape, A.dtype)
         ctx.save_for_backward(w, V)
         ctx.save_for_forward(w, V)
@@ -135,7 +136,7 @@ class _EighJulia(torch.autograd.Function):
         if gw is None and gV is None:
             return None, None, None
         check_second_order_cotangent(gw, (gV,), ctx.opts)  # as eigh_pullback
-        gA = _julia.eigh_pullback(
+        gA = jeigh.eigh_pullback(
             ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
         )
         return gA, None, None
@@ -147,8 +148,8 @@ class _EighJulia(torch.autograd.Function):
             # the tangent will be differentiated: the native pushforward is the
             # same formula, and differentiable (as the backward under create_graph)
             tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
-            return tuple(map(_julia.in_layout_of, tangents, (w, V)))
-        return _julia.eigh_pushforward(ctx.handles, dA, ctx.uplo, ctx.opts)
+            return tuple(map(jconvert.in_layout_of, tangents, (w, V)))
+        return jeigh.eigh_pushforward(ctx.handles, dA, ctx.uplo, ctx.opts)
 
 
 class _MatrixFunctionJulia(torch.autograd.Function):
@@ -162,7 +163,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
     ) -> Tensor:
         # A spectrum outside f's domain is found by Julia; the native check,
         # run on Julia's eigenvalues, reports it (native_check).
-        Y, ctx.handles = _julia.matrix_function(
+        Y, ctx.handles = jeigh.matrix_function(
             A, f, uplo, opts, native_check=lambda w: fn(w, opts)
         )
         ctx.f, ctx.fn, ctx.uplo, ctx.opts = f, fn, uplo, opts
@@ -185,7 +186,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
             maps = _matrix_function_maps(ctx.fn, ctx.uplo, ctx.opts)
             gA = LinearInA.apply(A, gY, maps, True, w, V)
         else:
-            gA = _julia.matrix_function_pullback(
+            gA = jeigh.matrix_function_pullback(
                 ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.uplo, ctx.opts
             )
         return gA, None, None, None, None
@@ -202,7 +203,7 @@ class _MatrixFunctionJulia(torch.autograd.Function):
                 w, V = torch.linalg.eigh(A, UPLO=uplo)
             maps = _matrix_function_maps(ctx.fn, uplo, opts)
             return LinearInA.apply(A, dA, maps, False, w, V)
-        return _julia.matrix_function_pushforward(ctx.handles, ctx.f, dA, uplo, opts)
+        return jeigh.matrix_function_pushforward(ctx.handles, ctx.f, dA, uplo, opts)
 
 
 class _MatrixFunction(torch.autograd.Function):
@@ -363,7 +364,7 @@ def _user_matrix_function(
     """``V f(w) V^H`` for a user's ``f``, differentiable in ``A`` and in every
     tensor ``f`` uses (see ``_values.py`` and ``svd._user_svd_function``)."""
     if julia:
-        (w, V), on_julia = _julia.eigh_values(A, uplo)
+        (w, V), on_julia = jeigh.eigh_values(A, uplo)
     else:
         w, V = torch.linalg.eigh(A.detach(), UPLO=uplo)
     f, d = user.values(w)

@@ -10,7 +10,6 @@ import torch
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _julia
 from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
 from ._backend import resolve_backend
 from ._fns import (
@@ -36,6 +35,8 @@ from ._values import ValuesOp, apply_values
 from .common.defaults import degeneracy_tol, peek
 from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
+from .julia import _convert as jconvert
+from .julia import _svd as jsvd
 from .pullbacks.svd import (
     svd_function_pullback,
     svd_function_pushforward,
@@ -111,7 +112,7 @@ class _SVDJulia(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, full_matrices: bool, opts: Options) -> tuple:
-        (U, S, Vh), ctx.handles = _julia.svd(A, full_matrices)
+        (U, S, Vh), ctx.handles = jsvd.svd(A, full_matrices)
         ctx.opts, ctx.shape_dtype = opts, (A.shape, A.dtype)
         ctx.save_for_backward(U, S, Vh)
         ctx.save_for_forward(U, S, Vh)
@@ -130,7 +131,7 @@ class _SVDJulia(torch.autograd.Function):
         if gU is None and gS is None and gVh is None:
             return None, None, None
         check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as svd_pullback
-        gA = _julia.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
+        gA = jsvd.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
         return gA, None, None
 
     @staticmethod
@@ -140,8 +141,8 @@ class _SVDJulia(torch.autograd.Function):
             # the tangent will be differentiated: the native pushforward is the
             # same formula, and differentiable (as the backward under create_graph)
             tangents = svd_pushforward(U, S, Vh, dA, ctx.opts)
-            return tuple(map(_julia.in_layout_of, tangents, (U, S, Vh)))
-        return _julia.svd_pushforward(ctx.handles, dA, ctx.opts)
+            return tuple(map(jconvert.in_layout_of, tangents, (U, S, Vh)))
+        return jsvd.svd_pushforward(ctx.handles, dA, ctx.opts)
 
 
 class _SVDFunctionJulia(torch.autograd.Function):
@@ -154,7 +155,7 @@ class _SVDFunctionJulia(torch.autograd.Function):
         ctx.f, ctx.fn, ctx.opts, ctx.shape_dtype = f, fn, opts, (A.shape, A.dtype)
         # A spectrum outside f's domain is found by Julia; the native check,
         # run on Julia's singular values, reports it (native_check).
-        Y, S, ctx.handles = _julia.svd_function(
+        Y, S, ctx.handles = jsvd.svd_function(
             A, f, opts, native_check=lambda S: fn(S, opts)
         )
         fn(S, opts)  # the native checks: truncation inside a cluster
@@ -177,7 +178,7 @@ class _SVDFunctionJulia(torch.autograd.Function):
                 A, gY, _svd_function_maps(ctx.fn, ctx.opts), True, U, S, Vh
             )
         else:
-            gA = _julia.svd_function_pullback(
+            gA = jsvd.svd_function_pullback(
                 ctx.shape_dtype, ctx.handles, ctx.f, gY, ctx.opts
             )
         return gA, None, None, None
@@ -193,7 +194,7 @@ class _SVDFunctionJulia(torch.autograd.Function):
                 U, S, Vh = torch.linalg.svd(A, full_matrices=False)
             maps = _svd_function_maps(ctx.fn, ctx.opts)
             return LinearInA.apply(A, dA, maps, False, U, S, Vh)
-        return _julia.svd_function_pushforward(ctx.handles, ctx.f, dA, ctx.opts)
+        return jsvd.svd_function_pushforward(ctx.handles, ctx.f, dA, ctx.opts)
 
 
 class _SVDFunction(torch.autograd.Function):
@@ -601,7 +602,7 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
     # a forward-AD dual tensor does not require grad, but needs the tangent
     dual = torch.autograd.forward_ad.unpack_dual(A).tangent is not None
     if not (A.requires_grad or dual or is_functorch_wrapped_tensor(A)):
-        return _julia.svdvals(A) if julia else torch.linalg.svdvals(A)
+        return jsvd.svdvals(A) if julia else torch.linalg.svdvals(A)
     impl = _SVDJulia if julia else _SVD
     return apply(impl, A, False, options(op="svdvals"))[1]
 
@@ -736,7 +737,7 @@ def _user_svd_function(A: Tensor, user: UserFunction, opts: Options, julia: bool
     tensor ``f`` uses: ``f`` and ``f'`` evaluated on the (detached) spectrum,
     the values inputs of ``SpectralValues`` (see ``_values.py``)."""
     if julia:
-        (U, S, Vh), on_julia = _julia.svd_values(A)
+        (U, S, Vh), on_julia = jsvd.svd_values(A)
     else:
         U, S, Vh = torch.linalg.svd(A.detach(), full_matrices=False)
     _require_f_at_zero(user, S, opts)

@@ -27,10 +27,11 @@ import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import _julia
 from ._settings import Options
 from .exceptions import ConvergenceWarning, DerivativeError
 from .forward.topk import TopKConfig, eigh_topk, svd_topk
+from .julia import _eigh as jeigh
+from .julia import _svd as jsvd
 from .pullbacks.eigh import eigh_pullback, eigh_pushforward, fold_triangle
 from .pullbacks.eigh import hermitian_from_triangle as hermitian_tangent
 from .pullbacks.svd import svd_pullback, svd_pushforward
@@ -456,7 +457,7 @@ class SVDTopKJulia(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, A: Tensor, k: int, cfg: TopKConfig, opts: Options) -> tuple:
         settings = _julia_settings(k, cfg, opts)
-        out, values, ctx.handles = _julia.svd_topk(A, k, settings)
+        out, values, ctx.handles = jsvd.svd_topk(A, k, settings)
         ctx.k, ctx.cfg, ctx.opts = k, cfg, opts
         ctx.save_for_backward(A)
         ctx.save_for_forward(A)
@@ -470,7 +471,7 @@ class SVDTopKJulia(torch.autograd.Function):
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         with torch.no_grad():
-            gA = _julia.svd_trunc_pullback(
+            gA = jsvd.svd_trunc_pullback(
                 A, ctx.handles, gU, gS, gVh, ctx.opts, cfg.rtol, cfg.maxiter
             )
         return _first_order(gA, A), None, None, None
@@ -480,7 +481,7 @@ class SVDTopKJulia(torch.autograd.Function):
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         with torch.no_grad():
-            tangents = _julia.svd_trunc_pushforward(
+            tangents = jsvd.svd_trunc_pushforward(
                 A, ctx.handles, ctx.k, dA, ctx.opts, cfg.rtol, cfg.maxiter
             )
         # the block's values are a non-differentiable output: no tangent
@@ -504,7 +505,7 @@ class EighTopKJulia(torch.autograd.Function):
         opts: Options,
     ) -> tuple:
         settings = _julia_settings(k, cfg, opts)
-        out, values, ctx.handles = _julia.eigh_topk(A, k, uplo, largest, settings)
+        out, values, ctx.handles = jeigh.eigh_topk(A, k, uplo, largest, settings)
         ctx.k, ctx.largest, ctx.uplo = k, largest, uplo
         ctx.cfg, ctx.opts = cfg, opts
         ctx.save_for_backward(A)
@@ -520,7 +521,7 @@ class EighTopKJulia(torch.autograd.Function):
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         with torch.no_grad():
-            gA = _julia.eigh_trunc_pullback(
+            gA = jeigh.eigh_trunc_pullback(
                 A,
                 ctx.handles,
                 gw,
@@ -538,7 +539,7 @@ class EighTopKJulia(torch.autograd.Function):
         (A,) = ctx.saved_tensors
         cfg = ctx.cfg
         with torch.no_grad():
-            tangents = _julia.eigh_trunc_pushforward(
+            tangents = jeigh.eigh_trunc_pushforward(
                 A,
                 ctx.handles,
                 ctx.k,

@@ -36,11 +36,11 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from . import _julia
 from ._settings import Options
 from .common.defaults import peek
 from .forward.topk import TopKConfig, top_k_method
 from .forward.truncation import TruncationRule, truncation_rank
+from .julia import _svd as jsvd
 
 __all__ = [
     "TruncatedSVDResult",
@@ -188,7 +188,7 @@ def _ranks(
     op: str, x: Tensor, rule: TruncationRule, opts: Options, julia: bool
 ) -> Tensor:
     if julia:
-        return _julia.truncation_ranks(op, x, rule, opts.degeneracy_atol)
+        return jsvd.truncation_ranks(op, x, rule, opts.degeneracy_atol)
     return truncation_rank(x, rule, opts.degeneracy_atol)
 
 

@@ -1,6 +1,6 @@
-"""A numpy stand-in for pyspectral's Julia glue (``pyspectral/_glue.jl``).
+"""A numpy stand-in for pyspectral's Julia glue (``pyspectral/julia/glue.jl``).
 
-It sits behind the one seam of the bridge, ``pyspectral._julia.runtime``, and
+It sits behind the one seam of the bridge, ``pyspectral.julia._bridge.runtime``, and
 behaves like the real glue on Julia's side of the layout and of the memory
 crossing. A tensor arrives as the glue receives it, ``(address, code, dims...)``,
 and the stand-in's ``_wrap`` makes of it what the glue's ``wrap`` makes
@@ -52,7 +52,6 @@ import numpy as np
 import pytest
 import torch
 
-from pyspectral import _julia
 from pyspectral import topk as TK
 from pyspectral._fns import SpectralFn
 from pyspectral._settings import Options
@@ -67,6 +66,7 @@ from pyspectral.exceptions import (
 )
 from pyspectral.forward import topk as T
 from pyspectral.forward.truncation import TruncationRule, truncation_rank
+from pyspectral.julia import _bridge, _convert
 from pyspectral.pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
@@ -373,14 +373,14 @@ def _check_argument(name: str, x: Any) -> None:
         raise AssertionError(f"{name}: array of dtype {x.dtype} sent to Julia")
 
 
-# The glue's element type codes (its ELTYPES; pyspectral/_julia.py's _CODES).
-_CODES = {np.dtype(t): code for code, t in _julia._NUMPY.items()}
+# The glue's element type codes (its ELTYPES; pyspectral/julia/_convert.py's _CODES).
+_CODES = {np.dtype(t): code for code, t in _convert._NUMPY.items()}
 
 
 def _memory(address: int, code: int, dims: tuple[int, ...]) -> np.ndarray:
     """``unsafe_wrap(Array, Ptr{T}(address), dims)``: the column-major array
     over that memory (no copy; the caller keeps it alive)."""
-    return _julia._numpy((None, address, dims, code)).transpose()
+    return _convert._numpy((None, address, dims, code)).transpose()
 
 
 def _is_op(name: str) -> bool:
@@ -485,7 +485,7 @@ def _python_value(y: Any) -> Any:
 
 class FakeJulia:
     """The runtime seam (``probe``, ``start``, ``describe``) and, behind it,
-    the glue functions of ``_glue.jl`` with their exact argument conventions.
+    the glue functions of ``glue.jl`` with their exact argument conventions.
 
     ``probe_reason``/``start_error`` simulate Julia missing / failing to start.
     """
@@ -521,7 +521,7 @@ class FakeJulia:
         if self.start_error is not None:
             raise self.start_error
         glue = types.SimpleNamespace(logged=self.logged)
-        for name in _julia.GLUE_FUNCTIONS:
+        for name in _bridge.GLUE_FUNCTIONS:
             impl = getattr(self, name.replace("!", "_b"))
             setattr(glue, name, functools.partial(self._run, name, impl))
         return glue
@@ -1358,14 +1358,14 @@ def installed(fake: FakeJulia | None = None) -> Iterator[FakeJulia]:
     if device.type != "cpu":
         pytest.skip(f"the Julia backend runs on CPU tensors only (--device {device})")
     fake = FakeJulia() if fake is None else fake
-    with _julia._lock:
-        saved = _julia.runtime, dict(_julia._state)
-        _julia.runtime = fake
-        _julia.reset()
+    with _bridge._lock:
+        saved = _bridge.runtime, dict(_bridge._state)
+        _bridge.runtime = fake
+        _bridge.reset()
     try:
         yield fake
     finally:
-        with _julia._lock:
-            _julia.runtime = saved[0]
-            _julia._state.clear()
-            _julia._state.update(saved[1])
+        with _bridge._lock:
+            _bridge.runtime = saved[0]
+            _bridge._state.clear()
+            _bridge._state.update(saved[1])

@@ -1,7 +1,7 @@
 """A spy on every Julia call the bridge makes, for the tests that run against
 real Julia (tests/test_julia_backend.py).
 
-Every glue call goes through one seam, ``pyspectral._julia._state["enter"]``
+Every glue call goes through one seam, ``pyspectral.julia._bridge._state["enter"]``
 (the glue's ``logged``, resolved once when Julia starts: the bridge keeps the
 glue functions themselves, so replacing glue names later would change
 nothing). :func:`install` puts a Julia function there that records what Julia
@@ -114,7 +114,8 @@ class Spy:
         if not calls and not allow_none:
             raise SpySawNothing(
                 "the spy recorded no Julia call: it is not on the path the bridge "
-                "takes (pyspectral._julia._state['enter']), so nothing was checked"
+                "takes (pyspectral.julia._bridge._state['enter']), so nothing was "
+                "checked"
             )
         return calls
 

@@ -1,7 +1,7 @@
 """The benchmarks and ``python -m pyspectral bench``: the command line reaches
 every benchmark, rows are printed as they are measured, the Julia benchmark
 skips cleanly where Julia is absent; and the opt-in MKL for Julia
-(PYSPECTRAL_JULIA_BLAS in pyspectral/_julia.py): finding libmkl_rt, parsing
+(PYSPECTRAL_JULIA_BLAS in pyspectral/julia/_blas.py): finding libmkl_rt, parsing
 the setting, warning when it cannot be honoured. No timing is asserted: the
 numbers are whatever the machine gives.
 """
@@ -29,7 +29,7 @@ import torch
 from _fake_julia import FakeJulia, installed
 
 import pyspectral.__main__ as cli
-from pyspectral import _julia
+from pyspectral.julia import _blas, _bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
@@ -42,7 +42,7 @@ import bench_overhead  # noqa: E402
 import bench_trg  # noqa: E402
 import bench_truncation  # noqa: E402
 
-JULIA_USABLE, JULIA_WHY = _julia.status()
+JULIA_USABLE, JULIA_WHY = _bridge.status()
 needs_no_julia = pytest.mark.skipif(
     JULIA_USABLE,
     reason="Julia is usable here, so this command would run the Julia benchmark "
@@ -513,8 +513,8 @@ def test_bench_julia_gradient_check_catches_a_wrong_timing_loop():
 
 
 def test_bench_julia_mkl_skips_when_the_mkl_wheel_is_missing(monkeypatch):
-    monkeypatch.setenv(_julia.BLAS_ENV, "default")  # restored after the test
-    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: None)
+    monkeypatch.setenv(_blas.BLAS_ENV, "default")  # restored after the test
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
     with installed() as fake:
         status, out = run_bench_julia("--blas", "mkl", "--quick")
     assert status == 0
@@ -535,7 +535,7 @@ def test_torch_blas_names_torchs_blas():
 
 
 @pytest.mark.parametrize(
-    "source", [_julia.BLAS_JL, bench_julia.JULIA_TIMERS], ids=["blas", "timers"]
+    "source", [_blas.BLAS_JL, bench_julia.JULIA_TIMERS], ids=["blas", "timers"]
 )
 def test_julia_sources_in_python_parse(source):
     ts = pytest.importorskip("tree_sitter")
@@ -646,7 +646,7 @@ def test_bench_julia_runs_for_real():
     ],
 )
 def test_mkl_rt_names(name, match):
-    assert bool(_julia._MKL_RT.match(name)) is match
+    assert bool(_blas._MKL_RT.match(name)) is match
 
 
 @pytest.mark.parametrize(
@@ -664,10 +664,10 @@ def test_mkl_rt_names(name, match):
 )
 def test_requested_blas(value, wanted, monkeypatch):
     if value is None:
-        monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+        monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
     else:
-        monkeypatch.setenv(_julia.BLAS_ENV, value)
-    assert _julia.requested_blas() == wanted
+        monkeypatch.setenv(_blas.BLAS_ENV, value)
+    assert _blas.requested_blas() == wanted
 
 
 def mkl_wheel(tmp_path: Path, files: bool = True) -> tuple[Path, Path]:
@@ -703,14 +703,14 @@ def empty_prefix(tmp_path, monkeypatch):
 def test_find_mkl_rt_in_the_installed_wheels_files(tmp_path, monkeypatch, empty_prefix):
     site, library = mkl_wheel(tmp_path)
     monkeypatch.syspath_prepend(str(site))
-    assert _julia.find_mkl_rt() == library.resolve()
+    assert _blas.find_mkl_rt() == library.resolve()
 
 
 def test_find_mkl_rt_in_the_prefix_lib(tmp_path, monkeypatch, empty_prefix):
     site, _ = mkl_wheel(tmp_path, files=False)  # RECORD lists a missing file
     monkeypatch.syspath_prepend(str(site))
     (empty_prefix / "lib" / "libmkl_rt.so.2").write_bytes(b"")
-    assert _julia.find_mkl_rt() == (empty_prefix / "lib" / "libmkl_rt.so.2").resolve()
+    assert _blas.find_mkl_rt() == (empty_prefix / "lib" / "libmkl_rt.so.2").resolve()
 
 
 def test_find_mkl_rt_finds_none(monkeypatch, empty_prefix):
@@ -718,26 +718,26 @@ def test_find_mkl_rt_finds_none(monkeypatch, empty_prefix):
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "files", not_installed)
-    assert _julia.find_mkl_rt() is None
+    assert _blas.find_mkl_rt() is None
 
 
 def test_blas_choice(tmp_path, monkeypatch):
     library = tmp_path / "libmkl_rt.so.3"
     library.write_bytes(b"")
-    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: library)
-    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
-    assert _julia.blas_choice() == (library, None)
-    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
-    assert _julia.blas_choice() == (library.resolve(), None)
-    monkeypatch.setenv(_julia.BLAS_ENV, str(tmp_path / "missing.so"))
-    path, problem = _julia.blas_choice()
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: library)
+    monkeypatch.setenv(_blas.BLAS_ENV, "mkl")
+    assert _blas.blas_choice() == (library, None)
+    monkeypatch.setenv(_blas.BLAS_ENV, str(library))
+    assert _blas.blas_choice() == (library.resolve(), None)
+    monkeypatch.setenv(_blas.BLAS_ENV, str(tmp_path / "missing.so"))
+    path, problem = _blas.blas_choice()
     assert path is None and "missing.so: no such file" in problem
-    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: None)
-    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
-    path, problem = _julia.blas_choice()
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
+    monkeypatch.setenv(_blas.BLAS_ENV, "mkl")
+    path, problem = _blas.blas_choice()
     assert path is None and "`pip install mkl`" in problem
-    monkeypatch.setenv(_julia.BLAS_ENV, "default")
-    assert _julia.blas_choice() == (None, None)
+    monkeypatch.setenv(_blas.BLAS_ENV, "default")
+    assert _blas.blas_choice() == (None, None)
 
 
 # ------------------------------------- Julia's BLAS: what happens at start
@@ -776,37 +776,37 @@ class StandInMain:
 
 
 def test_start_blas_by_default_forwards_nothing(monkeypatch):
-    monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+    monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
     jl = StandInMain()
-    assert _julia.start_blas(jl) == "libfoo.so (ilp64)"
-    assert jl.evaluated == [_julia.BLAS_JL.strip()] and jl.forwarded == []
+    assert _blas.start_blas(jl) == "libfoo.so (ilp64)"
+    assert jl.evaluated == [_blas.BLAS_JL.strip()] and jl.forwarded == []
 
 
 def test_start_blas_forwards_to_the_mkl_wheel(tmp_path, monkeypatch):
     library = tmp_path / "libmkl_rt.so.3"
     library.write_bytes(b"")
-    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: library)
-    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: library)
+    monkeypatch.setenv(_blas.BLAS_ENV, "mkl")
     jl = StandInMain()
-    _julia.start_blas(jl)
+    _blas.start_blas(jl)
     assert jl.forwarded == [("mkl", str(library))]
 
 
 def test_start_blas_forwards_to_a_library_path(tmp_path, monkeypatch):
     library = tmp_path / "libblis.so.4"
     library.write_bytes(b"")
-    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
+    monkeypatch.setenv(_blas.BLAS_ENV, str(library))
     jl = StandInMain()
-    _julia.start_blas(jl)
+    _blas.start_blas(jl)
     assert jl.forwarded == [("generic", str(library.resolve()))]
 
 
 def test_start_blas_warns_when_mkl_is_missing(monkeypatch):
-    monkeypatch.setattr(_julia, "find_mkl_rt", lambda: None)
-    monkeypatch.setenv(_julia.BLAS_ENV, "mkl")
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
+    monkeypatch.setenv(_blas.BLAS_ENV, "mkl")
     jl = StandInMain()
     with pytest.warns(RuntimeWarning, match=r"pip install mkl.*default BLAS"):
-        assert _julia.start_blas(jl) == "libfoo.so (ilp64)"
+        assert _blas.start_blas(jl) == "libfoo.so (ilp64)"
     assert jl.forwarded == []
 
 
@@ -823,33 +823,33 @@ def test_start_blas_warns_when_julia_cannot_use_the_library(
 ):
     library = tmp_path / "libmkl_rt.so.2"
     library.write_bytes(b"")
-    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
+    monkeypatch.setenv(_blas.BLAS_ENV, str(library))
     with pytest.warns(RuntimeWarning, match=message):
-        _julia.start_blas(jl)
+        _blas.start_blas(jl)
     assert jl.forwarded == [("mkl", str(library.resolve()))]  # by its name
 
 
 def test_start_blas_never_keeps_julia_from_starting(tmp_path, monkeypatch):
-    monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+    monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
     jl = StandInMain(seval_error=RuntimeError("UndefVarError"))
-    assert _julia.start_blas(jl) == "unknown (RuntimeError while asking Julia)"
+    assert _blas.start_blas(jl) == "unknown (RuntimeError while asking Julia)"
     library = tmp_path / "libmkl_rt.so.2"
     library.write_bytes(b"")
-    monkeypatch.setenv(_julia.BLAS_ENV, str(library))
+    monkeypatch.setenv(_blas.BLAS_ENV, str(library))
     with pytest.warns(RuntimeWarning, match=r"cannot forward Julia's BLAS"):
-        _julia.start_blas(jl)
+        _blas.start_blas(jl)
 
 
 def test_info_shows_julias_blas_once_julia_has_started(monkeypatch):
-    monkeypatch.delenv(_julia.BLAS_ENV, raising=False)
+    monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
     fake = FakeJulia()
     fake.blas = "libmkl_rt.so.3 (ilp64), libmkl_rt.so.3 (lp64)"
     with installed(fake):
-        assert _julia.julia_blas() is None
+        assert _bridge.julia_blas() is None
         before = io.StringIO()
         with contextlib.redirect_stdout(before):
             cli.info()
-        _julia.glue()
+        _bridge.glue()
         after = io.StringIO()
         with contextlib.redirect_stdout(after):
             cli.info()
@@ -864,26 +864,26 @@ def test_info_shows_julias_blas_once_julia_has_started(monkeypatch):
 
 @needs_julia
 def test_julia_reports_its_blas_once_started():
-    _julia.glue()
-    blas = _julia.julia_blas()
+    _bridge.glue()
+    blas = _bridge.julia_blas()
     assert blas and ("(ilp64)" in blas or "(lp64)" in blas), blas
 
 
 @needs_julia
 def test_julia_uses_the_mkl_wheel_when_asked(tmp_path):
-    if _julia.find_mkl_rt() is None:
+    if _blas.find_mkl_rt() is None:
         pytest.skip("the mkl wheel is not installed here (pip install mkl)")
     code = (
         "import warnings, torch, pyspectral as ps\n"
-        "from pyspectral import _julia\n"
+        "from pyspectral.julia import _bridge\n"
         "warnings.simplefilter('error')\n"
         "A = torch.randn(40, 30, dtype=torch.float64)\n"
         "U, S, Vh = ps.svd(A, backend='julia')\n"
         "assert torch.allclose((U * S) @ Vh, A, atol=1e-10)\n"
-        "print(_julia.julia_blas())\n"
+        "print(_bridge.julia_blas())\n"
     )
     env = child_env()
-    env[_julia.BLAS_ENV] = "mkl"
+    env[_blas.BLAS_ENV] = "mkl"
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env
     )

@@ -17,7 +17,8 @@ import torch
 from _fake_julia import installed
 
 import pyspectral as ps
-from pyspectral import _backend, _julia
+from pyspectral import _backend
+from pyspectral.julia import _bridge
 
 A = torch.randn(4, 3, dtype=torch.float64)
 H = torch.eye(3, dtype=torch.float64)
@@ -34,7 +35,7 @@ SQUARE_OPS = ["eigh", "eigvalsh", "matrix_function"]
 
 def julia_starts() -> int:
     """How often the stand-in Julia has started (0 on the native backend)."""
-    return getattr(_julia.runtime, "starts", 0)
+    return getattr(_bridge.runtime, "starts", 0)
 
 
 def raises(error, match):

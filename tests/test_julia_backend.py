@@ -31,11 +31,11 @@ from _spectra import fd_grad, hermitian, hermitian_with_spectrum, randn, spd
 from _spy import JArray, data_calls
 
 import pyspectral as ps
-from pyspectral import _julia
 from pyspectral._settings import options
 from pyspectral.exceptions import DomainError, JuliaError
+from pyspectral.julia import _bridge, _convert, _svd
 
-_OK, _WHY = _julia.status()  # the real runtime, probed once (never starts Julia)
+_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
 pytestmark = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
@@ -79,7 +79,7 @@ def both(loss, A, **kw):
 
 
 def jl():
-    _julia.glue()
+    _bridge.glue()
     return sys.modules["juliacall"].Main
 
 
@@ -421,20 +421,20 @@ def test_glue_pullback_returns_its_gauge_records():
     element, (op, measured, tol), nothing when not asked to measure, nothing
     for an invariant cotangent."""
     A = with_spectrum(5, 3, (3.0, 1.0, 1.0)).expand(2, 5, 3).contiguous()
-    (U, S, Vh), handles = _julia.svd(A, False)
+    (U, S, Vh), handles = _svd.svd(A, False)
     gU = torch.zeros_like(U)
     gU[..., 1] = 1.0  # the second left vector: inside the cluster
 
     def records(gU, measure):
         gA, keep = torch.zeros_like(A), []
-        return _julia.call(
+        return _bridge.call(
             "svd",
             "svd_pullback_batched!",
-            _julia.to_julia(gA, keep),
+            _convert.to_julia(gA, keep),
             *handles,
             None,
             None,
-            _julia.to_julia(gU, keep),
+            _convert.to_julia(gU, keep),
             None,
             None,
             measure,
@@ -492,7 +492,7 @@ def test_julia_errors_carry_the_julia_message():
 
 @pytest.fixture
 def spy(monkeypatch: pytest.MonkeyPatch) -> _spy.Spy:
-    return _spy.install(monkeypatch, jl(), _julia)
+    return _spy.install(monkeypatch, jl(), _bridge)
 
 
 def julia_size(X: torch.Tensor) -> tuple[int, ...]:
@@ -614,9 +614,9 @@ def test_julia_writes_into_the_gradient_buffer(dtype):
     """The buffer pyspectral allocates is the one Julia fills: had Julia
     written into a copy, it would still be zero."""
     A = randn(2, 5, 3, dtype=dtype)
-    (U, S, Vh), handles = _julia.svd(A, False)
+    (U, S, Vh), handles = _svd.svd(A, False)
     gS = torch.rand(2, 3, dtype=S.dtype)
-    gA = _julia.svd_pullback((A.shape, A.dtype), handles, None, gS, None, options())
+    gA = _svd.svd_pullback((A.shape, A.dtype), handles, None, gS, None, options())
     torch.testing.assert_close(
         gA, (U * gS.unsqueeze(-2).to(dtype)) @ Vh, atol=1e-12, rtol=0
     )
@@ -773,7 +773,7 @@ def test_backward_from_a_worker_thread(spy):
     """The pullbacks run in Julia on a thread that did not start Julia (a new
     one), entered through the bridge's foreign-thread path: GC paused during
     the call. The gradient matches the native backend's."""
-    _julia.glue()  # Julia runs (started by this or an earlier thread)
+    _bridge.glue()  # Julia runs (started by this or an earlier thread)
     main = threading.get_ident()
     A = randn(2, 5, 3, dtype=torch.complex128).requires_grad_(True)
 

@@ -1,7 +1,7 @@
-"""The Julia bridge (pyspectral/_julia.py, julia.py and the backend dispatch),
-with the Julia runtime replaced at its one seam by a numpy stand-in
-(tests/_fake_julia.py) that receives what Julia would receive: column-major
-transposes of the batch. Runs everywhere; needs no Julia.
+"""The Julia bridge (pyspectral/julia/: the bridge, its ops, the public API;
+and the backend dispatch), with the Julia runtime replaced at its one seam by a
+numpy stand-in (tests/_fake_julia.py) that receives what Julia would receive:
+column-major transposes of the batch. Runs everywhere; needs no Julia.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from _spectra import (
 )
 
 import pyspectral as ps
-from pyspectral import _backend, _julia
+from pyspectral import _backend
 from pyspectral._settings import options
 from pyspectral.common.defaults import eps
 from pyspectral.common.gauge import apply_gauge_records, gauge_message
@@ -46,6 +46,7 @@ from pyspectral.exceptions import (
     InputTypeError,
     JuliaError,
 )
+from pyspectral.julia import _blas, _bridge, _convert, _events, _probe, _svd
 
 DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 SHAPES = [(5, 3), (3, 5), (4, 4)]
@@ -102,7 +103,7 @@ def test_svd_matches_torch_linalg(fake, dtype, shape, batch):
 def test_svd_roles_are_swapped_exactly(fake, dtype, shape):
     """U is Julia's Vt transposed (not conjugated), Vh is Julia's U transposed."""
     A = randn(2, *shape, dtype=dtype)
-    (U, S, Vh), (Uj, Sj, Vtj) = _julia.svd(A, False)
+    (U, S, Vh), (Uj, Sj, Vtj) = _svd.svd(A, False)
     for b in range(2):
         assert torch.equal(U[b], torch.from_numpy(Vtj[:, :, b]).T)
         assert torch.equal(Vh[b], torch.from_numpy(Uj[:, :, b]).T)
@@ -683,8 +684,8 @@ def test_zero_copy_gradient_buffers(fake, name, run):
 
 def test_gradient_buffer_shared_at_bridge_level(fake):
     A = randn(2, 5, 3)
-    (U, S, Vh), handles = _julia.svd(A, False)
-    gA = _julia.svd_pullback(
+    (U, S, Vh), handles = _svd.svd(A, False)
+    gA = _svd.svd_pullback(
         (A.shape, A.dtype), handles, None, torch.ones_like(S), None, options()
     )
     (call,) = fake.calls_to("svd_pullback_batched!")
@@ -743,7 +744,7 @@ def test_batch_mapping(fake, batch, B):
     # the memory the bridge hands to Julia, read as Julia reads it
     # (unsafe_wrap: column-major), indexes the transposes
     keep: list = []
-    Aj = fake._wrap(_julia.to_julia(A, keep))
+    Aj = fake._wrap(_convert.to_julia(A, keep))
     # the tensor's own memory, kept until the call returns
     assert keep[0].data_ptr() == A.data_ptr() == pointer(Aj)
     flat = A.reshape(B, 5, 3)
@@ -754,7 +755,7 @@ def test_batch_mapping(fake, batch, B):
 def julia_result(a: np.ndarray) -> tuple:
     """What the glue's ``out`` returns for a Julia array (here a numpy one)."""
     a = np.asfortranarray(a)
-    code = {np.dtype(t): c for c, t in _julia._NUMPY.items()}[a.dtype]
+    code = {np.dtype(t): c for c, t in _convert._NUMPY.items()}[a.dtype]
     return a, pointer(a), a.shape, code
 
 
@@ -763,22 +764,22 @@ def test_vector_and_matrix_conversions(fake):
     (column-major dims) and a Julia result wrapped for torch."""
     t = randn(2, 3, 4)
     keep: list = []
-    spec = _julia.to_julia_vectors(t, keep)
+    spec = _convert.to_julia_vectors(t, keep)
     assert spec == (t.data_ptr(), 2, 4, 6) and keep[0].data_ptr() == t.data_ptr()
     v = fake._wrap(spec)
     assert v.shape == (4, 6) and pointer(v) == t.data_ptr()
     result = julia_result(v.copy(order="F"))
-    back = _julia.from_julia_vectors(result, (2, 3))
+    back = _convert.from_julia_vectors(result, (2, 3))
     assert torch.equal(back, t) and back.data_ptr() == pointer(result[0])
     M = randn(2, 3, 4)
-    Mj = fake._wrap(_julia.to_julia_matrices(M, keep))
+    Mj = fake._wrap(_convert.to_julia_matrices(M, keep))
     assert Mj.shape == (3, 4, 2) and Mj.flags.f_contiguous
     result = julia_result(Mj.copy(order="F"))
-    assert torch.equal(_julia.julia_matrices(result), M)
-    assert _julia.julia_matrices(result).data_ptr() == pointer(result[0])
+    assert torch.equal(_convert.julia_matrices(result), M)
+    assert _convert.julia_matrices(result).data_ptr() == pointer(result[0])
     # complex, and a lazily conjugated tensor: resolved (a copy), then kept
     Z = randn(2, 3, dtype=torch.complex128).conj()
-    spec = _julia.to_julia(Z, keep)
+    spec = _convert.to_julia(Z, keep)
     assert spec[1] == 4 and keep[-1].data_ptr() == spec[0] != Z.data_ptr()
     assert np.array_equal(fake._wrap(spec)[:, :, 0], Z.resolve_conj().numpy().T)
 
@@ -793,7 +794,7 @@ def test_results_keep_julias_array_alive(fake):
     a = np.asfortranarray(np.arange(6.0).reshape(2, 3))  # Julia's k x B = 2 x 3
     expected = torch.from_numpy(a.T.copy())  # as (B, k)
     ref = weakref.ref(a)
-    t = _julia.from_julia_vectors(julia_result(a), (3,))
+    t = _convert.from_julia_vectors(julia_result(a), (3,))
     del a
     gc.collect()
     assert ref() is not None  # still alive: the tensor holds it
@@ -845,7 +846,7 @@ def test_non_julia_exceptions_propagate_unchanged(fake):
     with pytest.raises(ValueError) as info:
         ps.eigh(hermitian(3, 3), backend="julia")
     assert info.value is err
-    assert _julia.status()[0]  # still usable
+    assert _bridge.status()[0]  # still usable
     ps.eigh(hermitian(3, 3), backend="julia")
 
 
@@ -956,20 +957,20 @@ def test_the_spy_parses_as_one_julia_module():
 
 
 def test_every_glue_call_passes_the_spied_entry(fake, monkeypatch):
-    """The spy sits on ``_julia._state["enter"]``: every glue call, forward and
+    """The spy sits on ``_bridge._state["enter"]``: every glue call, forward and
     pullback alike, passes there. (The bridge resolves its glue functions once,
     when Julia starts, so a spy replacing glue names afterwards would see
-    nothing; the old one replaced ``_julia.call``, which the gauge-checking
+    nothing; the old one replaced ``_bridge.call``, which the gauge-checking
     pullbacks did not go through either.)"""
     ps.svd(randn(3, 3), backend="julia")  # the stand-in starts
     seen: list[str] = []
-    enter = _julia._state["enter"]
+    enter = _bridge._state["enter"]
 
     def spying(f, *args):
         seen.append(f.args[0])  # the stand-in's glue: partial(_run, name, impl)
         return enter(f, *args)
 
-    monkeypatch.setitem(_julia._state, "enter", spying)
+    monkeypatch.setitem(_bridge._state, "enter", spying)
     A = randn(2, 5, 3).requires_grad_(True)
     svd_loss(A, "julia").backward()
     H = hermitian(2, 4, 4).requires_grad_(True)
@@ -991,35 +992,35 @@ def test_every_glue_call_passes_the_spied_entry(fake, monkeypatch):
 
 def test_the_glue_defines_every_function_the_bridge_resolves():
     """What the bridge resolves when Julia starts (GLUE_FUNCTIONS) is defined
-    in _glue.jl, and the element type codes agree on both sides."""
-    glue = _julia.GLUE.read_text()
+    in glue.jl, and the element type codes agree on both sides."""
+    glue = _bridge.GLUE.read_text()
     defined = set(re.findall(r"^function (\w+!?)\(", glue, re.M))
     defined |= set(re.findall(r"^(\w+!?)\([^\n]*\) =", glue, re.M))
-    assert set(_julia.GLUE_FUNCTIONS) <= defined, sorted(
-        set(_julia.GLUE_FUNCTIONS) - defined
+    assert set(_bridge.GLUE_FUNCTIONS) <= defined, sorted(
+        set(_bridge.GLUE_FUNCTIONS) - defined
     )
     assert "function logged(f, args...)" in glue  # positional only: no kwargs
     (eltypes,) = re.findall(r"^const ELTYPES = \((.*)\)$", glue, re.M)
     julia = [t.strip() for t in eltypes.split(",")]
     assert julia == ["Float32", "Float64", "ComplexF32", "ComplexF64"]
     torch_order = [torch.float32, torch.float64, torch.complex64, torch.complex128]
-    assert [_julia._CODES[t] for t in torch_order] == [1, 2, 3, 4]
+    assert [_convert._CODES[t] for t in torch_order] == [1, 2, 3, 4]
 
 
 def glue_parameters(glue: str, name: str) -> list[str]:
     """The positional parameters of glue function ``name`` (its one method
-    called from Python), read from _glue.jl."""
+    called from Python), read from glue.jl."""
     pattern = rf"^(?:function )?{re.escape(name)}\(([^)]*)\)"
     (params,) = re.findall(pattern, glue, re.M)
     return [p.split("::")[0].strip() for p in params.split(";")[0].split(",")]
 
 
-@pytest.mark.parametrize("name", [n for n in _julia.GLUE_FUNCTIONS if "batched" in n])
+@pytest.mark.parametrize("name", [n for n in _bridge.GLUE_FUNCTIONS if "batched" in n])
 def test_the_stand_in_takes_the_glues_arguments(name):
     """Each built-in op of the stand-in has the glue function's positional
     parameters (the bridge is tested against the stand-in; the glue cannot run
     here), one by one, Python's ASCII names for Julia's Greek ones."""
-    glue = glue_parameters(_julia.GLUE.read_text(), name)
+    glue = glue_parameters(_bridge.GLUE.read_text(), name)
     impl = getattr(FakeJulia, name.replace("!", "_b"))
     fake = list(inspect.signature(impl).parameters)[1:]
     ascii = {"Δ": "d", "λ": "w"}
@@ -1035,7 +1036,7 @@ def test_a_stray_numpy_array_fails_the_stand_in(fake):
     Julia's linear algebra runs its generic (non-BLAS) code."""
     ps.svd(randn(3, 3), backend="julia")
     with pytest.raises(AssertionError, match="PyArray"):
-        _julia.call("svd", "svd_batched", np.ones((3, 3, 1), order="F"), False)
+        _bridge.call("svd", "svd_batched", np.ones((3, 3, 1), order="F"), False)
 
 
 def test_eigh_gauge_warning(fake):
@@ -1149,7 +1150,7 @@ def test_backward_from_a_worker_thread(fake):
 
 def test_julia_started_from_a_worker_thread(fake):
     _, ident = run_in_thread(lambda: ps.svd(randn(3, 3), backend="julia"))
-    assert _julia._state["owner"].ident == ident
+    assert _bridge._state["owner"].ident == ident
     ps.svd(randn(3, 3), backend="julia")  # now the main thread is the foreign one
     assert not fake.calls_to("svd_batched")[-1].gc_enabled and fake.gc_on
 
@@ -1188,9 +1189,9 @@ def test_the_lock_is_held_during_a_call(fake):
     original = fake.svdvals_batched
 
     def try_lock():
-        got = _julia._lock.acquire(blocking=False)
+        got = _bridge._lock.acquire(blocking=False)
         if got:
-            _julia._lock.release()
+            _bridge._lock.release()
         held.append(got)
 
     def svdvals_batched(At):
@@ -1222,7 +1223,7 @@ def test_auto_is_native_even_with_julia_installed(fake):
     for backend in ("auto", "torch"):
         assert _backend.resolve_backend("svd", backend, A) == "torch"
     assert fake.starts == 0 and fake.probes == 0 and fake.calls == []
-    assert _julia.status() == (True, "installed (not started yet)")  # installed
+    assert _bridge.status() == (True, "installed (not started yet)")  # installed
     assert _backend.resolve_backend("svd", "julia", A) == "julia" and fake.starts == 1
 
 
@@ -1262,7 +1263,7 @@ def test_non_cpu_tensors(fake):
     with pytest.raises(BackendError, match="CPU tensors only.*meta.*backend='torch'"):
         _backend.resolve_backend("svd", "julia", A)
     with pytest.raises(BackendError, match="CPU tensors only"):
-        _julia.check_tensor("svd", A)
+        _convert.check_tensor("svd", A)
     assert fake.starts == 0  # refused before starting Julia
 
 
@@ -1291,7 +1292,7 @@ def test_julia_not_installed():
         with pytest.raises(BackendError, match="Julia is not installed here"):
             ps.julia.function("logdet")
         assert time.perf_counter() - t0 < 0.5
-        assert _julia.status() == (False, "Julia is not installed here")
+        assert _bridge.status() == (False, "Julia is not installed here")
         assert fake.starts == 0 and fake.probes == 1  # probed once per process
 
 
@@ -1304,7 +1305,7 @@ def test_julia_fails_to_start():
         assert "python -m pyspectral install-julia" in str(info.value)
         assert "PYTHON_JULIAPKG_EXE" in str(info.value)
         assert info.value.__cause__ is err
-        ok, why = _julia.status()
+        ok, why = _bridge.status()
         assert not ok and why.startswith("Julia failed to start: juliapkg")
         ps.svd(A)  # auto falls back without retrying
         with pytest.raises(BackendError, match="could not resolve"):
@@ -1313,9 +1314,9 @@ def test_julia_fails_to_start():
 
 
 def test_status_when_loaded(fake):
-    assert _julia.status() == (True, "installed (not started yet)")
+    assert _bridge.status() == (True, "installed (not started yet)")
     ps.svd(randn(3, 3), backend="julia")
-    assert _julia.status() == (True, "Julia backend loaded")
+    assert _bridge.status() == (True, "Julia backend loaded")
 
 
 # ---------------------------------------------------- ps.julia.function
@@ -1487,11 +1488,11 @@ def test_import_does_not_import_juliacall():
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
 
 
-@pytest.mark.skipif(_julia.status()[0], reason="Julia is installed here")
+@pytest.mark.skipif(_bridge.status()[0], reason="Julia is installed here")
 def test_backend_julia_without_julia_raises_quickly():
-    with _julia._lock:
-        saved = dict(_julia._state)
-        _julia.reset()
+    with _bridge._lock:
+        saved = dict(_bridge._state)
+        _bridge.reset()
     try:
         t0 = time.perf_counter()
         with pytest.raises(BackendError) as info:
@@ -1500,12 +1501,12 @@ def test_backend_julia_without_julia_raises_quickly():
         assert elapsed < 5, f"took {elapsed:.1f} s"
         assert "python -m pyspectral install-julia" in str(info.value)
         assert "PYTHON_JULIAPKG_EXE" in str(info.value)
-        assert "juliacall" not in sys.modules or _julia.status()[0]
+        assert "juliacall" not in sys.modules or _bridge.status()[0]
         # auto quietly uses the native backend
         ps.svd(randn(3, 3))
     finally:
-        with _julia._lock:
-            _julia._state.update(saved)
+        with _bridge._lock:
+            _bridge._state.update(saved)
 
 
 def test_gauge_records_belong_to_their_own_call(fake):
@@ -1589,7 +1590,7 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
 
     resolved = []
     monkeypatch.setattr(juliapkg, "resolve", lambda: resolved.append(True))
-    rt = _julia.JuliaRuntime()
+    rt = _bridge.JuliaRuntime()
     try:
         with warnings.catch_warnings(record=True) as record:
             warnings.simplefilter("always")
@@ -1602,8 +1603,8 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         jc = sys.modules["juliacall"]
         assert glue is jc.Main.PySpectralGlue
         # Julia's BLAS is set up (start_blas) before any package loads.
-        assert jc.Main.evals == [_julia.BLAS_JL.strip(), "using PySpectral"]
-        assert jc.Main.includes == [str(_julia.GLUE)]
+        assert jc.Main.evals == [_blas.BLAS_JL.strip(), "using PySpectral"]
+        assert jc.Main.includes == [str(_bridge.GLUE)]
         assert os.environ["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
         err = jc.JuliaError("DomainError", "DomainError with -1.0: log")
         assert rt.describe(err) == ("domain", "DomainError: Julia's message", None)
@@ -1715,7 +1716,7 @@ def juliapkg_env(tmp_path, monkeypatch):
         juliapkg.state.reset_state()
         return juliapkg
 
-    with installed(_julia.JuliaRuntime()):
+    with installed(_bridge.JuliaRuntime()):
         yield configure
     monkeypatch.undo()
     juliapkg.state.reset_state()
@@ -1738,8 +1739,8 @@ def test_probe_offline_with_an_executable_and_a_project(juliapkg_env, tmp_path):
         EXE=fake_julia(tmp_path / "bin"), OFFLINE="yes", PROJECT=str(project)
     )
     assert not jp.deps.can_skip_resolve()  # what the old probe asked
-    assert _julia.runtime.probe() is None
-    assert _julia.status() == (True, "installed (not started yet)")
+    assert _bridge.runtime.probe() is None
+    assert _bridge.status() == (True, "installed (not started yet)")
     from pyspectral.__main__ import info
 
     out = io.StringIO()
@@ -1769,7 +1770,7 @@ def test_offline_resolve_writes_the_state_the_probe_then_uses(
     jp = juliapkg_env(EXE=exe, OFFLINE="yes", PROJECT=str(project))  # a new process
     monkeypatch.setattr(sys, "path", [str(site)])
     assert jp.deps.can_skip_resolve()
-    assert _julia.juliapkg_reason(jp) is None
+    assert _probe.juliapkg_reason(jp) is None
 
 
 @pytest.mark.parametrize(
@@ -1800,9 +1801,9 @@ def test_probe_says_why_not(juliapkg_env, tmp_path, setting, reason):
     (tmp_path / "not-julia").write_text("#!/bin/sh\necho hello\n")
     (tmp_path / "not-julia").chmod(0o755)
     juliapkg_env(**{key: paths.get(value, value) for key, value in setting.items()})
-    why = _julia.runtime.probe()
+    why = _bridge.runtime.probe()
     assert why is not None and re.search(reason, why), why
-    ok, status = _julia.status()
+    ok, status = _bridge.status()
     assert not ok and status == why
 
 
@@ -1813,7 +1814,7 @@ def test_probe_offline_finds_julia_on_the_path(juliapkg_env, tmp_path, monkeypat
     monkeypatch.setenv("PATH", str(tmp_path / "bin"))
     fake_julia(tmp_path / "bin")
     juliapkg_env(OFFLINE="yes", PROJECT=str(tmp_path / "env"))
-    assert _julia.runtime.probe() is None
+    assert _bridge.runtime.probe() is None
 
 
 def test_probe_with_a_matching_state_file(juliapkg_env, monkeypatch):
@@ -1821,9 +1822,9 @@ def test_probe_with_a_matching_state_file(juliapkg_env, monkeypatch):
     (its state file matches), and not otherwise."""
     jp = juliapkg_env()
     monkeypatch.setattr(jp.deps, "can_skip_resolve", lambda: {"meta_version": 8})
-    assert _julia.runtime.probe() is None
+    assert _bridge.runtime.probe() is None
     monkeypatch.setattr(jp.deps, "can_skip_resolve", lambda: False)
-    assert "not installed yet" in _julia.runtime.probe()
+    assert "not installed yet" in _bridge.runtime.probe()
 
 
 def test_probe_without_juliacall(monkeypatch):
@@ -1834,9 +1835,9 @@ def test_probe_without_juliacall(monkeypatch):
         lambda name, *a: None if name == "juliacall" else find_spec(name, *a),
     )
     if "juliacall" in sys.modules:
-        assert _julia.JuliaRuntime().probe() is None  # loaded: nothing to find
+        assert _bridge.JuliaRuntime().probe() is None  # loaded: nothing to find
     else:
-        why = _julia.JuliaRuntime().probe()
+        why = _bridge.JuliaRuntime().probe()
         assert why.startswith("juliacall is not installed: pip install")
 
 
@@ -1865,7 +1866,7 @@ def test_gauge_tolerance_is_the_whole_batchs(fake, monkeypatch):
     seen = []
     apply = apply_gauge_records
     monkeypatch.setattr(
-        _julia, "apply_gauge_records", lambda r, *a: (seen.append(r), apply(r, *a))
+        _bridge, "apply_gauge_records", lambda r, *a: (seen.append(r), apply(r, *a))
     )
     A = degenerate().expand(2, 5, 4).contiguous()
     W = weights((5, 4), torch.float64, 3)
@@ -2013,13 +2014,13 @@ def test_stand_in_texts_are_the_julia_packages():
         assert fragment in text, fragment
     kw = (("maxiter", 12), ("residual", 0.5))
     cg = JULIA_UNCONVERGED.format(op="eigh", maxiter=12, residual="0.5")
-    assert _julia._native_event(("Warn", cg, "PySpectral", "truncated", kw)) == (
+    assert _events._native_event(("Warn", cg, "PySpectral", "truncated", kw)) == (
         ("unconverged", "eigh", 12),
         0.5,
     )
     kw = (("reason", "cluster"), ("residual", 0.0), ("p", 6))
     ritz = JULIA_UNCERTIFIED.format(op="svd", k=2, why="the ...", full="SVD")
-    assert _julia._native_event(("Warn", ritz, "PySpectral", "topk", kw)) == (
+    assert _events._native_event(("Warn", ritz, "PySpectral", "topk", kw)) == (
         ("uncertified", "svd", 2),
         0.0,
     )

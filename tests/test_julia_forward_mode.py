@@ -1,7 +1,7 @@
 """Forward-mode AD on both backends: the ``jvp`` of the Julia-backend autograd
 Functions (``_SVDJulia``, ``_SVDFunctionJulia``, ``_EighJulia``,
 ``_MatrixFunctionJulia``), which push the tangent through Julia's pushforwards
-(``*_pushforward_batched`` in ``_glue.jl``, the transposes of PySpectral.jl's
+(``*_pushforward_batched`` in ``glue.jl``, the transposes of PySpectral.jl's
 pullbacks), checked
 
 * against central finite differences and against the native backend, on both
@@ -48,10 +48,10 @@ from _spectra import (
 )
 
 import pyspectral as ps
-from pyspectral import _julia
 from pyspectral import topk as TK
-from pyspectral._julia import GLUE_FUNCTIONS
 from pyspectral._settings import Options, options
+from pyspectral.julia import _bridge, _eigh, _events, _svd
+from pyspectral.julia._bridge import GLUE_FUNCTIONS
 from pyspectral.pullbacks.eigh import eigh_pushforward
 from pyspectral.pullbacks.svd import svd_pushforward
 
@@ -61,7 +61,7 @@ TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4
 CUBE = (lambda s: s**3 + s, lambda s: 3 * s**2 + 1)
 SIN = (torch.sin, torch.cos)
 
-_OK, _WHY = _julia.status()  # the real runtime, probed once (never starts Julia)
+_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
 needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 
@@ -94,7 +94,7 @@ def check_against_fd(f, A, seed: int = 3):
 def assert_julia_pushed(backend: str) -> None:
     """On the Julia backend, the tangents came from Julia's pushforwards."""
     if backend == "julia":
-        assert [c for c in _julia.runtime.calls if "pushforward" in c.name]
+        assert [c for c in _bridge.runtime.calls if "pushforward" in c.name]
 
 
 def projector(U, idx):
@@ -467,7 +467,7 @@ def topk_hermitian(dtype, batch, spectrum, uplo="L"):
 def topk_calls(name: str) -> list:
     """The calls of the stand-in's glue entry ``name``; fails when there are
     none (the tangent would not have come from the Julia entry)."""
-    calls = _julia.runtime.calls_to(name)
+    calls = _bridge.runtime.calls_to(name)
     assert calls, f"the Julia backend's top-k tangent did not come from {name}"
     return calls
 
@@ -743,17 +743,17 @@ def test_top_k_settings_reach_the_pushforwards(fake):
 
 def test_top_k_forward_mode_passes_the_spied_entry(fake, monkeypatch):
     """Every top-k glue call, forward, pushforward and pullback, passes the
-    bridge's one entry (``_julia._state["enter"]``, where the real-Julia spy
+    bridge's one entry (``_bridge._state["enter"]``, where the real-Julia spy
     of tests/_spy.py sits), and nothing else reaches Julia."""
     ps.svd(randn(3, 3), backend="julia")  # the stand-in starts
     seen: list[str] = []
-    enter = _julia._state["enter"]
+    enter = _bridge._state["enter"]
 
     def spying(f, *args):
         seen.append(f.args[0])  # the stand-in's glue: partial(_run, name, impl)
         return enter(f, *args)
 
-    monkeypatch.setitem(_julia._state, "enter", spying)
+    monkeypatch.setitem(_bridge._state, "enter", spying)
     A = topk_matrices(torch.float64, (2,), 24, 20)
     H = topk_hermitian(torch.float64, (2,), decaying(20))
     svd = polar_projectors_values(3, "julia", method="randomized")
@@ -895,17 +895,18 @@ def test_top_k_pushforward_records_are_the_julia_packages():
         "truncated",
         (("maxiter", 12), ("residual", 0.5)),
     )
-    assert _julia._native_event(record) == (("unconverged_jvp", "eigh", 12), 0.5)
+    assert _events._native_event(record) == (("unconverged_jvp", "eigh", 12), 0.5)
     with pytest.warns(ps.ConvergenceWarning) as rec:
-        _julia.warn_julia_logs("eigh", [record])
+        _events.warn_julia_logs("eigh", [record])
     assert str(rec[0].message) == TK._backward_message("eigh", 12, 0.5, "jvp")
 
 
 def test_the_glue_defines_what_the_bridge_calls():
     """Every ``*_batched`` glue function the bridge calls is defined in
-    ``_glue.jl`` and imitated by the stand-in (the Julia file cannot run here)."""
-    called = set(re.findall(r'"(\w+_batched!?)"', Path(_julia.__file__).read_text()))
-    glue = _julia.GLUE.read_text()
+    ``glue.jl`` and imitated by the stand-in (the Julia file cannot run here)."""
+    ops = (Path(_svd.__file__), Path(_eigh.__file__))
+    called = {n for p in ops for n in re.findall(r'"(\w+_batched!?)"', p.read_text())}
+    glue = _bridge.GLUE.read_text()
     defined = set(re.findall(r"^function (\w+!?)\(", glue, re.M))
     defined |= set(re.findall(r"^(\w+!?)\([^\n]*\) =", glue, re.M))
     assert {n for n in called if "pushforward" in n} >= {
@@ -1110,8 +1111,8 @@ def test_real_julia_top_k_jvp_zero_copy_as_julia_sees_it(op, monkeypatch):
     tangent's own memory (the glue's ``wrap``), gets back the forward's blocks
     (arrays Julia allocated) and returns the arrays the tangents wrap (eigh:
     ``dw``; torch copies ``dV`` into the C order of the kept ``V``)."""
-    _julia.glue()
-    spy = _spy.install(monkeypatch, sys.modules["juliacall"].Main, _julia)
+    _bridge.glue()
+    spy = _spy.install(monkeypatch, sys.modules["juliacall"].Main, _bridge)
     if op == "svd":
         X = topk_matrices(torch.complex128, (2, 3), 24, 20)
 

@@ -12,13 +12,13 @@ import pytest
 
 import pyspectral as ps
 import pyspectral.julia as psj
-from pyspectral import _julia
+from pyspectral.julia import _bridge
 
 RUNTESTS = psj.PACKAGE_TESTS / "runtests.jl"
 
 
 def require_julia() -> None:
-    ok, why = _julia.status()
+    ok, why = _bridge.status()
     if not ok:
         pytest.skip("Julia is not installed: " + why)
 

@@ -18,8 +18,8 @@ import torch
 from _spectra import seeded_randn
 
 import pyspectral as ps
-from pyspectral import _julia
 from pyspectral._validation import _INTEGER_KEYWORDS, _REAL_KEYWORDS, check_keywords
+from pyspectral.julia import _bridge
 
 F64 = torch.float64
 _gen = torch.Generator().manual_seed(1)
@@ -77,7 +77,7 @@ REQUIRED = {
 
 
 def julia_starts() -> int:
-    return getattr(_julia.runtime, "starts", 0)
+    return getattr(_bridge.runtime, "starts", 0)
 
 
 def cases(table: dict[str, list[Any]]) -> list[Any]:

@@ -90,7 +90,7 @@ def import_graph() -> dict[str, set[str]]:
 def test_the_graph_sees_every_kind_of_import() -> None:
     graph = import_graph()
     assert "pyspectral.pullbacks.svd" in graph["pyspectral.svd"]  # from .x.y import
-    assert "pyspectral._julia" in graph["pyspectral.julia"]  # from . import x
+    assert "pyspectral.julia._probe" in graph["pyspectral.julia"]  # from . import x
     assert "pyspectral._demo" in graph["pyspectral.__main__"]  # inside a function
     assert "pyspectral" in graph["pyspectral._demo"]  # import pyspectral as ps
     assert "pyspectral.pullbacks.eigh" in graph["pyspectral.pullbacks.matfun"]
@@ -206,3 +206,67 @@ def test_each_julia_pullback_has_its_python_twin_in_the_same_file(stem: str) -> 
     wanted = {PYTHON_NAME.get(n[:-1], n[:-1]) for n in exported}
     missing = wanted - python_defs(PKG / "pullbacks" / f"{stem}.py")
     assert not missing, f"pyspectral/pullbacks/{stem}.py lacks {sorted(missing)}"
+
+
+# The Julia backend lives in one room, pyspectral/julia/: its bridge is the only
+# module that imports juliacall (the probe starts Julia early by importlib, with
+# no import of its own); no module outside the room reaches juliacall; the
+# probe, which runs before torch is imported, imports neither.
+JULIA_ROOM = "pyspectral.julia"
+
+
+def third_party_imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_only_the_bridge_imports_juliacall() -> None:
+    importers = {
+        name
+        for name, path in modules().items()
+        if "juliacall" in third_party_imports(path)
+    }
+    assert importers == {"pyspectral.julia._bridge"}, importers
+
+
+def test_the_julia_backend_is_one_room() -> None:
+    room = {m for m in modules() if m == JULIA_ROOM or m.startswith(JULIA_ROOM + ".")}
+    assert {"pyspectral.julia._bridge", "pyspectral.julia._probe"} <= room
+    assert (PKG / "julia" / "glue.jl").is_file()
+    stray = [p.name for p in PKG.glob("*julia*") if p.name != "julia"]
+    assert not stray, f"Julia modules outside julia/: {stray}"
+    # nothing in the room imports the operation modules that use it
+    graph = import_graph()
+    for name in room:
+        outside = {m for m in graph[name] if m.startswith("pyspectral.")} - room
+        assert not outside & {"pyspectral.svd", "pyspectral.eigh", "pyspectral.topk"}
+
+
+def test_the_probe_imports_neither_torch_nor_juliacall() -> None:
+    imported = third_party_imports(PKG / "julia" / "_probe.py")
+    assert not imported & {"torch", "juliacall", "numpy"}, imported
+    assert import_graph()["pyspectral.julia._probe"] == set()
+
+
+def test_the_julia_room_starts_julia_before_anything_imports_torch() -> None:
+    # pyspectral/__init__.py imports the room first, and the room's __init__
+    # runs the probe's start before its first import of a torch-using module.
+    top = ast.parse((PKG / "__init__.py").read_text()).body
+    first = next(n for n in top if isinstance(n, (ast.Import, ast.ImportFrom)))
+    assert ast.unparse(first) == "from . import julia"
+    body = ast.parse((PKG / "julia" / "__init__.py").read_text()).body
+    kinds = [
+        "start"
+        if isinstance(n, ast.If) and "start_julia" in ast.unparse(n)
+        else ast.unparse(n)
+        if isinstance(n, (ast.Import, ast.ImportFrom))
+        else None
+        for n in body
+    ]
+    kinds = [k for k in kinds if k is not None]
+    assert kinds[:2] == ["from . import _probe", "start"], kinds

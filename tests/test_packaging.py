@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 import pyspectral.julia as psj
-from pyspectral import _julia
+from pyspectral.julia import _bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 JULIA_PKG = ROOT / "julia" / "PySpectral"
 
-_JULIA_OK, _JULIA_WHY = _julia.status()  # probed once; never starts Julia
+_JULIA_OK, _JULIA_WHY = _bridge.status()  # probed once; never starts Julia
 
 try:
     import tomllib
@@ -179,7 +179,7 @@ def test_wheel_contains_julia_package(wheel: Path) -> None:
         if rel.is_file():
             inside = "pyspectral/jl/PySpectral/" + rel.relative_to(JULIA_PKG).as_posix()
             assert inside in names, inside
-    assert "pyspectral/_glue.jl" in names
+    assert "pyspectral/julia/glue.jl" in names
     shipped = json.loads(whl.read("pyspectral/juliapkg.json"))
     assert shipped == json.loads((ROOT / "julia" / "wheel-juliapkg.json").read_text())
     # Nothing at the top of site-packages: juliapkg reads <sys.path entry>/
@@ -307,9 +307,10 @@ RUN = """
 import json, runpy, sys
 import juliapkg
 import pyspectral
-from pyspectral import _julia, julia
+from pyspectral import julia
+from pyspectral.julia import _bridge
 juliapkg.resolve()  # offline: records the executable; installs nothing
-_julia.glue()
+_bridge.glue()
 from juliacall import Main as jl
 print("pyspectral-where " + json.dumps({
     "python": pyspectral.__file__,

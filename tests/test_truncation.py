@@ -29,13 +29,13 @@ from _spectra import (
 )
 
 import pyspectral as ps
-from pyspectral import _julia
 from pyspectral import topk as TK
 from pyspectral.forward import topk as T
 from pyspectral.forward.truncation import TruncationRule, truncation_rank
+from pyspectral.julia import _bridge, _svd
 
 F64, C128 = torch.float64, torch.complex128
-_OK, _WHY = _julia.status()  # the real runtime, probed once (never starts Julia)
+_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
 needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 
@@ -644,7 +644,7 @@ def test_what_an_operator_cannot_give_raises(kw, match) -> None:
 
 
 def julia_starts() -> int:
-    return getattr(_julia.runtime, "starts", 0)
+    return getattr(_bridge.runtime, "starts", 0)
 
 
 @pytest.mark.parametrize("name", ["atol", "rtol", "error_atol", "error_rtol"])
@@ -777,7 +777,7 @@ def test_the_julia_backend_asks_julia_for_the_ranks(fake) -> None:
 @pytest.mark.parametrize("x, kw, r", RANKS, ids=lambda v: repr(v))
 def test_real_julia_truncation_rank(x, kw, r) -> None:
     X = torch.tensor(x, dtype=F64).reshape(1, -1)
-    assert _julia.truncation_ranks("svd", X, rule(**kw), None).tolist() == [r]
+    assert _svd.truncation_ranks("svd", X, rule(**kw), None).tolist() == [r]
 
 
 @needs_julia

@@ -2,7 +2,7 @@
 # does not compile them:
 #
 # 1. the forward calls and their rrule pullbacks on plain matrices (Julia users);
-# 2. the calls pyspectral's Python bridge makes (pyspectral/_glue.jl), on exactly the
+# 2. the calls pyspectral's Python bridge makes (pyspectral/julia/glue.jl), on exactly the
 #    argument types it passes: every matrix is a slice `view(X, :, :, b)` of a plain
 #    `Array{T,3}` (a batch, its memory the tensor's, wrapped with `unsafe_wrap`), every
 #    vector a column `view(x, :, b)` of a `Matrix`; tolerances `nothing`; the gauge policy

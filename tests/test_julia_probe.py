@@ -1,4 +1,4 @@
-"""pyspectral/_juliaprobe.py: whether Julia is usable, and starting it before
+"""pyspectral/julia/_probe.py: whether Julia is usable, and starting it before
 torch for the commands that use it (the import order PythonCall recommends);
 the command line and the Julia benchmark checked in fresh processes with a
 stand-in juliacall that records the order."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pyspectral import _juliaprobe
+from pyspectral.julia import _probe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,11 +38,11 @@ ROOT = Path(__file__).resolve().parent.parent
     ],
 )
 def test_julia_command(argv, orig, wanted):
-    assert _juliaprobe.julia_command(argv, orig) is wanted
+    assert _probe.julia_command(argv, orig) is wanted
 
 
 def first(env=None, argv=("x.py",), usable=True, modules=()):
-    return _juliaprobe.julia_first(
+    return _probe.julia_first(
         environ=env or {},
         argv=list(argv),
         orig_argv=["python", "-m", "pyspectral", *argv[1:]],
@@ -67,9 +67,9 @@ def test_start_julia_raises_only_when_asked():
         raise ImportError("no juliacall here")
 
     with pytest.raises(ImportError):
-        _juliaprobe.start_julia({"PYSPECTRAL_START_JULIA": "yes"}, broken)
-    assert _juliaprobe.start_julia({"PYSPECTRAL_START_JULIA": "auto"}, broken) is False
-    assert _juliaprobe.start_julia({}, lambda: None) is True
+        _probe.start_julia({"PYSPECTRAL_START_JULIA": "yes"}, broken)
+    assert _probe.start_julia({"PYSPECTRAL_START_JULIA": "auto"}, broken) is False
+    assert _probe.start_julia({}, lambda: None) is True
 
 
 # A juliacall that records whether torch was imported before it, warns as the

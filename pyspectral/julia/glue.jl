@@ -1,4 +1,4 @@
-# Glue between pyspectral's Python bridge (pyspectral/_julia.py) and the Julia
+# Glue between pyspectral's Python bridge (pyspectral/julia/_bridge.py, _convert.py) and the Julia
 # package PySpectral. Evaluated once into Main by the bridge; not part of the
 # Julia package, which stays free of anything Python-specific.
 #
@@ -39,7 +39,7 @@ end
 
 # ------------------------------------------------------- memory crossing
 
-# The element types that cross, by the code the bridge sends (pyspectral/_julia.py
+# The element types that cross, by the code the bridge sends (pyspectral/julia/_convert.py
 # `_CODES`): torch.float32, float64, complex64, complex128.
 const ELTYPES = (Float32, Float64, ComplexF32, ComplexF64)
 

@@ -1,0 +1,141 @@
+"""Which BLAS Julia uses when pyspectral starts it.
+
+Julia calls BLAS and LAPACK through libblastrampoline (LBT), which forwards
+them to Julia's OpenBLAS. ``PYSPECTRAL_JULIA_BLAS`` (read when Julia starts)
+can forward them elsewhere: see the comment below.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import re
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+# ------------------------------------------------------------ Julia's BLAS
+# Julia calls BLAS and LAPACK through libblastrampoline (LBT), which forwards
+# them to Julia's OpenBLAS. PYSPECTRAL_JULIA_BLAS (read when Julia starts) can
+# forward them elsewhere, right after Julia starts, with LinearAlgebra's
+# BLAS.lbt_forward (Julia >= 1.7): "mkl" means the libmkl_rt of the `mkl`
+# wheel from PyPI (pip install mkl puts it in <prefix>/lib), set up as MKL.jl
+# sets up its own MKL (the LP64 interface layer; MKL >= 2022 exports the ILP64
+# symbols Julia calls with the suffix 64); any other value is the path of a
+# BLAS/LAPACK library, whose interface and suffix LBT detects. Unset, empty or
+# "default": Julia's own. Asked for and not usable: a warning, Julia's own.
+
+BLAS_ENV = "PYSPECTRAL_JULIA_BLAS"
+
+# libmkl_rt.so.2 / .so.3 (Linux), libmkl_rt.2.dylib (macOS), mkl_rt.2.dll (Windows)
+_MKL_RT = re.compile(r"^(lib)?mkl_rt(\.\d+)*\.(so|dylib|dll)(\.\d+)*$")
+
+# One Julia expression (juliacall's seval parses one), evaluated into Main.
+BLAS_JL = """
+module PySpectralBLAS
+
+import LinearAlgebra
+const Libdl = Base.Libc.Libdl
+
+# MKL.jl's set-up of MKL >= 2022 (MKL.jl, src/MKL.jl): the LP64 interface layer
+# (MKL_Set_Interface_Layer(0)), then the ILP64 symbols, which such an MKL exports
+# with the suffix 64, and the LP64 ones. Returns how many symbols were forwarded:
+# 0 if libblastrampoline could not use the library (it then changed nothing).
+function forward_mkl(path::String)
+    set_layer = Libdl.dlsym(Libdl.dlopen(path), :MKL_Set_Interface_Layer)
+    ccall(set_layer, Cint, (Cint,), 0) == -1 && error("MKL_Set_Interface_Layer failed")
+    n = LinearAlgebra.BLAS.lbt_forward(path; clear=true, suffix_hint="64")
+    n == 0 && return 0
+    return Int(n) + Int(LinearAlgebra.BLAS.lbt_forward(path; suffix_hint=""))
+end
+
+# Any other library: libblastrampoline detects its interface and symbol suffix.
+forward(path::String) = Int(LinearAlgebra.BLAS.lbt_forward(path; clear=true))
+
+# The libraries libblastrampoline forwards to, with their interfaces.
+describe() = join(("$(basename(lib.libname)) ($(lib.interface))"
+                   for lib in LinearAlgebra.BLAS.get_config().loaded_libs), ", ")
+
+end
+"""
+
+
+def requested_blas(value: str | None = None) -> str | None:
+    """What ``PYSPECTRAL_JULIA_BLAS`` (or ``value``) asks for: None for Julia's
+    own BLAS (unset, empty or "default"), "mkl", or a library path."""
+    value = (os.environ.get(BLAS_ENV, "") if value is None else value).strip()
+    if value.lower() in ("", "default"):
+        return None
+    return "mkl" if value.lower() == "mkl" else value
+
+
+def find_mkl_rt() -> Path | None:
+    """libmkl_rt of the installed ``mkl`` wheel (its RECORD lists it, in
+    ``<prefix>/lib``), else one in ``sys.prefix``'s lib (``Library/bin`` on
+    Windows, where conda puts it); None if there is none."""
+    try:
+        files = importlib.metadata.files("mkl") or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    found = sorted(Path(f.locate()) for f in files if _MKL_RT.match(f.name))
+    for where in (Path(sys.prefix, "lib"), Path(sys.prefix, "Library", "bin")):
+        if where.is_dir():
+            found += sorted(p for p in where.iterdir() if _MKL_RT.match(p.name))
+    return next((p.resolve() for p in found if p.is_file()), None)
+
+
+def blas_choice() -> tuple[Path | None, str | None]:
+    """``(library, problem)``: the library ``PYSPECTRAL_JULIA_BLAS`` asks Julia
+    to use (None: Julia's own) and, when it asks for one that is not there,
+    why not."""
+    wanted = requested_blas()
+    if wanted is None:
+        return None, None
+    if wanted == "mkl":
+        path = find_mkl_rt()
+        if path is None:
+            return None, (
+                f"{BLAS_ENV}=mkl, but no libmkl_rt was found (neither among the "
+                f"files of an installed `mkl` package nor in {sys.prefix}/lib): "
+                f"`pip install mkl`, or set {BLAS_ENV} to the path of libmkl_rt"
+            )
+        return path, None
+    path = Path(wanted).expanduser()
+    if not path.is_file():
+        return None, (
+            f"{BLAS_ENV}={wanted}: no such file; set it to 'mkl' or to the path "
+            "of a BLAS/LAPACK library"
+        )
+    return path.resolve(), None
+
+
+def _warn_blas(message: str) -> None:
+    warnings.warn(
+        f"pyspectral: {message}. Julia uses its default BLAS.", RuntimeWarning, 3
+    )
+
+
+def start_blas(jl: Any) -> str:
+    """Forward Julia's BLAS as ``PYSPECTRAL_JULIA_BLAS`` asks (called right
+    after Julia starts, before any package is loaded); return what Julia's
+    BLAS then is. Never raises: this must not keep Julia from starting, so a
+    library asked for but not usable warns, and Julia keeps its own BLAS."""
+    path, problem = blas_choice()
+    if problem is not None:
+        _warn_blas(problem)
+    try:
+        jl.seval(BLAS_JL.strip())
+        blas = jl.PySpectralBLAS
+    except Exception as err:  # noqa: BLE001 - reported, Julia starts anyway
+        if path is not None:
+            _warn_blas(f"{BLAS_ENV}: cannot forward Julia's BLAS ({err})")
+        return f"unknown ({type(err).__name__} while asking Julia)"
+    if path is not None:
+        forward = blas.forward_mkl if _MKL_RT.match(path.name) else blas.forward
+        try:
+            if int(forward(str(path))) == 0:
+                _warn_blas(f"{BLAS_ENV}: libblastrampoline could not use {path}")
+        except Exception as err:  # noqa: BLE001 - a warning, whatever Julia threw
+            _warn_blas(f"{BLAS_ENV}: Julia could not load {path}: {err}")
+    return str(blas.describe())
