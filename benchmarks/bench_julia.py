@@ -22,11 +22,14 @@ every size.
 
 e2e: ``torch.linalg``, the native backend and the Julia backend, forward +
 backward of the losses of bench_svd.py / bench_eigh.py, interleaved in one
-process; ratios to ``torch.linalg``. Julia's BLAS threads are set to torch's
-thread count. ``--blas mkl`` runs with PYSPECTRAL_JULIA_BLAS=mkl (Julia's
-libblastrampoline forwarded to the ``mkl`` wheel's libmkl_rt; skipped if that
-is not installed); ``--blas both`` runs default and mkl, each in a fresh
-process, one after the other.
+process; ratios to ``torch.linalg``. Julia's BLAS threads are what the bridge
+gives each call (pyspectral/julia/_blas.py: one thread below 768x768 entries,
+torch's thread count from there on, or PYSPECTRAL_JULIA_BLAS_THREADS=N for
+every call, which also applies to the loop timed inside Julia). ``--blas
+mkl`` runs with PYSPECTRAL_JULIA_BLAS=mkl (Julia's libblastrampoline
+forwarded to the ``mkl`` wheel's libmkl_rt; skipped if that is not
+installed); ``--blas both`` runs default and mkl, each in a fresh process, one
+after the other.
 """
 
 from __future__ import annotations
@@ -98,19 +101,24 @@ end
 # copies: plain arrays, as the glue's wrap makes of them.
 plain(spec) = copy(G.wrap(spec))
 
-# `number` passes; seconds by time_ns().
-function seconds(f, args, number)
+# `number` passes with Julia's BLAS on `threads` threads (what the bridge gives a call
+# of this size), then the count found restored; seconds by time_ns().
+function seconds(f, args, number, threads)
+    found = LinearAlgebra.BLAS.get_num_threads()
+    LinearAlgebra.BLAS.set_num_threads(threads)
     start = time_ns()
     for _ in 1:number
         f(args...)
     end
-    return (time_ns() - start) / 1e9
+    elapsed = (time_ns() - start) / 1e9
+    LinearAlgebra.BLAS.set_num_threads(found)
+    return elapsed
 end
 
-svd_seconds(At, dU, dS, dVt, number::Integer) =
-    seconds(svd_pass, map(plain, (At, dU, dS, dVt)), number)
-eigh_seconds(At, dw, dV, number::Integer) =
-    seconds(eigh_pass, map(plain, (At, dw, dV)), number)
+svd_seconds(At, dU, dS, dVt, number::Integer, threads::Integer) =
+    seconds(svd_pass, map(plain, (At, dU, dS, dVt)), number, threads)
+eigh_seconds(At, dw, dV, number::Integer, threads::Integer) =
+    seconds(eigh_pass, map(plain, (At, dw, dV)), number, threads)
 
 # The gradient of one pass, as the glue returns results: the benchmark checks it
 # against the bridge's.
@@ -118,8 +126,6 @@ svd_gradient(At, dU, dS, dVt) = G.out(svd_pass(map(plain, (At, dU, dS, dVt))...)
 eigh_gradient(At, dw, dV) = G.out(eigh_pass(map(plain, (At, dw, dV))...))
 
 version() = string(VERSION)
-blas_threads() = LinearAlgebra.BLAS.get_num_threads()
-set_blas_threads(n::Integer) = LinearAlgebra.BLAS.set_num_threads(n)
 
 end
 """
@@ -151,10 +157,10 @@ def real_julia() -> bool:
     return isinstance(_bridge.runtime, _bridge.JuliaRuntime)
 
 
-def start_julia(threads: int) -> Any:
-    """Start Julia (through pyspectral, so PYSPECTRAL_JULIA_BLAS applies),
-    define the timing loops, give Julia's BLAS ``threads`` threads; return the
-    timing module (None for a stand-in runtime)."""
+def start_julia() -> Any:
+    """Start Julia (through pyspectral, so PYSPECTRAL_JULIA_BLAS applies) and
+    define the timing loops; return the timing module (None for a stand-in
+    runtime)."""
     _timing.progress("starting Julia (through pyspectral)...")
     _bridge.glue()
     if not real_julia():
@@ -162,7 +168,6 @@ def start_julia(threads: int) -> Any:
     from juliacall import Main as jl
 
     jl.seval(JULIA_TIMERS.strip())
-    jl.PySpectralBench.set_blas_threads(threads)
     return jl.PySpectralBench
 
 
@@ -170,10 +175,14 @@ def header(bench: Any) -> str:
     if bench is None:
         julia = "Julia: a stand-in runtime, not Julia"
     else:
-        julia = (
-            f"Julia {bench.version()}, BLAS: {_bridge.julia_blas()}, "
-            f"{bench.blas_threads()} BLAS threads"
+        fixed = _blas.requested_threads()
+        threads = (
+            f"{fixed} BLAS threads ({_blas.THREADS_ENV})"
+            if fixed is not None
+            else f"BLAS threads per call: 1 below {_blas.THREADS_FROM} entries, "
+            f"{torch.get_num_threads()} from there"
         )
+        julia = f"Julia {bench.version()}, BLAS: {_bridge.julia_blas()}, {threads}"
     return (
         f"{julia}; torch {torch.__version__}: {torch_blas()}, "
         f"{torch.get_num_threads()} threads"
@@ -239,7 +248,8 @@ def julia_calls(op: str, bench: Any, A: torch.Tensor, cot: tuple) -> tuple:
 
     def calls(number: int) -> Callable[[], float]:
         # keep=keep: the tensors Julia reads stay alive as long as the timer
-        return lambda keep=keep: float(timer(At, *args, number))
+        threads = _blas.threads_for(_convert.elements(A))  # the bridge's choice
+        return lambda keep=keep: float(timer(At, *args, number, threads))
 
     def gradient() -> torch.Tensor:
         return _convert.from_julia(one(At, *args), A.shape[:-2])
@@ -427,7 +437,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "apply; the header says which BLAS Julia uses"
         )
     try:
-        bench = start_julia(torch.get_num_threads())
+        bench = start_julia()
     except ps.PySpectralError as err:
         print(f"bench_julia: {err}", file=sys.stderr)
         return 1

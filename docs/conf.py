@@ -19,6 +19,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # Document the checkout, not some other installed pyspectral.
 sys.path.insert(0, str(ROOT))
+# Where Julia is usable, start it before torch loads (pyspectral imports torch),
+# the order PythonCall recommends: the gallery's Julia example then runs as a
+# user runs it, without pyspectral's import-order warning. Elsewhere nothing
+# starts, and that example says why it stops.
+os.environ.setdefault("PYSPECTRAL_START_JULIA", "auto")
 
 import pyspectral  # noqa: E402
 

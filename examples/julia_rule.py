@@ -21,12 +21,20 @@ says why and stops.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import torch
+# Julia before torch, the order PythonCall recommends (PythonCall.jl #215/#384):
+# asked for before pyspectral is first imported, pyspectral starts Julia where it
+# is usable, and only then loads torch. (In a process that has imported torch
+# already, Julia starts at the first Julia call, and pyspectral warns.)
+os.environ.setdefault("PYSPECTRAL_START_JULIA", "auto")
 
-import pyspectral as ps
-from pyspectral import _backend
+# isort: off
+import pyspectral as ps  # noqa: E402 - starts Julia first where it is usable
+import torch  # noqa: E402
+from pyspectral import _backend  # noqa: E402
+# isort: on
 
 DT = torch.float64
 

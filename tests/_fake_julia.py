@@ -498,6 +498,8 @@ class FakeJulia:
         self.calls: list[Call] = []
         self.gc_on = True
         self.gc_log: list[tuple[int, bool]] = []  # (thread, on) per gc_enable
+        self.blas_threads = 1  # Julia's BLAS threads (set_blas_threads)
+        self.threads_log: list[int] = []  # every set_blas_threads
         # every result alive, by id: what may come back as a handle
         self._handles: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
         self._current: Call | None = None
@@ -523,6 +525,10 @@ class FakeJulia:
         glue = types.SimpleNamespace(logged=self.logged)
         for name in _bridge.GLUE_FUNCTIONS:
             impl = getattr(self, name.replace("!", "_b"))
+            if name == "set_blas_threads":
+                # bookkeeping, as in Julia: in threads_log, not among the calls
+                setattr(glue, name, impl)
+                continue
             setattr(glue, name, functools.partial(self._run, name, impl))
         return glue
 
@@ -643,6 +649,11 @@ class FakeJulia:
         was, self.gc_on = self.gc_on, bool(on)
         self.gc_log.append((threading.get_ident(), bool(on)))
         return was
+
+    def set_blas_threads(self, n: int) -> int:
+        self.blas_threads = int(n)
+        self.threads_log.append(int(n))
+        return self.blas_threads
 
     def missing_packages(self, names: list[str]) -> list[str]:
         return [n for n in names if n in self.missing]

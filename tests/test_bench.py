@@ -448,7 +448,8 @@ class StandInTimers:
         return self._seconds(self.eigh_pass, args)
 
     def _seconds(self, one, args) -> float:
-        *specs, number = args
+        *specs, number, threads = args
+        assert threads == _blas.threads_for(self.fake._wrap(specs[0]).shape[0] ** 2)
         plain = self._plain(*specs)
         start = time.perf_counter()
         for _ in range(number):
@@ -458,23 +459,21 @@ class StandInTimers:
     def version(self) -> str:
         return "(stand-in)"
 
-    def blas_threads(self) -> int:
-        return 1
-
 
 def test_bench_julia_overhead_rows_with_stand_in_timers(monkeypatch):
     """The overhead part's Python side: the arrays it hands the timing loop
     give the bridge's gradient (checked before timing), and rows come out."""
     monkeypatch.setattr(bench_julia, "TARGET", 1e-4)  # few calls a round
     with installed() as fake:
-        monkeypatch.setattr(
-            bench_julia, "start_julia", lambda threads: StandInTimers(fake)
-        )
+        monkeypatch.setattr(bench_julia, "start_julia", lambda: StandInTimers(fake))
         status, out = run_bench_julia(
             "--sizes", "5,2x3", "--repeat", "1", "--part", "overhead"
         )
     assert status == 0
-    assert out.startswith("Julia (stand-in), BLAS: None, 1 BLAS threads; torch")
+    assert out.startswith(
+        "Julia (stand-in), BLAS: None, BLAS threads per call: 1 below 589824 "
+        f"entries, {torch.get_num_threads()} from there; torch"
+    )
     header = '| size | in Julia | ps backend="julia" | overhead | overhead % |'
     assert out.count(header + " julia / in Julia | goals |") == 2
     assert "goals: <= 20 us at 8x8, <= 2 % at n >= 256" in out

@@ -33,7 +33,7 @@ from _spy import JArray, data_calls
 import pyspectral as ps
 from pyspectral._settings import options
 from pyspectral.exceptions import DomainError, JuliaError
-from pyspectral.julia import _bridge, _convert, _svd
+from pyspectral.julia import _blas, _bridge, _convert, _svd
 
 _OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
 pytestmark = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
@@ -887,6 +887,38 @@ def test_torch_imported_before_juliacall():
     )
 
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [str(EXAMPLES / "julia_rule.py")],
+        ["-m", "pyspectral", "test-julia", str(EXAMPLES / "myrules_test.jl")],
+    ],
+    ids=["examples/julia_rule.py", "pyspectral test-julia"],
+)
+def test_the_julia_workflows_start_julia_before_torch(argv):
+    """The prototyping workflow as a user runs it: the example and the
+    test-julia command start Julia before torch, so neither pyspectral's
+    import-order warning nor juliacall's own appears, and both succeed."""
+    env = dict(os.environ)
+    env.pop("PYSPECTRAL_START_JULIA", None)
+    root = str(Path(ps.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    run = subprocess.run(
+        [sys.executable, "-W", "always", *argv],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "passed, ok" in run.stdout, run.stdout
+    for warning in (_bridge.IMPORT_ORDER_WARNING[:45], "imported before juliacall"):
+        assert warning not in run.stderr, run.stderr
+
+
 TTFX = "pyspectral-ttfx "
 
 
@@ -1034,3 +1066,19 @@ def test_julia_top_k_warnings_are_the_native_ones(monkeypatch):
         warnings.simplefilter("error")
         (S.sum() + ((U @ Vh) ** 2).sum()).backward()
     assert torch.isfinite(X.grad).all()
+
+
+def test_julia_blas_threads_follow_the_size_of_the_call(monkeypatch):
+    """Julia's BLAS runs one thread for a small call and torch's thread count
+    for a large one (pyspectral/julia/_blas.py), as Julia itself reports."""
+    monkeypatch.delenv(_blas.THREADS_ENV, raising=False)
+    threads = jl().seval("() -> PySpectralGlue.BLAS.get_num_threads()")
+    A = randn(6, 4, dtype=torch.float64)
+    ps.svd(A, backend="julia")
+    assert int(threads()) == 1
+    monkeypatch.setattr(_blas, "THREADS_FROM", 24)
+    ps.svd(A, backend="julia")
+    assert int(threads()) == torch.get_num_threads()
+    monkeypatch.setenv(_blas.THREADS_ENV, "1")
+    ps.eigh(spd(4, 4, dtype=torch.float64), backend="julia")
+    assert int(threads()) == 1

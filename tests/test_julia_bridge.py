@@ -2035,3 +2035,60 @@ def test_testset_names_through_wrappers(tmp_path):
     path = tmp_path / "wrapped.jl"
     path.write_text(WRAPPED_TESTSETS, encoding="utf-8")
     assert ps.julia.testset_names(path) == WRAPPED_NAMES
+
+
+# ------------------------------------------------- Julia's BLAS threads
+
+
+def test_blas_threads_policy(monkeypatch):
+    """One thread below THREADS_FROM entries, torch's count from there on, a
+    fixed count from PYSPECTRAL_JULIA_BLAS_THREADS, a clear error for a bad one."""
+    monkeypatch.delenv(_blas.THREADS_ENV, raising=False)
+    big = _blas.THREADS_FROM
+    assert _blas.threads_for(big - 1) == 1
+    assert _blas.threads_for(big) == torch.get_num_threads()
+    monkeypatch.setenv(_blas.THREADS_ENV, "3")
+    assert _blas.threads_for(1) == _blas.threads_for(big) == 3
+    monkeypatch.setenv(_blas.THREADS_ENV, " auto ")
+    assert _blas.threads_for(1) == 1
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv(_blas.THREADS_ENV, bad)
+        with pytest.raises(ps.BackendError, match=_blas.THREADS_ENV):
+            _blas.threads_for(1)
+
+
+def test_each_call_sets_julia_blas_threads_by_its_size(fake, monkeypatch):
+    """The bridge sets Julia's BLAS threads before a call whose matrices cross
+    it, only when the count changes; the forward, backward and pushforward
+    of one size use the same count, and a bookkeeping call none."""
+    monkeypatch.delenv(_blas.THREADS_ENV, raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
+    monkeypatch.setattr(_blas, "THREADS_FROM", 5 * 4)
+    X = randn(5, 4, dtype=torch.float64).requires_grad_(True)
+    U, S, Vh = ps.svd(X, backend="julia")
+    assert fake.threads_log == [4] and fake.blas_threads == 4
+    (S.sum() + U.sum() + Vh.sum()).backward()
+    assert fake.threads_log == [4]  # unchanged: not set again
+    ps.svdvals(randn(3, 2, dtype=torch.float64), backend="julia")
+    assert fake.threads_log == [4, 1]
+    H = spd(4, 4, dtype=torch.float64)
+    ps.eigh(H, backend="julia")
+    assert fake.threads_log == [4, 1]
+    monkeypatch.setenv(_blas.THREADS_ENV, "2")
+    ps.matrix_function(H, "sqrt", backend="julia")
+    assert fake.threads_log == [4, 1, 2]
+
+
+def test_an_empty_matrix_crosses_with_its_batch():
+    """``(*, m, n)`` crosses as ``n x m x B`` with B from the batch shape, also
+    where a matrix has no entries (B is not numel / (m n) there)."""
+    keep: list = []
+    for shape, dims in (
+        ((3, 0, 4), (4, 0, 3)),
+        ((2, 5, 0), (0, 5, 2)),
+        ((0, 2, 2), (2, 2, 0)),
+    ):
+        spec = _convert.to_julia(torch.empty(shape, dtype=torch.float64), keep)
+        assert spec[2:] == dims, (shape, spec)
+    spec = _convert.to_julia_vectors(torch.empty(1, 0, dtype=torch.float64), keep)
+    assert spec[2:] == (0, 1)

@@ -12,7 +12,7 @@ import pytest
 
 import pyspectral as ps
 import pyspectral.julia as psj
-from pyspectral.julia import _bridge
+from pyspectral.julia import _bridge, _testsets
 
 RUNTESTS = psj.PACKAGE_TESTS / "runtests.jl"
 
@@ -128,10 +128,10 @@ def test_testset_names_agree_with_julia(tmp_path) -> None:
     """The items pytest lists (names read without Julia) are the testsets
     Julia's runner finds, in the package tests and through wrappers."""
     require_julia()
-    assert psj.testset_names(RUNTESTS) == psj.julia_testset_names(RUNTESTS)
+    assert psj.testset_names(RUNTESTS) == _testsets.julia_testset_names(RUNTESTS)
     path = tmp_path / "wrapped.jl"
     path.write_text(WRAPPED_TESTSETS, encoding="utf-8")
-    assert psj.julia_testset_names(path) == WRAPPED_NAMES
+    assert _testsets.julia_testset_names(path) == WRAPPED_NAMES
 
 
 def test_runner_runs_wrapped_testsets(tmp_path) -> None:

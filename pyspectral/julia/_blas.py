@@ -15,6 +15,10 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from ..exceptions import BackendError
+
 # ------------------------------------------------------------ Julia's BLAS
 # Julia calls BLAS and LAPACK through libblastrampoline (LBT), which forwards
 # them to Julia's OpenBLAS. PYSPECTRAL_JULIA_BLAS (read when Julia starts) can
@@ -59,6 +63,46 @@ describe() = join(("$(basename(lib.libname)) ($(lib.interface))"
 
 end
 """
+
+
+# ------------------------------------------------------- Julia's BLAS threads
+# torch's intra-op pool (torch.get_num_threads() threads) spins for a while after
+# each parallel region, and Julia's OpenBLAS threads spin after each BLAS call; a
+# pyspectral call alternates between the two. Where both pools have more than one
+# thread, LAPACK's many fork-joins inside Julia then fight torch's spinning threads
+# for the cores: on 2 cores, forward+backward of a 256x256 svd took 29 ms with 2
+# Julia BLAS threads and 20 ms with 1 (the same core takes 13-14 ms inside Julia
+# either way), a 256x256 eigh 24 against 11 ms. Only large matrices gain from more
+# threads: 1024x1024 svd 540 ms with 2 threads, 710 with 1; at 768x768 they tie.
+# So a call on matrices of at least THREADS_FROM entries gets torch's thread count,
+# smaller ones one thread (benchmarks/bench_julia.py measures both policies).
+# PYSPECTRAL_JULIA_BLAS_THREADS=N gives every call N threads instead.
+
+THREADS_ENV = "PYSPECTRAL_JULIA_BLAS_THREADS"
+THREADS_FROM = 768 * 768
+
+
+def requested_threads(value: str | None = None) -> int | None:
+    """The BLAS thread count ``PYSPECTRAL_JULIA_BLAS_THREADS`` (or ``value``)
+    fixes for every Julia call, or None ("auto", empty or unset: by size)."""
+    raw = os.environ.get(THREADS_ENV, "") if value is None else value
+    text = raw.strip().lower()
+    if text in ("", "auto"):
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise BackendError(
+            f"{THREADS_ENV}={raw!r}: expected a positive number of threads or "
+            "'auto' (one thread below 768x768 entries, torch's thread count above)"
+        )
+    return int(text)
+
+
+def threads_for(elements: int) -> int:
+    """Julia's BLAS threads for a call on matrices of ``elements`` entries."""
+    fixed = requested_threads()
+    if fixed is not None:
+        return fixed
+    return torch.get_num_threads() if elements >= THREADS_FROM else 1
 
 
 def requested_blas(value: str | None = None) -> str | None:

@@ -46,7 +46,7 @@ from ..exceptions import (
     PySpectralError,
 )
 from . import _probe
-from ._blas import start_blas
+from ._blas import start_blas, threads_for
 from ._convert import from_julia_vectors
 from ._events import warn_julia_logs
 from ._probe import INSTALL_HINT
@@ -117,6 +117,7 @@ _state: dict[str, Any] = {
     "owner": None,
     "error": None,
     "probe": (),
+    "threads": 0,  # Julia's BLAS threads as last set by call(); 0: not set yet
 }
 
 # The glue functions the bridge calls (pyspectral/julia/glue.jl), resolved once when
@@ -124,6 +125,7 @@ _state: dict[str, Any] = {
 # glue's ``logged``) runs each of them, and is the one seam a test spies on.
 GLUE_FUNCTIONS = (
     "gc_enable",
+    "set_blas_threads",
     "missing_packages",
     "testset_names",
     "run_testset",
@@ -210,19 +212,29 @@ def julia_blas() -> str | None:
 def reset() -> None:
     """Forget the runtime state (for tests that swap ``runtime``)."""
     with _lock:
-        _state.update(glue=None, fns=None, enter=None, owner=None, error=None, probe=())
+        _state.update(
+            glue=None, fns=None, enter=None, owner=None, error=None, probe=(), threads=0
+        )
 
 
-def call(op: str, name: str, *args: Any) -> Any:
+def call(op: str, name: str, *args: Any, elements: int | None = None) -> Any:
     """Call glue function ``name`` with positional ``args`` under the lock,
     through the glue's ``logged`` (``_state["enter"]``), and return its value.
     Julia's warnings are re-emitted as Python warnings and Julia's exceptions
-    raised as pyspectral errors (:func:`error`)."""
+    raised as pyspectral errors (:func:`error`). ``elements``: the entries of
+    one matrix of the call, which set Julia's BLAS threads for it
+    (:func:`pyspectral.julia._blas.threads_for`); None (calls that are no
+    linear algebra of ours: a user's function, a test set) leaves them."""
     with _lock:
         fns = _state["fns"]
         if fns is None:
             glue()
             fns = _state["fns"]
+        if elements is not None:
+            threads = threads_for(elements)
+            if threads != _state["threads"]:
+                # a bookkeeping call, not through ``enter``: a spy sees data calls
+                _state["threads"] = int(fns["set_blas_threads"](threads))
         foreign = threading.current_thread() is not _state["owner"]
         if foreign:
             was_on = fns["gc_enable"](False)
@@ -301,11 +313,13 @@ def present(*cotangents: Any) -> tuple[torch.Tensor, ...]:
     return tuple(g for g in cotangents if g is not None)
 
 
-def pullback(op: str, name: str, scale: tuple, opts: Any, *args: Any) -> None:
+def pullback(
+    op: str, name: str, scale: tuple, opts: Any, *args: Any, elements: int
+) -> None:
     """Run a pullback glue function, then the gauge policy on the violations
     ``(op, measured, tol)`` it returns, recorded by this call alone (``scale``:
     the cotangents that set the gauge tolerance, as natively)."""
-    records = call(op, name, *args)
+    records = call(op, name, *args, elements=elements)
     if len(records):
         recorded = [(str(o), float(v), float(t)) for o, v, t in records]
         apply_gauge_records(recorded, scale, opts)

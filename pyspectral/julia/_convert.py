@@ -48,6 +48,13 @@ _NUMPY[5] = np.int64  # results only: the truncation ranks (Julia's Vector{Int64
 _TYPESTR = {code: np.dtype(t).str for code, t in _NUMPY.items()}
 
 
+def elements(t: torch.Tensor | torch.Size) -> int:
+    """The number of entries of one matrix of ``t`` (``(*, m, n)``, a tensor
+    or its shape): what sets Julia's BLAS threads for a call (``_blas``)."""
+    shape = t.shape if isinstance(t, torch.Tensor) else t
+    return shape[-2] * shape[-1]
+
+
 def check_tensor(op: str, t: torch.Tensor) -> None:
     if t.device.type != "cpu":
         raise BackendError(

@@ -21,6 +21,7 @@ from ._bridge import (
 )
 from ._convert import (
     check_tensor,
+    elements,
     from_julia,
     from_julia_vectors,
     gradient_buffer,
@@ -37,7 +38,9 @@ _SWAP = {"L": "U", "U": "L"}
 def eigh(A: torch.Tensor, uplo: str) -> tuple:
     check_tensor("eigh", A)
     batch, keep = A.shape[:-2], []
-    w, V = call("eigh", "eigh_batched", to_julia(A, keep), _SWAP[uplo])
+    w, V = call(
+        "eigh", "eigh_batched", to_julia(A, keep), _SWAP[uplo], elements=elements(A)
+    )
     # the glue conjugated Julia's conj(V) in place
     out = (from_julia_vectors(w, batch), julia_matrices(V, batch))
     return out, (handle(w), handle(V))
@@ -60,6 +63,7 @@ def eigh_pullback(
         None if gV is None else to_julia_matrices(gV, keep),
         _SWAP[uplo],
         *options(opts),
+        elements=elements(gA),
     )
     return gA
 
@@ -77,6 +81,7 @@ def eigh_pushforward(handles: tuple, dA: torch.Tensor, uplo: str, opts: Any) -> 
         _SWAP[uplo],
         opts.degeneracy_atol,
         opts.broadening,
+        elements=elements(dA),
     )
     return from_julia_vectors(dwj, batch), julia_matrices(dVj, batch)
 
@@ -98,6 +103,7 @@ def eigh_topk(
         _SWAP[uplo],
         largest,
         *(settings[name] for name in TOPK_SETTINGS),
+        elements=elements(A),
     )
     # the blocks have p >= k columns, the kept ones first (ascending)
     V = julia_matrices(Vj, batch)[..., :k]  # conjugated in place by the glue
@@ -139,6 +145,7 @@ def eigh_trunc_pullback(
         rtol,
         maxiter,
         *options(opts),
+        elements=elements(gA),
     )
     return gA
 
@@ -175,6 +182,7 @@ def eigh_trunc_pushforward(
         maxiter,
         opts.degeneracy_atol,
         opts.broadening,
+        elements=elements(A),
     )
     return from_julia_vectors(dwj, batch), julia_matrices(dVj, batch)
 
@@ -196,6 +204,7 @@ def matrix_function(
             f,
             _SWAP[uplo],
             opts.degeneracy_atol,
+            elements=elements(A),
         ),
     )
     return from_julia(Y, batch), (handle(w), handle(V))
@@ -214,6 +223,7 @@ def matrix_function_pullback(
         to_julia(gY, keep),
         _SWAP[uplo],
         opts.degeneracy_atol,
+        elements=elements(gA),
     )
     return gA
 
@@ -231,6 +241,7 @@ def matrix_function_pushforward(
         to_julia(dA, keep),
         _SWAP[uplo],
         opts.degeneracy_atol,
+        elements=elements(dA),
     )
     return from_julia(dY, dA.shape[:-2])
 
@@ -240,7 +251,13 @@ def eigh_values(A: torch.Tensor, uplo: str) -> tuple:
     triangle of ``A`` and the :class:`EighValues` that forms ``V f(w) V^H``."""
     check_tensor("matrix_function", A)
     batch, keep = A.shape[:-2], []
-    w, V = call("matrix_function", "eigh_batched", to_julia(A, keep), _SWAP[uplo])
+    w, V = call(
+        "matrix_function",
+        "eigh_batched",
+        to_julia(A, keep),
+        _SWAP[uplo],
+        elements=elements(A),
+    )
     # the glue conjugated Julia's conj(V) in place
     out = (from_julia_vectors(w, batch), julia_matrices(V, batch))
     return out, EighValues((handle(w), handle(V)), A, uplo)
@@ -266,6 +283,7 @@ class EighValues:
             "matrix_function_values_batched",
             *self.handles,
             *self._values(keep),
+            elements=elements(self.shape_dtype[0]),
         )
         return from_julia(Y, self.shape_dtype[0][:-2])
 
@@ -279,6 +297,7 @@ class EighValues:
             *self._values(keep),
             to_julia(gY, keep),
             self.uplo,
+            elements=elements(gA),
         )
         return gA
 
@@ -291,5 +310,6 @@ class EighValues:
             *self._values(keep),
             to_julia(dA, keep),
             self.uplo,
+            elements=elements(dA),
         )
         return from_julia(dY, dA.shape[:-2])

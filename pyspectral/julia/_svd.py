@@ -24,6 +24,7 @@ from ._bridge import (
 from ._convert import (
     _numpy,
     check_tensor,
+    elements,
     from_julia,
     from_julia_vectors,
     gradient_buffer,
@@ -36,7 +37,9 @@ from ._convert import (
 def svd(A: torch.Tensor, full_matrices: bool) -> tuple:
     check_tensor("svd", A)
     batch, keep = A.shape[:-2], []
-    U, S, Vt = call("svd", "svd_batched", to_julia(A, keep), full_matrices)
+    U, S, Vt = call(
+        "svd", "svd_batched", to_julia(A, keep), full_matrices, elements=elements(A)
+    )
     # Julia's Vt is U^T, its U is Vh^T
     out = (from_julia(Vt, batch), from_julia_vectors(S, batch), from_julia(U, batch))
     return out, (handle(U), handle(S), handle(Vt))
@@ -60,6 +63,7 @@ def svd_pullback(
         None if gS is None else to_julia_vectors(gS, keep),
         None if gU is None else to_julia(gU, keep),  # cotangent of Julia's Vt = U^T
         *options(opts),
+        elements=elements(gA),
     )
     return gA
 
@@ -77,6 +81,7 @@ def svd_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
         to_julia(dA, keep),
         opts.degeneracy_atol,
         opts.broadening,
+        elements=elements(dA),
     )
     dU, dVh = from_julia(dVtj, batch), from_julia(dUj, batch)
     return dU, from_julia_vectors(dSj, batch), dVh
@@ -85,7 +90,7 @@ def svd_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
 def svdvals(A: torch.Tensor) -> torch.Tensor:
     check_tensor("svdvals", A)
     keep: list = []
-    S = call("svdvals", "svdvals_batched", to_julia(A, keep))
+    S = call("svdvals", "svdvals_batched", to_julia(A, keep), elements=elements(A))
     return from_julia_vectors(S, A.shape[:-2])
 
 
@@ -105,6 +110,7 @@ def svd_function(A: torch.Tensor, f: Any, opts: Any, native_check: Any = None) -
             to_julia(A, keep),
             f,
             opts.degeneracy_atol,
+            elements=elements(A),
         ),
     )
     handles = (handle(U), handle(S), handle(Vt))
@@ -123,6 +129,7 @@ def svd_function_pullback(
         f,
         to_julia(gY, keep),
         opts.degeneracy_atol,
+        elements=elements(gA),
     )
     return gA
 
@@ -140,6 +147,7 @@ def svd_function_pushforward(
         f,
         to_julia(dA, keep),
         opts.degeneracy_atol,
+        elements=elements(dA),
     )
     return from_julia(dY, dA.shape[:-2])
 
@@ -159,6 +167,7 @@ def svd_topk(A: torch.Tensor, k: int, settings: dict[str, Any]) -> tuple:
         to_julia(A, keep),
         k,
         *(settings[name] for name in TOPK_SETTINGS),
+        elements=elements(A),
     )
     # the blocks have p >= k columns: the kept ones, contiguous as natively
     U = from_julia(Vtj, batch)[..., :k]  # Julia's Vt is U^T
@@ -197,6 +206,7 @@ def svd_trunc_pullback(
         rtol,
         maxiter,
         *options(opts),
+        elements=elements(gA),
     )
     return gA
 
@@ -228,6 +238,7 @@ def svd_trunc_pushforward(
         maxiter,
         opts.degeneracy_atol,
         opts.broadening,
+        elements=elements(A),
     )
     dU, dVh = from_julia(dVtj, batch), from_julia(dUj, batch)
     return dU, from_julia_vectors(dSj, batch), dVh
@@ -276,7 +287,9 @@ def svd_values(A: torch.Tensor) -> tuple:
     its memory) and the :class:`SVDValues` that forms ``U f(S) Vh`` there."""
     check_tensor("svd_function", A)
     batch, keep = A.shape[:-2], []
-    U, S, Vt = call("svd_function", "svd_batched", to_julia(A, keep), False)
+    U, S, Vt = call(
+        "svd_function", "svd_batched", to_julia(A, keep), False, elements=elements(A)
+    )
     # Julia's Vt is U^T, its U is Vh^T
     out = (from_julia(Vt, batch), from_julia_vectors(S, batch), from_julia(U, batch))
     return out, SVDValues((handle(U), handle(S), handle(Vt)), (A.shape, A.dtype))
@@ -302,6 +315,7 @@ class SVDValues:
             "svd_function_values_batched",
             *self.handles,
             *self._values(keep),
+            elements=elements(self.shape_dtype[0]),
         )
         return from_julia(Y, self.shape_dtype[0][:-2])
 
@@ -314,6 +328,7 @@ class SVDValues:
             *self.handles,
             *self._values(keep),
             to_julia(gY, keep),
+            elements=elements(gA),
         )
         return gA
 
@@ -325,5 +340,6 @@ class SVDValues:
             *self.handles,
             *self._values(keep),
             to_julia(dA, keep),
+            elements=elements(dA),
         )
         return from_julia(dY, dA.shape[:-2])

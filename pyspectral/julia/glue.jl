@@ -189,6 +189,10 @@ end
 
 gc_enable(on::Bool) = GC.enable(on)
 
+# Julia's BLAS threads for the calls that follow (the bridge's policy, pyspectral/julia/
+# _blas.py); returns the count now in effect.
+set_blas_threads(n::Integer) = (BLAS.set_num_threads(n); BLAS.get_num_threads())
+
 missing_packages(names) = [String(n) for n in names if Base.find_package(String(n)) === nothing]
 
 fspec(f::AbstractString) = Symbol(f)
