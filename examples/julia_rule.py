@@ -38,7 +38,8 @@ from pyspectral import _backend  # noqa: E402
 
 DT = torch.float64
 
-HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path("examples")
+# sphinx-gallery runs an example from its own folder, without __file__
+HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
 RULES = HERE / "myrules.jl"  # logdet_reg and its rrule
 RULE_TESTS = HERE / "myrules_test.jl"  # test_rrule(logdet_reg, ...) in a @testset
 

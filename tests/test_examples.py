@@ -115,6 +115,20 @@ def test_julia_rule():
     assert r["julia_tests"] in (None, True)
 
 
+def test_julia_rule_as_the_docs_gallery_runs_it(monkeypatch, capsys):
+    """sphinx-gallery runs an example from its own folder, without
+    ``__file__``: the example finds its .jl files there too (where Julia is
+    usable the docs build runs it for real)."""
+    usable, why = _backend.backend_status()["julia"]
+    if not usable:
+        pytest.skip(f"needs the Julia backend: {why}")
+    source = (EXAMPLES / "julia_rule.py").read_text(encoding="utf-8")
+    monkeypatch.chdir(EXAMPLES)
+    exec(compile(source, "julia_rule.py", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    assert "via Julia rule 'rrule'" in out and "logdet_reg rrule" in out, out
+
+
 def test_julia_rule_without_julia_says_why(capsys):
     usable, _ = _backend.backend_status()["julia"]
     if usable:
