@@ -872,10 +872,15 @@ def test_julia_reports_its_blas_once_started():
 def test_julia_uses_the_mkl_wheel_when_asked(tmp_path):
     if _blas.find_mkl_rt() is None:
         pytest.skip("the mkl wheel is not installed here (pip install mkl)")
+    # Every warning an error (a BLAS that did not load warns), so Julia starts
+    # first, as PYSPECTRAL_START_JULIA=yes makes `import pyspectral` do: else
+    # the import-order warning would be the error.
     code = (
-        "import warnings, torch, pyspectral as ps\n"
-        "from pyspectral.julia import _bridge\n"
+        "import warnings\n"
         "warnings.simplefilter('error')\n"
+        "import pyspectral as ps\n"
+        "import torch\n"
+        "from pyspectral.julia import _bridge\n"
         "A = torch.randn(40, 30, dtype=torch.float64)\n"
         "U, S, Vh = ps.svd(A, backend='julia')\n"
         "assert torch.allclose((U * S) @ Vh, A, atol=1e-10)\n"
@@ -883,6 +888,7 @@ def test_julia_uses_the_mkl_wheel_when_asked(tmp_path):
     )
     env = child_env()
     env[_blas.BLAS_ENV] = "mkl"
+    env["PYSPECTRAL_START_JULIA"] = "yes"
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env
     )
