@@ -611,21 +611,21 @@ def eigh(
         at_cap = rule._replace(k=cap)
         if julia:
             w, V, block = apply(EighTopKJulia, A, cap, largest, UPLO, cfg, opts)
-            r = eigh_ranks(block, at_cap, largest, opts, True, kept_first=cap)
+            r, _ = eigh_ranks(block, at_cap, largest, opts, True, kept_first=cap)
         else:
             out = apply(EighTopK, A, cap, largest, UPLO, cfg, opts)
             w, V, wd, we = out[0], out[1], out[2], out[5]
             if wd.shape[-1] == n:  # the whole decomposition, ascending
-                r = eigh_ranks(wd, at_cap, largest, opts, False)
+                r, _ = eigh_ranks(wd, at_cap, largest, opts, False)
             else:  # the kept ones first, then from the wanted end
                 block = torch.cat([wd, we], -1)
-                r = eigh_ranks(block, at_cap, largest, opts, False, kept_first=cap)
+                r, _ = eigh_ranks(block, at_cap, largest, opts, False, kept_first=cap)
         H = hermitian_from_triangle(A, UPLO) if return_error else None
         fields = truncated_eigh(H, w, V, r, cap, largest, return_error)
     else:
         w, V = apply(_EighJulia if julia else _Eigh, A, UPLO, opts)
-        r = eigh_ranks(w, rule, largest, opts, julia)
-        fields = truncated_eigh(None, w, V, r, cap, largest, return_error)
+        r, tails = eigh_ranks(w, rule, largest, opts, julia, errors=return_error)
+        fields = truncated_eigh(None, w, V, r, cap, largest, return_error, tails)
     return TruncatedEighResult(*fields) if return_error else EighResult(*fields)
 
 

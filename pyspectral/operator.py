@@ -627,7 +627,8 @@ def svd_topk(
         if _tracked(Z) or _tracked(W):
             block = (U[..., :d], S[..., :d], V[..., :d], U[..., d:], S[..., d:])
             out = _SVDTopKOperator.apply(Z, W, Uk, Sk, Vhk, *block, A, k, cfg, opts)
-    r = svd_ranks(S, rule._replace(k=k), opts, False, complete=S.shape[-1] == min(m, n))
+    full = S.shape[-1] == min(m, n)
+    r, _ = svd_ranks(S, rule._replace(k=k), opts, False, complete=full)
     return SVDResult(*truncated_svd(None, *out, r, k, False, full=False))
 
 
@@ -854,5 +855,5 @@ def eigh_topk(
         if _tracked(Z):
             block = (w[..., :d], V[..., :d], V[..., d:], w[..., d:])
             out = _EighTopKOperator.apply(Z, wk, Vk, *block, A, k, largest, cfg, opts)
-    r = eigh_ranks(w, rule._replace(k=k), largest, opts, False, kept_first=k)
+    r, _ = eigh_ranks(w, rule._replace(k=k), largest, opts, False, kept_first=k)
     return EighResult(*truncated_eigh(None, *out, r, k, largest, False))

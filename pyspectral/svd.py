@@ -551,12 +551,12 @@ def svd(
             U, S, Vh, _, Sd, _, _, Se = apply(SVDTopK, A, cap, cfg, opts)
             block = torch.cat([Sd, Se], -1)
         at_cap = rule._replace(k=cap)
-        r = svd_ranks(block, at_cap, opts, julia, complete=block.shape[-1] == K)
+        r, _ = svd_ranks(block, at_cap, opts, julia, complete=block.shape[-1] == K)
         fields = truncated_svd(A, U, S, Vh, r, cap, return_error, full=False)
     else:
         U, S, Vh = apply(_SVDJulia if julia else _SVD, A, False, opts)
-        r = svd_ranks(S, rule, opts, julia, complete=True)
-        fields = truncated_svd(A, U, S, Vh, r, cap, return_error, full=True)
+        r, tails = svd_ranks(S, rule, opts, julia, complete=True, errors=return_error)
+        fields = truncated_svd(A, U, S, Vh, r, cap, return_error, True, tails)
     return TruncatedSVDResult(*fields) if return_error else SVDResult(*fields)
 
 

@@ -39,7 +39,7 @@ from torch import Tensor
 from ._settings import Options
 from .common.defaults import peek
 from .forward.topk import TopKConfig, top_k_method
-from .forward.truncation import TruncationRule, truncation_rank
+from .forward.truncation import TruncationRule, tail_norms, truncation_rank
 from .julia import _svd as jsvd
 
 __all__ = [
@@ -143,22 +143,30 @@ def truncation_path(
 
 
 def svd_ranks(
-    S: Tensor, rule: TruncationRule, opts: Options, julia: bool, complete: bool
-) -> Tensor | None:
-    """The rank of each matrix from its singular values ``S`` (``(*, K)``,
-    descending: all of them, or the leading ones of an iterative block when
-    ``complete`` is False), by PySpectral.jl's ``truncation_rank`` when
-    ``julia``; None when it is ``min(k, K)`` whatever ``S`` (``rule.fixed``).
+    S: Tensor,
+    rule: TruncationRule,
+    opts: Options,
+    julia: bool,
+    complete: bool,
+    errors: bool = False,
+) -> tuple[Tensor | None, Tensor | None]:
+    """``(ranks, tails)``: the rank of each matrix from its singular values
+    ``S`` (``(*, K)``, descending: all of them, or the leading ones of an
+    iterative block when ``complete`` is False), by PySpectral.jl's
+    ``truncation_rank`` when ``julia``, None when it is ``min(k, K)``
+    whatever ``S`` (``rule.fixed``); and, on the Julia backend with the
+    whole spectrum, Julia's tail norms (``errors``: asked for even with a
+    fixed rank), which the truncated result returns as its errors, so that
+    Julia's rule and the errors are the same numbers (None otherwise: the
+    native ``tail_norms``).
 
     A block that does not reach past the kept values gets a 0 appended: the
     next singular value lies in ``[0, s_k]``, so a cut there is a multiplet
     boundary exactly when ``s_k`` is not numerically zero (the certificate
     closed the cluster of ``s_k`` inside the block otherwise)."""
-    if rule.fixed:
-        return None
     if not complete:
         S = torch.cat([S, S.new_zeros(*S.shape[:-1], 1)], -1)
-    return _ranks("svd", S, rule, opts, julia)
+    return _ranks("svd", S, rule, opts, julia and (complete or not rule.fixed), errors)
 
 
 def eigh_ranks(
@@ -168,28 +176,31 @@ def eigh_ranks(
     opts: Options,
     julia: bool,
     kept_first: int | None = None,
-) -> Tensor | None:
-    """The rank of each matrix from its eigenvalues: all of them ascending
-    (``kept_first`` None), or an iterative block with the ``kept_first`` kept
-    ones first, ascending, then the others from the wanted end. The rules
-    read them from the wanted end: ``w`` descending (``largest``) or ``-w``
-    ascending-negated (smallest)."""
-    if rule.fixed:
-        return None
+    errors: bool = False,
+) -> tuple[Tensor | None, Tensor | None]:
+    """``(ranks, tails)`` as :func:`svd_ranks`, from the eigenvalues: all of
+    them ascending (``kept_first`` None), or an iterative block with the
+    ``kept_first`` kept ones first, ascending, then the others from the
+    wanted end. The rules read them from the wanted end: ``w`` descending
+    (``largest``) or ``-w`` ascending-negated (smallest)."""
     if kept_first is None:
         x = w.flip(-1) if largest else -w
     else:
         k = kept_first
         x = torch.cat([w[..., :k].flip(-1), w[..., k:]], -1) if largest else -w
-    return _ranks("eigh", x, rule, opts, julia)
+    complete = kept_first is None
+    return _ranks("eigh", x, rule, opts, julia and (complete or not rule.fixed), errors)
 
 
 def _ranks(
-    op: str, x: Tensor, rule: TruncationRule, opts: Options, julia: bool
-) -> Tensor:
-    if julia:
-        return jsvd.truncation_ranks(op, x, rule, opts.degeneracy_atol)
-    return truncation_rank(x, rule, opts.degeneracy_atol)
+    op: str, x: Tensor, rule: TruncationRule, opts: Options, julia: bool, errors: bool
+) -> tuple[Tensor | None, Tensor | None]:
+    if julia and (errors or not rule.fixed):
+        r, tails = jsvd.truncation_ranks(op, x, rule, opts.degeneracy_atol)
+        return (None if rule.fixed else r), tails
+    if rule.fixed:
+        return None, None
+    return truncation_rank(x, rule, opts.degeneracy_atol), None
 
 
 def _width(r: Tensor | None, cap: int) -> tuple[int, bool]:
@@ -210,6 +221,22 @@ def _rank_tensor(r: Tensor | None, w: int, like: Tensor) -> Tensor:
     return torch.full(like.shape[:-1], w, dtype=torch.int64, device=like.device)
 
 
+def _error_and_norm(
+    x: Tensor, rank: Tensor, values: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """The truncation error ``||x[rank:]||`` of each spectrum ``x`` (read from
+    the wanted end) and ``||x||``: the numbers the discarded-weight rule
+    compared (``forward.truncation.tail_norms``), so that an error fed back as
+    ``error_atol`` keeps the rank. ``values``: Julia's tail norms, whose
+    numbers the Julia backend returns (torch's sqrt is not correctly rounded,
+    Julia's is: an ulp apart), with the native tails' gradient."""
+    tails = tail_norms(x)
+    if values is not None:
+        tails = values.to(tails.dtype) + (tails - tails.detach())
+    error = tails.gather(-1, rank.unsqueeze(-1).to(x.device)).squeeze(-1)
+    return error, tails[..., 0]
+
+
 def _relative(error: Tensor, norm: Tensor) -> Tensor:
     """``error / norm``, 0 where ``norm`` is 0 (the zero matrix)."""
     safe = torch.where(norm > 0, norm, torch.ones_like(norm))
@@ -228,11 +255,14 @@ def truncated_svd(
     cap: int,
     return_error: bool,
     full: bool,
+    tails: Tensor | None = None,
 ) -> tuple:
     """The truncated result from differentiable triplets ``U, S, Vh``: the
     whole thin SVD (``full``) or the top ``cap`` of the iterative path, and
     the ranks ``r`` (None: ``cap`` for every matrix). Returns the fields of
-    ``SVDResult`` or, with ``return_error``, of ``TruncatedSVDResult``."""
+    ``SVDResult`` or, with ``return_error``, of ``TruncatedSVDResult``;
+    ``tails``: the values of the errors when the Julia backend computed them
+    (:func:`svd_ranks`)."""
     w, uniform = _width(r, cap)
     Uk, Sk, Vhk = U[..., :w], S[..., :w], Vh[..., :w, :]
     if not uniform:
@@ -242,19 +272,14 @@ def truncated_svd(
         Vhk = Vhk * keep.unsqueeze(-1).to(Vh.dtype)
     if not return_error:
         return Uk, Sk, Vhk
+    rank = _rank_tensor(r, w, S)
     if full:
-        if uniform:
-            discarded = S[..., w:]
-        else:
-            discarded = S * (torch.arange(S.shape[-1], device=S.device) >= r[..., None])
-        error = torch.linalg.vector_norm(discarded, dim=-1)
-        norm = torch.linalg.vector_norm(S, dim=-1)
+        error, norm = _error_and_norm(S, rank, tails)
     else:
         # A - U_r U_r^H A, with U_r (zero past each rank) held fixed
         P = Uk.detach()
         error = torch.linalg.matrix_norm(A - P @ (P.mH @ A))
         norm = torch.linalg.matrix_norm(A)
-    rank = _rank_tensor(r, w, S)
     return Uk, Sk, Vhk, error, _relative(error, norm), rank
 
 
@@ -269,6 +294,7 @@ def truncated_eigh(
     cap: int,
     largest: bool,
     return_error: bool,
+    tails: Tensor | None = None,
 ) -> tuple:
     """The truncated result from differentiable eigenpairs ascending: the
     whole decomposition (``H`` None) or the ``cap`` kept pairs of the
@@ -288,11 +314,8 @@ def truncated_eigh(
     if not return_error:
         return wk, Vk
     if H is None:
-        i = torch.arange(n, device=w.device)
-        rank = _rank_tensor(r, width, w).unsqueeze(-1)
-        discarded = w * (i < n - rank if largest else i >= rank)
-        error = torch.linalg.vector_norm(discarded, dim=-1)
-        norm = torch.linalg.vector_norm(w, dim=-1)
+        wanted = w.flip(-1) if largest else -w  # from the wanted end, as the rules
+        error, norm = _error_and_norm(wanted, _rank_tensor(r, width, w), tails)
     else:
         Q, lam = Vk.detach(), wk.detach()
         error = torch.linalg.matrix_norm(H - (Q * lam.unsqueeze(-2).to(Q.dtype)) @ Q.mH)

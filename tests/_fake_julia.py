@@ -65,7 +65,11 @@ from pyspectral.exceptions import (
     PySpectralError,
 )
 from pyspectral.forward import topk as T
-from pyspectral.forward.truncation import TruncationRule, truncation_rank
+from pyspectral.forward.truncation import (
+    TruncationRule,
+    _multiplet_cut,
+    truncation_rank,
+)
 from pyspectral.julia import _bridge, _convert
 from pyspectral.pullbacks.eigh import (
     eigh_pullback,
@@ -829,14 +833,31 @@ class FakeJulia:
         X = self._wrap(X)  # k x B: one spectrum per column
         if X.dtype.kind != "f":
             raise AssertionError(f"truncation_ranks_batched: spectra of {X.dtype}")
-        rule = TruncationRule(k, atol, rtol, error_atol, error_rtol, multiplets)
-        ranks = [
-            int(
-                truncation_rank(torch.from_numpy(X[:, b].copy()), rule, degeneracy_atol)
-            )
-            for b in range(X.shape[1])
-        ]
-        return np.array(ranks, dtype=np.int64)  # Vector{Int64}, through out()
+        # Julia's tail_norms: summed from the smallest value in units of a power
+        # of two, with a correctly rounded sqrt (numpy's, as Julia's), which
+        # its discarded-weight rule compares; the other rules are the native ones
+        K = X.shape[0]
+        tails = np.zeros((K + 1, X.shape[1]), dtype=X.dtype, order="F")
+        for b in range(X.shape[1]):
+            m = np.abs(X[:, b]).max(initial=0.0)
+            c = np.ldexp(1.0, np.frexp(m)[1]) if m > 0 else 1.0
+            acc = 0.0
+            for j in range(K - 1, -1, -1):
+                acc += (X[j, b] / c) ** 2
+                tails[j, b] = c * np.sqrt(acc) if acc > 0 else 0.0
+        rest = TruncationRule(k, atol, rtol, None, None, "cut")
+        ranks = []
+        for b in range(X.shape[1]):
+            x = torch.from_numpy(X[:, b].copy())
+            r = int(truncation_rank(x, rest, degeneracy_atol))
+            if error_atol is not None or error_rtol is not None:
+                target = max(tails[0, b] * (error_rtol or 0.0), error_atol or 0.0)
+                r = min(r, int((tails[:K, b] > target).sum()))
+            if multiplets != "cut" and K:
+                r = int(_multiplet_cut(x, torch.tensor(r), multiplets, degeneracy_atol))
+            ranks.append(r)
+        # Vector{Int64} and the (k+1) x B tails, through out()
+        return np.array(ranks, dtype=np.int64), tails
 
     def _uncertified(self, op: str, k: int, why: str, cfg: T.TopKConfig) -> None:
         if why:

@@ -31,7 +31,7 @@ from _spectra import (
 import pyspectral as ps
 from pyspectral import topk as TK
 from pyspectral.forward import topk as T
-from pyspectral.forward.truncation import TruncationRule, truncation_rank
+from pyspectral.forward.truncation import TruncationRule, tail_norms, truncation_rank
 from pyspectral.julia import _bridge, _svd
 
 F64, C128 = torch.float64, torch.complex128
@@ -739,6 +739,64 @@ def test_out_with_a_rule_is_an_input_error() -> None:
         ps.eigh(A @ A.mT, atol=0.0, out=out[:2])
 
 
+# ------------------------------------------ ties: one computation of the error
+
+
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+def test_a_tie_keeps_the_fewer_values(backend, fake) -> None:
+    """Keeping 1 of (0.7, 0.3) discards exactly 0.3: error_atol = 0.3 keeps
+    one value, and the error returned is that 0.3 (issue 23, item 4)."""
+    A = torch.diag(torch.tensor([0.7, 0.3], dtype=F64))
+    res = ps.svd(A, error_atol=0.3, return_error=True, backend=backend)
+    assert int(res.rank) == 1 and float(res.error) == 0.3
+    H = torch.diag(torch.tensor([-0.3, 0.7], dtype=F64))
+    w, _, err, _, r = ps.eigh(H, error_atol=0.3, return_error=True, backend=backend)
+    assert int(r) == 1 and w.tolist() == [0.7] and float(err) == 0.3
+
+
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_the_error_fed_back_keeps_the_rank(op) -> None:
+    """For 400 random spectra and each rule (discarded weight, k, rtol), the
+    returned error given back as error_atol selects the same rank: the rule
+    and the error are the same numbers (forward.truncation.tail_norms)."""
+    g = torch.Generator().manual_seed(23)
+    x = torch.rand(400, 8, generator=g, dtype=F64)
+    if op == "svd":
+        A = torch.diag_embed(x.sort(-1, descending=True).values)
+        run = functools.partial(ps.svd, A, return_error=True)
+    else:
+        A = torch.diag_embed(x - 0.5)  # both signs
+        run = functools.partial(ps.eigh, A, return_error=True)
+    for kw in (dict(error_rtol=0.3), dict(k=3), dict(rtol=0.5), dict(error_atol=0.8)):
+        first = run(**kw)
+        changed = sum(
+            int(run_one.rank) != int(r)
+            for r, e, Ai in zip(first.rank, first.error, A)
+            for run_one in [
+                (ps.svd if op == "svd" else ps.eigh)(
+                    Ai, error_atol=float(e), return_error=True
+                )
+            ]
+        )
+        assert changed == 0, (kw, changed)
+
+
+def test_tail_norms() -> None:
+    """A single discarded value is its own error, powers of two scale exactly
+    (no underflow of the squares), the last tail is 0, empty spectra work,
+    and the gradient is x_i / error on the discarded values."""
+    t = torch.tensor([4.0, 3.0], dtype=F64)
+    assert tail_norms(t).tolist() == [5.0, 3.0, 0.0]
+    assert tail_norms(t * 2.0**-600).tolist() == [5 * 2.0**-600, 3 * 2.0**-600, 0.0]
+    assert tail_norms(torch.zeros(3, dtype=F64)).tolist() == [0.0] * 4
+    assert tail_norms(torch.zeros(2, 0, dtype=F64)).shape == (2, 1)
+    x = torch.tensor([4.0, 3.0, 0.0], dtype=F64, requires_grad=True)
+    (g,) = torch.autograd.grad(tail_norms(x)[1], x)
+    assert g.tolist() == [0.0, 1.0, 0.0]
+    (g,) = torch.autograd.grad(tail_norms(x)[2], x)  # error 0: gradient 0
+    assert g.tolist() == [0.0, 0.0, 0.0]
+
+
 # ---------------------------------------------- the Julia backend's rule
 
 
@@ -777,7 +835,66 @@ def test_the_julia_backend_asks_julia_for_the_ranks(fake) -> None:
 @pytest.mark.parametrize("x, kw, r", RANKS, ids=lambda v: repr(v))
 def test_real_julia_truncation_rank(x, kw, r) -> None:
     X = torch.tensor(x, dtype=F64).reshape(1, -1)
-    assert _svd.truncation_ranks("svd", X, rule(**kw), None).tolist() == [r]
+    ranks, tails = _svd.truncation_ranks("svd", X, rule(**kw), None)
+    assert ranks.tolist() == [r] and tails.shape == (1, len(x) + 1)
+
+
+@needs_julia
+def test_real_julia_tails_and_ranks_are_the_native_numbers() -> None:
+    """Julia's tail norms, which its ranks compare and the Julia backend
+    returns as errors, are the native ones to the last ulp or one ulp
+    apart (torch's sqrt is not correctly rounded, Julia's is: the same sums in
+    the same order otherwise), and the error rules keep the same ranks on
+    200 random spectra."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(200, 9, generator=g, dtype=F64).sort(-1, descending=True).values
+    for r in (rule(error_rtol=0.4), rule(error_atol=0.9)):
+        ranks, tails = _svd.truncation_ranks("svd", x, r, None)
+        assert torch.equal(ranks, truncation_rank(x, r, None))
+        ulps = (tails - tail_norms(x)).abs() / torch.finfo(F64).eps
+        assert float((ulps / tails.clamp(min=1e-300)).max()) <= 1.0
+
+
+@needs_julia
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_real_julia_error_fed_back_keeps_the_rank(op) -> None:
+    """The Julia backend's errors, given back as error_atol, keep its ranks
+    (Julia's rule and errors are the same numbers), on 100 random spectra."""
+    g = torch.Generator().manual_seed(29)
+    x = torch.rand(100, 8, generator=g, dtype=F64)
+    A = torch.diag_embed(x.sort(-1, descending=True).values if op == "svd" else x - 0.5)
+    fn = ps.svd if op == "svd" else ps.eigh
+    for kw in (dict(error_rtol=0.3), dict(k=3), dict(rtol=0.5)):
+        first = fn(A, **kw, return_error=True, backend="julia")
+        again = [
+            int(fn(Ai, error_atol=float(e), return_error=True, backend="julia").rank)
+            for Ai, e in zip(A, first.error)
+        ]
+        assert again == first.rank.tolist(), kw
+
+
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_the_julia_backend_returns_julias_errors(op, fake) -> None:
+    """On the Julia backend the errors are Julia's tail norms (the numbers
+    its rule compared; here the stand-in's, a correctly rounded sqrt), with
+    the native gradient; and an error fed back keeps the rank there too."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(60, 7, generator=g, dtype=F64)
+    A = torch.diag_embed(x.sort(-1, descending=True).values if op == "svd" else x - 0.5)
+    fn = ps.svd if op == "svd" else ps.eigh
+    X = A.clone().requires_grad_()
+    res = fn(X, k=3, return_error=True, backend="julia")
+    (call,) = fake.calls_to("truncation_ranks_batched")
+    assert call.named["k"] == 3  # asked for the errors though the rank is fixed
+    res.error.sum().backward()
+    Y = A.clone().requires_grad_()
+    nat = fn(Y, k=3, return_error=True)
+    nat.error.sum().backward()
+    assert torch.allclose(res.error, nat.error, rtol=4 * torch.finfo(F64).eps, atol=0)
+    assert torch.allclose(X.grad, Y.grad, rtol=1e-12, atol=1e-14)
+    for Ai, e, r in zip(A, res.error, res.rank):
+        again = fn(Ai, error_atol=float(e), return_error=True, backend="julia")
+        assert int(again.rank) == int(r)
 
 
 @needs_julia

@@ -34,7 +34,7 @@ from torch import Tensor
 
 from ..common.defaults import degeneracy_tol
 
-__all__ = ["MULTIPLETS", "TruncationRule", "truncation_rank"]
+__all__ = ["MULTIPLETS", "TruncationRule", "tail_norms", "truncation_rank"]
 
 MULTIPLETS = ("cut", "down", "up")
 
@@ -108,18 +108,40 @@ def truncation_rank(
     return r
 
 
+def tail_norms(x: Tensor) -> Tensor:
+    """``||x[..., r:]||_2`` for ``r = 0, ..., K``: shape ``(*, K + 1)``, the
+    last one 0. The one computation of a truncation error: the discarded-
+    weight rule compares these numbers and a truncated call returns them, so
+    an error fed back as ``error_atol`` gives the same rank (ties included).
+    Summed from the smallest value, in units of a power of two near
+    ``max|x|`` (exact scaling: no overflow or underflow of the squares, and a
+    single discarded value is its own error exactly). Differentiable in
+    ``x``: the gradient of the ``r``-th is ``x_i / error`` on the discarded
+    values, 0 where the error is 0. ``julia/PySpectral``'s ``tail_norms``
+    sums the same numbers in the same order."""
+    if x.shape[-1] == 0:
+        return x.new_zeros(*x.shape[:-1], 1).real
+    m = x.detach().abs().amax(-1, keepdim=True)
+    # 2**e with m = f 2**e, f in [0.5, 1) (frexp); 1 for a zero spectrum
+    c = torch.ldexp(torch.ones_like(m), torch.frexp(m).exponent)
+    c = torch.where(m > 0, c, torch.ones_like(c))
+    sq = (x / c).abs() ** 2
+    tail = sq.flip(-1).cumsum(-1).flip(-1)
+    tail = torch.cat([tail, torch.zeros_like(sq[..., :1])], -1)
+    positive = tail > 0
+    root = torch.sqrt(torch.where(positive, tail, torch.ones_like(tail)))
+    return torch.where(positive, c * root, torch.zeros_like(tail))
+
+
 def _error_rank(x: Tensor, rule: TruncationRule) -> Tensor:
     """The fewest leading values whose tail ``||x[r:]||_2`` is at most
-    ``max(error_atol, error_rtol ||x||_2)``."""
-    c = x.abs().amax(-1, keepdim=True)
-    c = torch.where(c > 0, c, torch.ones_like(c))
-    # tail[j] = sum_{i >= j} (x_i / c)^2, accumulated from the smallest
-    tail = ((x / c) ** 2).flip(-1).cumsum(-1).flip(-1)
-    target = (rule.error_rtol or 0.0) ** 2 * tail[..., :1]
-    target = torch.maximum(target, ((rule.error_atol or 0.0) / c) ** 2)
+    ``max(error_atol, error_rtol ||x||_2)`` (both from :func:`tail_norms`)."""
+    tail = tail_norms(x)
+    target = tail[..., :1] * (rule.error_rtol or 0.0)
+    target = torch.clamp(target, min=rule.error_atol or 0.0)
     # keeping r values discards tail[r] (tail[K] = 0): r is the number of
-    # tails above the target, as they decrease with j
-    return (tail > target).sum(-1)
+    # tails above the target, as they do not increase with r
+    return (tail[..., :-1] > target).sum(-1)
 
 
 def _multiplet_cut(

@@ -246,17 +246,20 @@ def svd_trunc_pushforward(
 
 def truncation_ranks(
     op: str, x: torch.Tensor, rule: Any, degeneracy_atol: Any
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The rank of each spectrum ``x`` (``(*, K)``, descending from the wanted
     end: singular values, or eigenvalues read from the wanted end) under the
     truncation ``rule`` (``forward.truncation.TruncationRule``), by
-    PySpectral.truncation_rank; shape ``(*,)``, int64. The layout does not
-    matter here: a spectrum is the same on both sides of the transpose (it
-    crosses as the column-major ``K x B`` array of :func:`to_julia_vectors`).
-    The ranks come back as a Julia ``Vector{Int64}`` of length ``B``."""
+    PySpectral.truncation_rank, shape ``(*,)``, int64, and Julia's tail norms
+    of each spectrum (``(*, K + 1)``: PySpectral.tail_norms, the errors that
+    rule compared). The layout does not matter here: a spectrum is the same
+    on both sides of the transpose (it crosses as the column-major ``K x B``
+    array of :func:`to_julia_vectors`). The ranks come back as a Julia
+    ``Vector{Int64}`` of length ``B``, the tails as a ``(K + 1) x B``
+    matrix."""
     check_tensor(op, x)
     keep: list = []
-    ranks = call(
+    ranks, tails = call(
         op,
         "truncation_ranks_batched",
         to_julia_vectors(x, keep),
@@ -269,7 +272,7 @@ def truncation_ranks(
         degeneracy_atol,
     )
     r = torch.from_numpy(_numpy(ranks).copy())  # Julia's Vector{Int64}: int64
-    return r.reshape(x.shape[:-1])
+    return r.reshape(x.shape[:-1]), from_julia_vectors(tails, x.shape[:-1])
 
 
 # ------------------------------------------- f given by its values (user f)

@@ -346,17 +346,24 @@ end
 # applies the ranks to it; its pullback is Julia's svd_pullback! / eigh_pullback! (or
 # the top-k ones) with cotangents zero past each rank, as tsvd_pullback! does. X arrives
 # as the k×B array of a (B, k) tensor; the ranks return as a Vector{Int64} of length B
-# (`out`, element type code 5). `nothing` (Python's None) leaves a rule out.
+# (`out`, element type code 5), with the tail norms of each spectrum ((k+1)×B:
+# PySpectral.tail_norms, the numbers the discarded-weight rule compared, which the bridge
+# returns as the truncation errors). `nothing` (Python's None) leaves a rule out.
 function truncation_ranks_core(X::AbstractMatrix{<:Real}, k, atol, rtol, error_atol,
                                error_rtol, multiplets::Symbol, degeneracy_atol)
     return Int64[PySpectral.truncation_rank(view(X, :, b); k, atol, rtol, error_atol,
                                             error_rtol, multiplets, degeneracy_atol)
                  for b in axes(X, 2)]
 end
+tail_norms_core(X::AbstractMatrix{<:Real}) =
+    reduce(hcat, [PySpectral.tail_norms(view(X, :, b)) for b in axes(X, 2)];
+           init=zeros(eltype(X), size(X, 1) + 1, 0))
 function truncation_ranks_batched(X, k, atol, rtol, error_atol, error_rtol,
                                   multiplets::AbstractString, degeneracy_atol)
-    return out(truncation_ranks_core(wrap(X), k, atol, rtol, error_atol, error_rtol,
-                                     Symbol(multiplets), degeneracy_atol))
+    Xw = wrap(X)
+    ranks = truncation_ranks_core(Xw, k, atol, rtol, error_atol, error_rtol,
+                                  Symbol(multiplets), degeneracy_atol)
+    return out(ranks), out(tail_norms_core(Xw))
 end
 
 # ------------------------------------------------------------------ eigh

@@ -1838,6 +1838,34 @@ end
     @test size(tsvd(A; k=7, atol=0.0)[1].U) == (6, 4)   # a maximum, with a tolerance
 end
 
+@testset "truncation ties" begin
+    Random.seed!(23)
+    # keeping 1 of (0.7, 0.3) discards exactly 0.3: error_atol = 0.3 keeps 1
+    @test truncation_rank([0.7, 0.3]; error_atol=0.3) == 1
+    @test truncation_error([0.7, 0.3], 1) == 0.3
+    (F, ϵ) = tsvd(Matrix(Diagonal([0.7, 0.3])); error_atol=0.3)
+    @test length(F.S) == 1 && ϵ == 0.3
+    (E, ϵ) = teigh(Matrix(Diagonal([-0.3, 0.7])); error_atol=0.3)
+    @test E.values == [0.7] && ϵ == 0.3
+    # an error fed back as error_atol keeps the rank, whatever rule chose it
+    changed = 0
+    for _ in 1:400
+        x = sort(rand(8); rev=true)
+        for r in (truncation_rank(x; error_rtol=0.5 * rand()), truncation_rank(x; k=rand(0:8)),
+                  truncation_rank(x; rtol=rand()))
+            changed += truncation_rank(x; error_atol=truncation_error(x, r)) != r
+        end
+    end
+    @test changed == 0
+    # the tails: a single value is its own norm, powers of two scale exactly (no
+    # underflow of the squares), and the last tail is 0
+    @test PySpectral.tail_norms([4.0, 3.0]) == [5.0, 3.0, 0.0]
+    @test PySpectral.tail_norms(2.0^-600 .* [4.0, 3.0]) == 2.0^-600 .* [5.0, 3.0, 0.0]
+    @test PySpectral.tail_norms(zeros(3)) == zeros(4)
+    @test PySpectral.tail_norms(Float64[]) == [0.0]
+    @test PySpectral.tail_norms(Float32[0.7, 0.3])[2:3] == Float32[0.3, 0]
+end
+
 @testset "truncated svd rrules" begin
     Random.seed!(18)
     rules = ((; k=2), (; atol=2.0), (; rtol=0.5, multiplets=:down), (; error_atol=1.2),

@@ -61,19 +61,37 @@ function truncation_rank(x::AbstractVector{<:Real}; k=nothing, atol=nothing, rto
 end
 
 # The fewest leading values whose tail norm(x[r+1:end]) is at most
-# max(error_atol, error_rtol norm(x)); tail[j] = Σ_{i >= j} (xᵢ / c)², tail[K+1] = 0.
+# max(error_atol, error_rtol norm(x)), both from `tail_norms`.
 function _error_rank(x, error_atol, error_rtol)
+    tail = tail_norms(x)
+    target = max(tail[1] * error_rtol, error_atol)
+    # keeping r values discards tail[r+1] (tail[K+1] = 0): r is the number of tails
+    # above the target, as they do not increase with r
+    return count(>(target), view(tail, 1:length(x)))
+end
+
+"""
+    tail_norms(x) -> Vector
+
+`norm(x[r+1:end])` for `r = 0, …, length(x)` (the last one 0): the one computation of a
+truncation error. The discarded-weight rule compares these numbers and
+[`truncation_error`](@ref) returns them, so an error fed back as `error_atol` gives the
+same rank, ties included. Summed from the smallest value, in units of a power of two
+near `maximum(abs, x)` (exact scaling: no overflow or underflow of the squares, and a
+single discarded value is its own error exactly); pyspectral's `tail_norms` sums the
+same numbers in the same order.
+"""
+function tail_norms(x::AbstractVector)
     K = length(x)
-    c = maximum(abs, x)
-    c = c > 0 ? c : one(c)
-    tail = zeros(typeof(float(c)), K + 1)
+    T = float(real(eltype(x)))
+    m = K == 0 ? zero(T) : maximum(abs, x)
+    # 2^e with m = f 2^e, f in [0.5, 1), as frexp (Julia's exponent(m) is e - 1)
+    c = m > 0 ? ldexp(one(T), exponent(T(m)) + 1) : one(T)
+    sq = zeros(T, K + 1)
     for j in K:-1:1
-        tail[j] = tail[j+1] + abs2(x[j] / c)
+        sq[j] = sq[j+1] + abs2(x[j] / c)
     end
-    target = max(abs2(error_rtol) * tail[1], abs2(error_atol / c))
-    # keeping r values discards tail[r+1]: r is the number of tails above the target,
-    # as they decrease with j
-    return count(>(target), view(tail, 1:K))
+    return [t > 0 ? c * sqrt(t) : zero(T) for t in sq]
 end
 
 # r moved to the nearest multiplet boundary below (:down) or above (:up) it.
@@ -93,9 +111,10 @@ end
 
 The truncation error of keeping the first `r` values of `x`: `norm(x[r+1:end])`, the
 2-norm of the discarded values (0 when none is), summed from them, never as a difference
-of squares (which loses an error far below `norm(x)`).
+of squares (which loses an error far below `norm(x)`): [`tail_norms`](@ref)`(x)[r+1]`,
+the number the discarded-weight rule compares.
 """
-truncation_error(x::AbstractVector, r::Integer) = LinearAlgebra.norm(view(x, r+1:length(x)))
+truncation_error(x::AbstractVector, r::Integer) = tail_norms(x)[r+1]
 
 # The spectrum of eigh (ascending λ) read from the wanted end, descending.
 _wanted_first(λ, largest::Bool) = largest ? reverse(λ) : -λ
