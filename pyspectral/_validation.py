@@ -33,9 +33,12 @@ _INTEGER_KEYWORDS: dict[str, tuple[str, Callable[[int], bool]]] = {
     "oversample": ("an integer >= 0, or None (automatic)", lambda x: x >= 0),
     "n_iter": ("an integer >= 0, or None (automatic)", lambda x: x >= 0),
     "backward_maxiter": ("an integer >= 1", lambda x: x >= 1),
+    # the floor of a truncation (forward/truncation.py)
+    "min_rank": ("an integer >= 0 (the fewest values kept), or None", lambda x: x >= 0),
 }
-# None means "chosen from the data" (the top-k iteration's block and budget).
-_OPTIONAL_INTEGERS = ("oversample", "n_iter")
+# None means "chosen from the data" (the top-k iteration's block and budget) or,
+# for min_rank, no floor.
+_OPTIONAL_INTEGERS = ("oversample", "n_iter", "min_rank")
 _TOLERANCE = ("a finite number >= 0, or None", lambda x: 0 <= x < math.inf)
 _REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "backward_rtol": (
@@ -52,8 +55,6 @@ _REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "error_atol": _TOLERANCE,
     "error_rtol": _TOLERANCE,
 }
-# With any of these, k is the maximum rank and may exceed min(m, n).
-_TRUNCATION_TOLERANCES = ("atol", "rtol", "error_atol", "error_rtol")
 
 
 # The keywords for which None is valid (None: automatic or from the data)
@@ -66,12 +67,11 @@ def check_keywords(
     """Validate the numeric keywords of a public call; the one place where
     they are checked, before any backend is chosen. Returns them normalised.
 
-    ``k`` (``None`` or an integer with ``0 <= k <= min(m, n)`` of ``A``, or
-    any ``k >= 0``, a maximum rank, when a truncation tolerance ``atol``,
-    ``rtol``, ``error_atol`` or ``error_rtol`` is given),
-    ``oversample``, ``n_iter`` (``None``: automatic), ``backward_maxiter``:
-    integers given as a Python
-    int, a numpy integer or a 0-d integer tensor (never a bool or a float),
+    ``k`` (``None`` or an integer ``k >= 0``: the maximum rank, as every
+    tensor-network code reads its bond dimension; past ``min(m, n)`` it
+    keeps everything), ``oversample``, ``n_iter`` (``None``: automatic),
+    ``backward_maxiter``: integers given as a Python int, a numpy integer or
+    a 0-d integer tensor (never a bool or a float),
     returned as int. ``backward_rtol``, ``broadening``, ``degeneracy_atol``,
     ``gauge_atol``, ``hermitian_tol``: ``None`` or a real number (0-d real
     tensors included), returned as float. Raises ``InputError`` naming the
@@ -82,8 +82,7 @@ def check_keywords(
         if value is None and name in _NONE_ALLOWED:
             checked[name] = None
         elif name == "k":
-            capped = any(keywords.get(t) is not None for t in _TRUNCATION_TOLERANCES)
-            checked[name] = _check_k(op, A, value, capped)
+            checked[name] = _check_k(op, value)
         elif name in _OPTIONAL_INTEGERS and value is None:
             checked[name] = None
         elif name in _INTEGER_KEYWORDS:
@@ -103,29 +102,16 @@ def check_keywords(
     return checked
 
 
-def _check_k(
-    op: str, A: torch.Tensor | None, k: Any, capped: bool = False
-) -> int | None:
-    """``k`` as an int: ``0 <= k <= min(m, n)``; with a truncation tolerance
-    (``capped``) any ``k >= 0``, the maximum rank."""
+def _check_k(op: str, k: Any) -> int | None:
+    """``k`` as an int ``>= 0``: the maximum rank (a ``k`` past ``min(m, n)``
+    keeps every value, as tensor-network codes clamp their bond dimension)."""
     if k is None:
         return None
-    if A is None:
-        raise TypeError("check_keywords: k is checked against the shape of A")
-    kmax = min(A.shape[-2:])
     x = _as_integer(k)
-    if capped:
-        if x is None or x < 0:
-            raise InputError(
-                f"{op}: k must be an integer >= 0 (the maximum rank, with atol, "
-                f"rtol, error_atol or error_rtol given), got {k!r}"
-            )
-        return x
-    if x is None or not 0 <= x <= kmax:
+    if x is None or x < 0:
         raise InputError(
-            f"{op}: k must be an integer with 0 <= k <= min(m, n) = {kmax} for "
-            f"A of shape {tuple(A.shape)}, got {k!r}; a larger k is a maximum "
-            "rank together with atol, rtol, error_atol or error_rtol"
+            f"{op}: k must be an integer >= 0 (the maximum rank; a k past "
+            f"min(m, n) keeps every value), got {k!r}"
         )
     return x
 
@@ -135,10 +121,11 @@ def truncation_rule(
 ) -> Any:
     """The truncation rule of a ``svd`` / ``eigh`` call from its checked
     keywords (``check_keywords``: ``k``, ``atol``, ``rtol``, ``error_atol``,
-    ``error_rtol``), ``multiplets`` (``"cut"``, ``"down"`` or ``"up"``) and
-    ``return_error`` (``check_flag``); None when the call truncates nothing and
-    returns no error. ``multiplets`` other than ``"cut"`` without ``k`` or a
-    tolerance would be ignored: ``InputError``. Returns a
+    ``error_rtol`` and the floor ``min_rank``, at most ``k``), ``multiplets``
+    (``"cut"``, ``"down"`` or ``"up"``) and ``return_error``
+    (``check_flag``); None when the call truncates nothing and returns no
+    error. ``multiplets`` other than ``"cut"``, or ``min_rank``,
+    without ``k`` or a tolerance would be ignored: ``InputError``. Returns a
     ``forward.truncation.TruncationRule``."""
     # (imported here: the forward package imports _settings, which imports this)
     from .forward.truncation import MULTIPLETS, TruncationRule
@@ -148,19 +135,37 @@ def truncation_rule(
         raise InputError(
             f"{op}: multiplets must be 'cut', 'down' or 'up', got {multiplets!r}"
         )
+    least = kw.get("min_rank")
+    if least is not None and kw["k"] is not None and least > kw["k"]:
+        raise InputError(
+            f"{op}: min_rank = {least} exceeds k = {kw['k']}; the floor must be at "
+            "most the maximum rank"
+        )
     rule = TruncationRule(
-        kw["k"], kw["atol"], kw["rtol"], kw["error_atol"], kw["error_rtol"], multiplets
+        kw["k"],
+        kw["atol"],
+        kw["rtol"],
+        kw["error_atol"],
+        kw["error_rtol"],
+        multiplets,
+        least,
     )
     if rule.k is None and not (rule.by_value or rule.by_error):
         if multiplets != "cut":
-            raise InputError(
-                f"{op}: multiplets={multiplets!r} moves the cut of a truncation, "
-                "but none is asked for; pass k, atol, rtol, error_atol or "
-                "error_rtol, or drop multiplets"
-            )
+            _nothing_to_truncate(op, f"multiplets={multiplets!r} moves the cut of")
+        if least:
+            _nothing_to_truncate(op, f"min_rank={least!r} is the floor of")
         if not return_error:
             return None
     return rule
+
+
+def _nothing_to_truncate(op: str, what: str) -> None:
+    name = what.split("=")[0]
+    raise InputError(
+        f"{op}: {what} a truncation, but none is asked for; pass k, atol, rtol, "
+        f"error_atol or error_rtol, or drop {name}"
+    )
 
 
 def _as_integer(x: Any) -> int | None:

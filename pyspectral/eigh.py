@@ -432,6 +432,7 @@ def eigh(
     error_atol: float | None = None,
     error_rtol: float | None = None,
     multiplets: str = "cut",
+    min_rank: int | None = None,
     return_error: bool = False,
     method: str = "auto",
     oversample: int | None = None,
@@ -491,7 +492,8 @@ def eigh(
     ``error_rtol`` keep the fewest with ``||lambda_discarded||_2 <=
     max(error_atol, error_rtol ||lambda||_2)`` (every discarded eigenvalue
     counts, at either end); ``multiplets`` (``"cut"``, ``"down"``, ``"up"``:
-    towards fewer or more kept pairs) as in :func:`svd`. Batched, the width is
+    towards fewer or more kept pairs) and the floor ``min_rank`` as in
+    :func:`svd`. Batched, the width is
     the largest rank, padded with zero eigenpairs on the side away from the
     wanted end (before the kept ones for ``largest=True``, after them
     otherwise). ``return_error=True`` returns a :class:`TruncatedEighResult`
@@ -563,6 +565,7 @@ def eigh(
         rtol=rtol,
         error_atol=error_atol,
         error_rtol=error_rtol,
+        min_rank=min_rank,
         hermitian_tol=hermitian_tol,
         degeneracy_atol=degeneracy_atol,
         broadening=broadening,

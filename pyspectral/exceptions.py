@@ -65,10 +65,10 @@ class InputError(PySpectralError, ValueError):
     Example::
 
         >>> import torch, pyspectral as ps
-        >>> ps.svd(torch.ones(3, 2, dtype=torch.float64), k=5)
+        >>> ps.svd(torch.ones(3, 2, dtype=torch.float64), k=-1)
         Traceback (most recent call last):
             ...
-        pyspectral.exceptions.InputError: svd: k must be an integer with ...
+        pyspectral.exceptions.InputError: svd: k must be an integer >= 0 ...
     """
 
 

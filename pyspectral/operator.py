@@ -327,8 +327,8 @@ def _check_k(name: str, A: _Op, k: Any) -> None:
     """``k`` is required (``check_keywords`` takes None for "no k")."""
     if k is None:
         raise InputError(
-            f"{name}: k must be an integer with 0 <= k <= min(m, n) = "
-            f"{min(A.shape[-2:])} for op of shape {A.shape}, got None"
+            f"{name}: k must be an integer >= 0 (the maximum rank; a k past "
+            f"min(m, n) = {min(A.shape[-2:])} keeps every value), got None"
         )
 
 
@@ -451,6 +451,7 @@ def svd_topk(
     error_atol: float | None = None,
     error_rtol: float | None = None,
     multiplets: str = "cut",
+    min_rank: int | None = None,
     return_error: bool = False,
     method: str = "auto",
     oversample: int | None = None,
@@ -575,6 +576,7 @@ def svd_topk(
         error_atol=error_atol,
         error_rtol=error_rtol,
         multiplets=multiplets,
+        min_rank=min_rank,
     )
     if isinstance(op, Tensor):
         return svd(
@@ -591,7 +593,8 @@ def svd_topk(
     _check_operator("svd_topk", op, need_rmatmul=True)
     A = _Op(op, need_rmatmul=True, who="svd_topk")
     _check_k("svd_topk", A, k)
-    tols = {name: trunc[name] for name in ("atol", "rtol", "error_atol", "error_rtol")}
+    names = ("atol", "rtol", "error_atol", "error_rtol", "min_rank")
+    tols = {name: trunc[name] for name in names}
     kw = check_keywords("svd_topk", A.meta, k=k, **tols, **numeric)
     check_top_k_keywords("svd_topk", kw["k"], method, **_iteration(numeric))
     rule = _operator_rule("svd_topk", kw, multiplets, return_error)
@@ -707,6 +710,7 @@ def eigh_topk(
     error_atol: float | None = None,
     error_rtol: float | None = None,
     multiplets: str = "cut",
+    min_rank: int | None = None,
     return_error: bool = False,
     method: str = "auto",
     oversample: int | None = None,
@@ -797,6 +801,7 @@ def eigh_topk(
         error_atol=error_atol,
         error_rtol=error_rtol,
         multiplets=multiplets,
+        min_rank=min_rank,
     )
     if isinstance(op, Tensor):
         return eigh(
@@ -818,7 +823,8 @@ def eigh_topk(
             f"eigh_topk: op must be square, shape (*, n, n), got shape {A.shape}"
         )
     _check_k("eigh_topk", A, k)
-    tols = {name: trunc[name] for name in ("atol", "rtol", "error_atol", "error_rtol")}
+    names = ("atol", "rtol", "error_atol", "error_rtol", "min_rank")
+    tols = {name: trunc[name] for name in names}
     kw = check_keywords("eigh_topk", A.meta, k=k, **tols, **numeric)
     check_top_k_keywords("eigh_topk", kw["k"], method, **_iteration(numeric))
     largest = check_flag("eigh_topk", "largest", largest)

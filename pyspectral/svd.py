@@ -347,6 +347,7 @@ def svd(
     error_atol: float | None = None,
     error_rtol: float | None = None,
     multiplets: str = "cut",
+    min_rank: int | None = None,
     return_error: bool = False,
     backend: str = "auto",
     degeneracy_atol: float | None = None,
@@ -393,9 +394,9 @@ def svd(
         With ``full_matrices=True`` the extra columns count through their span.
 
     Truncation (the rank ``r`` of each matrix is the smallest the rules give):
-    ``k`` keeps at most ``k`` triplets (``0 <= k <= min(m, n)``; any
-    ``k >= 0``, a maximum, together with a tolerance); ``atol``, ``rtol``
-    keep the ``S_i > max(atol, rtol * S_1)``, as
+    ``k`` keeps at most ``k`` triplets (any ``k >= 0``: past ``min(m, n)``
+    every triplet, as tensor-network codes clamp a bond dimension); ``atol``,
+    ``rtol`` keep the ``S_i > max(atol, rtol * S_1)``, as
     ``torch.linalg.matrix_rank`` counts; ``error_atol``, ``error_rtol`` keep
     the fewest leading triplets whose discarded singular values have
     ``||S_discarded||_2 <= max(error_atol, error_rtol * ||S||_2)``. Then
@@ -405,7 +406,10 @@ def svd(
     the backward), ``"down"`` moves it to the nearest multiplet boundary below
     (drops the split multiplet: at most ``k`` kept, the discarded weight may
     exceed the error target), ``"up"`` above (keeps it whole: may exceed
-    ``k``). A zero matrix keeps nothing under any tolerance; a rule may keep
+    ``k``). ``min_rank`` is a floor: at least ``min(min_rank, min(m, n))``
+    triplets, zeros included (ITensor's ``mindim``; at most ``k``; moved up
+    again under ``"up"``, it wins over ``"down"``). A zero matrix keeps
+    nothing under any tolerance (but the floor's zero triplets); a rule may keep
     nothing (``r = 0``: empty factors, zero gradient). The rank is piecewise
     constant in ``A``: the gradient is that of the fixed-rank problem at
     ``r``, with the exact coupling to the discarded triplets. Batched, the
@@ -465,8 +469,7 @@ def svd(
         DtypeError: ``A`` is not float32, float64, complex64 or complex128.
         ShapeError: ``A`` has fewer than 2 dimensions.
         NonFiniteError: ``A`` has NaN or Inf entries.
-        InputError: a keyword out of range (``k`` outside
-            ``0 <= k <= min(m, n)`` without a tolerance, a negative
+        InputError: a keyword out of range (a negative ``k`` or
             tolerance, an unknown ``method``, ``multiplets`` or ``gauge``),
             or one the call would not use (see above); ``k`` or a
             truncation rule with ``full_matrices=True`` or ``out=``.
@@ -509,6 +512,7 @@ def svd(
         rtol=rtol,
         error_atol=error_atol,
         error_rtol=error_rtol,
+        min_rank=min_rank,
         degeneracy_atol=degeneracy_atol,
         broadening=broadening,
         gauge_atol=gauge_atol,

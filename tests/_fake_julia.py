@@ -828,8 +828,9 @@ class FakeJulia:
         error_atol: Any,
         error_rtol: Any,
         multiplets: str,
+        min_rank: Any,
         degeneracy_atol: Any,
-    ) -> np.ndarray:
+    ) -> tuple:
         X = self._wrap(X)  # k x B: one spectrum per column
         if X.dtype.kind != "f":
             raise AssertionError(f"truncation_ranks_batched: spectra of {X.dtype}")
@@ -855,6 +856,11 @@ class FakeJulia:
                 r = min(r, int((tails[:K, b] > target).sum()))
             if multiplets != "cut" and K:
                 r = int(_multiplet_cut(x, torch.tensor(r), multiplets, degeneracy_atol))
+            least = min(min_rank or 0, K if k is None else min(k, K))
+            if r < least:
+                r = least
+                if multiplets == "up":
+                    r = int(_multiplet_cut(x, torch.tensor(r), "up", degeneracy_atol))
             ranks.append(r)
         # Vector{Int64} and the (k+1) x B tails, through out()
         return np.array(ranks, dtype=np.int64), tails

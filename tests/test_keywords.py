@@ -50,7 +50,7 @@ NAN, INF = float("nan"), float("inf")
 TOLERANCE_BAD = [-1.0, -1, -1e-300, NAN, INF, -INF, True, "1e-8", 1j]
 TOLERANCE_BAD += [torch.tensor([1.0]), torch.tensor(True), np.bool_(False)]
 BAD: dict[str, list[Any]] = {
-    "k": [-1, 4, 2.0, True, "2", np.float64(2.0), np.bool_(True)]
+    "k": [-1, -4, 2.0, True, "2", np.float64(2.0), np.bool_(True)]
     + [torch.tensor(2.0), torch.tensor([2]), torch.tensor(True)],
     "oversample": [-1, -2, 2.5, 1.0, True, "3", torch.tensor(1.0)],
     "n_iter": [-1, 1.0, False, np.float32(2), torch.tensor([1])],
@@ -63,7 +63,7 @@ BAD: dict[str, list[Any]] = {
     **{name: TOLERANCE_BAD for name in TRUNCATION},
 }
 REQUIRED = {
-    "k": "an integer with 0 <= k <= min(m, n) = 3",
+    "k": "an integer >= 0 (the maximum rank; a k past min(m, n) keeps every value)",
     "oversample": "an integer >= 0, or None (automatic)",
     "n_iter": "an integer >= 0, or None (automatic)",
     "backward_maxiter": "an integer >= 1",

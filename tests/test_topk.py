@@ -170,7 +170,7 @@ def test_method_errors() -> None:
     with pytest.raises(ps.InputError, match="method must be"):
         ps.svd(A, k=3, method="lanczos")
     with pytest.raises(ps.InputError, match="k must be"):
-        ps.svd(A, k=17, method="randomized")
+        ps.svd(A, k=-1, method="randomized")
 
 
 # ------------------------------------------------------------ scale

@@ -40,7 +40,9 @@ needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _W
 
 
 def rule(**kw) -> TruncationRule:
-    fields = dict(k=None, atol=None, rtol=None, error_atol=None, error_rtol=None)
+    fields = dict(
+        k=None, atol=None, rtol=None, error_atol=None, error_rtol=None, min_rank=None
+    )
     return TruncationRule(**{**fields, "multiplets": "cut", **kw})
 
 
@@ -92,6 +94,16 @@ RANKS = [
     (E3, dict(rtol=1.0), 0),
     (E3, dict(rtol=0.99), 3),
     ([], dict(atol=0.0), 0),
+    # the floor min_rank (issue 23, item 2), after the rules and the multiplets
+    (S4, dict(atol=3.5, min_rank=2), 2),  # atol keeps 1
+    (S4, dict(atol=1.5, min_rank=2), 3),  # already above the floor
+    (S4, dict(k=3, error_atol=6.0, min_rank=1), 1),  # the error keeps 0
+    ([4.0, 3.0], dict(rtol=0.9, min_rank=5), 2),  # at most all of them
+    (M5, dict(atol=2.5, min_rank=2, multiplets="up"), 4),  # raised, then up
+    (M5, dict(atol=2.5, min_rank=2, multiplets="down"), 2),  # the floor wins
+    (Z4, dict(atol=0.5, min_rank=3), 3),  # zeros included
+    ([0.0] * 3, dict(atol=0.0, min_rank=1), 1),
+    (S4, dict(k=0, min_rank=0), 0),
 ]
 
 
@@ -204,6 +216,29 @@ def test_zero_matrix_keeps_nothing_under_any_tolerance(backend) -> None:
         assert float(err.detach()) == 0 and float(rel.detach()) == 0 and int(r) == 0
         (g,) = torch.autograd.grad(err + rel + (U @ Vh).sum(), X)
         assert torch.equal(g, torch.zeros_like(g))
+
+
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+@pytest.mark.parametrize("method", ["auto", "full", "randomized"])
+def test_k_past_min_m_n_is_a_maximum(method, backend, fake) -> None:
+    """A bond dimension past min(m, n) keeps everything, as every
+    tensor-network code clamps it (issue 23, item 2): the whole thin SVD / the
+    whole eigendecomposition, with its gradient; rank min(m, n) reported."""
+    A = matrix_with_spectrum([4.0, 3.0, 2.0, 1.0], 6, 4, seed=3)
+    res = ps.svd(A, k=50, method=method, return_error=True, backend=backend)
+    assert int(res.rank) == 4 and res.S.shape == (4,)
+    assert float(res.error) <= 1e-13  # 0, or ||A - U U^H A|| on the iterative path
+    torch.testing.assert_close(res.S, torch.linalg.svdvals(A))
+    X = A.clone().requires_grad_()
+    U, S, Vh = ps.svd(X, k=9, method=method, backend=backend)
+    (g,) = torch.autograd.grad((U @ Vh).sum() + S.sum(), X)
+    Y = A.clone().requires_grad_()
+    U0, S0, Vh0 = ps.svd(Y, backend=backend)
+    (g0,) = torch.autograd.grad((U0 @ Vh0).sum() + S0.sum(), Y)
+    torch.testing.assert_close(g, g0)
+    H = hermitian_with_spectrum([-1.0, 0.5, 2.0, 3.0], seed=4)
+    w, _ = ps.eigh(H, k=7, largest=False, method=method, backend=backend)
+    torch.testing.assert_close(w, torch.linalg.eigvalsh(H))
 
 
 def test_k_zero_keeps_nothing(backend) -> None:
@@ -672,9 +707,16 @@ def test_a_bad_tolerance_is_an_input_error(name, value, backend) -> None:
         (dict(multiplets="down"), ps.InputError, "none is asked for"),
         (dict(rtol=0.1, return_error=1), ps.InputTypeError, "return_error must be"),
         (dict(rtol=0.1, full_matrices=True), ps.InputError, "full_matrices=True"),
-        (dict(k=5), ps.InputError, r"0 <= k <= min\(m, n\) = 4"),
         (dict(k=-1, atol=0.0), ps.InputError, "k must be an integer >= 0"),
         (dict(rtol=0.1, method="lanczos"), ps.InputError, "method must be"),
+        (dict(min_rank=2), ps.InputError, "min_rank=2 is the floor of a truncation"),
+        (dict(k=2, min_rank=3), ps.InputError, "min_rank = 3 exceeds k = 2"),
+        (
+            dict(atol=0.1, min_rank=-1),
+            ps.InputError,
+            "min_rank must be an integer >= 0",
+        ),
+        (dict(atol=0.1, min_rank=1.5), ps.InputError, "min_rank must be an integer"),
     ],
 )
 def test_conflicting_or_bad_rules(kw, error, match, backend) -> None:
@@ -737,6 +779,29 @@ def test_out_with_a_rule_is_an_input_error() -> None:
         ps.svd(A, rtol=0.1, out=out)
     with pytest.raises(ps.InputError, match="out= is not supported with k"):
         ps.eigh(A @ A.mT, atol=0.0, out=out[:2])
+
+
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+def test_min_rank_is_a_floor(backend, fake) -> None:
+    """min_rank keeps at least that many triplets / eigenpairs when a
+    tolerance would keep fewer (ITensor's mindim), zeros included, with the
+    gradient of the fixed-rank problem at that rank."""
+    A = matrix_with_spectrum([4.0, 3.0, 2.0, 1.0], 5, 4, seed=1)
+    res = ps.svd(A, atol=3.5, min_rank=2, return_error=True, backend=backend)
+    assert int(res.rank) == 2 and res.S.shape == (2,)
+    assert float(res.error) == pytest.approx(5**0.5, rel=1e-12)
+    X = A.clone().requires_grad_()
+    U, S, Vh = ps.svd(X, atol=3.5, min_rank=2, backend=backend)
+    loss = lambda Y: (lambda U, S, Vh: (U @ Vh).sum() + S.sum())(  # noqa: E731
+        *ps.svd(Y, atol=3.5, min_rank=2, backend=backend)
+    )
+    g = torch.autograd.grad(loss(X), X)[0]
+    assert rel_err(g, fd_grad(loss, A)) < 1e-6
+    H = hermitian_with_spectrum([-1.0, 0.5, 2.0, 3.0], seed=2)
+    w, V = ps.eigh(H, atol=2.5, min_rank=3, backend=backend)
+    assert w.tolist() == pytest.approx([0.5, 2.0, 3.0])
+    Z = torch.zeros(3, 3, dtype=F64)
+    assert ps.svd(Z, atol=0.0, min_rank=1, backend=backend).S.tolist() == [0.0]
 
 
 # ------------------------------------------ ties: one computation of the error

@@ -15,7 +15,10 @@ rule gives a number of leading values to keep, and the rank is the smallest:
 
 Then the multiplet policy moves the cut to a multiplet boundary: ``"cut"``
 (default) leaves it; ``"down"`` moves it down to the nearest boundary (the
-multiplet it would split is dropped), ``"up"`` up (it is kept whole). A
+multiplet it would split is dropped), ``"up"`` up (it is kept whole). Last,
+``min_rank`` is a floor: at least ``min(min_rank, len(x))`` values (ITensor's
+``mindim``), zeros included, moved up to a boundary again under ``"up"``; it
+never exceeds ``k`` (refused above it), and under ``"down"`` the floor wins. A
 boundary after ``r`` values is ``r = 0``, ``r = len(x)``, or a gap
 ``x_r - x_{r+1} > degeneracy_atol`` (default ``max|x| eps**(3/4)``, the
 package's degeneracy tolerance), so that no degenerate pair straddles the cut;
@@ -48,6 +51,7 @@ class TruncationRule(NamedTuple):
     error_atol: float | None
     error_rtol: float | None
     multiplets: str  # one of MULTIPLETS
+    min_rank: int | None = None  # the floor
 
     @property
     def by_value(self) -> bool:
@@ -88,8 +92,7 @@ def truncation_rank(
 
     Computed from ``x`` detached, with plain tensor operations (so that it
     runs under ``torch.func.vmap``: the ranks are then batched like ``x``).
-    The tail norms are summed from the smallest value, in units of
-    ``max|x|`` (no overflow or underflow of the squares).
+    The tail norms are :func:`tail_norms`.
     """
     x = x.detach()
     K = x.shape[-1]
@@ -105,6 +108,12 @@ def truncation_rank(
         r = torch.minimum(r, _error_rank(x, rule))
     if rule.multiplets != "cut":
         r = _multiplet_cut(x, r, rule.multiplets, degeneracy_atol)
+    if rule.min_rank:
+        least = torch.full_like(r, min(rule.min_rank, cap))
+        raised = r < least
+        r = torch.maximum(r, least)
+        if rule.multiplets == "up":
+            r = torch.where(raised, _multiplet_cut(x, r, "up", degeneracy_atol), r)
     return r
 
 

@@ -269,6 +269,7 @@ def truncation_ranks(
         rule.error_atol,
         rule.error_rtol,
         rule.multiplets,
+        rule.min_rank,
         degeneracy_atol,
     )
     r = torch.from_numpy(_numpy(ranks).copy())  # Julia's Vector{Int64}: int64

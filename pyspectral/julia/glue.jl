@@ -350,19 +350,20 @@ end
 # PySpectral.tail_norms, the numbers the discarded-weight rule compared, which the bridge
 # returns as the truncation errors). `nothing` (Python's None) leaves a rule out.
 function truncation_ranks_core(X::AbstractMatrix{<:Real}, k, atol, rtol, error_atol,
-                               error_rtol, multiplets::Symbol, degeneracy_atol)
+                               error_rtol, multiplets::Symbol, min_rank, degeneracy_atol)
     return Int64[PySpectral.truncation_rank(view(X, :, b); k, atol, rtol, error_atol,
-                                            error_rtol, multiplets, degeneracy_atol)
+                                            error_rtol, multiplets, min_rank,
+                                            degeneracy_atol)
                  for b in axes(X, 2)]
 end
 tail_norms_core(X::AbstractMatrix{<:Real}) =
     reduce(hcat, [PySpectral.tail_norms(view(X, :, b)) for b in axes(X, 2)];
            init=zeros(eltype(X), size(X, 1) + 1, 0))
 function truncation_ranks_batched(X, k, atol, rtol, error_atol, error_rtol,
-                                  multiplets::AbstractString, degeneracy_atol)
+                                  multiplets::AbstractString, min_rank, degeneracy_atol)
     Xw = wrap(X)
     ranks = truncation_ranks_core(Xw, k, atol, rtol, error_atol, error_rtol,
-                                  Symbol(multiplets), degeneracy_atol)
+                                  Symbol(multiplets), min_rank, degeneracy_atol)
     return out(ranks), out(tail_norms_core(Xw))
 end
 

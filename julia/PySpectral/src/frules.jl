@@ -12,12 +12,13 @@
 function ChainRulesCore.frule((_, ΔA), ::typeof(svd), A::AbstractMatrix; full::Bool=false,
                               k::Union{Nothing,Integer}=nothing, atol=nothing,
                               rtol=nothing, error_atol=nothing, error_rtol=nothing,
-                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
-                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+                              multiplets::Symbol=:cut, min_rank=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
     # A truncation: the tangents of the kept triplets, from the pushforward of all of
     # them (which couples them to the discarded ones), as the rrule pulls back through
     # all; the rank is piecewise constant in A.
-    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank)
     _check_truncation("svd", min(size(A)...), full; trunc...)
     Fall = svd(A; full, degeneracy_atol, broadening, gauge, gauge_atol)
     truncates = _truncates(k, atol, rtol, error_atol, error_rtol)
@@ -42,10 +43,11 @@ end
 function ChainRulesCore.frule((_, ΔA), ::typeof(tsvd), A::AbstractMatrix;
                               k::Union{Nothing,Integer}=nothing, atol=nothing,
                               rtol=nothing, error_atol=nothing, error_rtol=nothing,
-                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
-                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
-    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, degeneracy_atol,
-                    broadening, gauge, gauge_atol)
+                              multiplets::Symbol=:cut, min_rank=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank,
+                    degeneracy_atol, broadening, gauge, gauge_atol)
     F, ϵ = _topk(Fall, r), truncation_error(Fall.S, r)  # exactly what tsvd returns
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return (F, ϵ), ΔA
@@ -58,13 +60,13 @@ end
 function ChainRulesCore.frule((_, ΔA), ::typeof(teigh), A::AbstractMatrix; uplo::Symbol=:L,
                               largest::Bool=true, k::Union{Nothing,Integer}=nothing,
                               atol=nothing, rtol=nothing, error_atol=nothing,
-                              error_rtol=nothing, multiplets::Symbol=:cut,
+                              error_rtol=nothing, multiplets::Symbol=:cut, min_rank=nothing,
                               check_hermitian::Bool=false, hermitian_tol=nothing,
                               degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
                               gauge_atol=nothing)
     Eall, r = _teigh(A; uplo, largest, k, atol, rtol, error_atol, error_rtol, multiplets,
-                     check_hermitian, hermitian_tol, degeneracy_atol, broadening, gauge,
-                     gauge_atol)
+                     min_rank, check_hermitian, hermitian_tol, degeneracy_atol, broadening,
+                     gauge, gauge_atol)
     # exactly what teigh returns
     E, ϵ = _kept_eigen(Eall, r, largest), _eigh_truncation_error(Eall.values, r, largest)
     ΔA = unthunk(ΔA)

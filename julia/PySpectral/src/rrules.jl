@@ -46,12 +46,13 @@ _pad_vec(x, K) = iszerotangent(x) ? nothing : vcat(x, zeros(eltype(x), K - lengt
 function ChainRulesCore.rrule(::typeof(svd), A::AbstractMatrix; full::Bool=false,
                               k::Union{Nothing,Integer}=nothing, atol=nothing,
                               rtol=nothing, error_atol=nothing, error_rtol=nothing,
-                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
-                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+                              multiplets::Symbol=:cut, min_rank=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
     # A truncation pulls back through all triplets, with zero cotangents on the
     # discarded ones: that is the exact coupling to the discarded spectrum (the rank is
     # piecewise constant in A: the fixed-rank problem's gradient).
-    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank)
     _check_truncation("svd", min(size(A)...), full; trunc...)
     Fall = svd(A; full, degeneracy_atol, broadening, gauge, gauge_atol)
     truncates = _truncates(k, atol, rtol, error_atol, error_rtol)
@@ -80,10 +81,12 @@ _pair_cotangents(Δ::Union{Tuple,Tangent}) = (unthunk(Δ[1]), _nothing_if_zero(u
 function ChainRulesCore.rrule(::typeof(tsvd), A::AbstractMatrix;
                               k::Union{Nothing,Integer}=nothing, atol=nothing,
                               rtol=nothing, error_atol=nothing, error_rtol=nothing,
-                              multiplets::Symbol=:cut, degeneracy_atol=nothing,
-                              broadening=nothing, gauge=:warn, gauge_atol=nothing)
+                              multiplets::Symbol=:cut, min_rank=nothing,
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
     opts = (; degeneracy_atol, broadening, gauge, gauge_atol)
-    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, opts...)
+    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank,
+                    opts...)
     F, ϵ = _topk(Fall, r), truncation_error(Fall.S, r)  # exactly what tsvd returns
     project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
     function tsvd_back(Δ)
@@ -146,13 +149,13 @@ end
 function ChainRulesCore.rrule(::typeof(teigh), A::AbstractMatrix; uplo::Symbol=:L,
                               largest::Bool=true, k::Union{Nothing,Integer}=nothing,
                               atol=nothing, rtol=nothing, error_atol=nothing,
-                              error_rtol=nothing, multiplets::Symbol=:cut,
+                              error_rtol=nothing, multiplets::Symbol=:cut, min_rank=nothing,
                               check_hermitian::Bool=false, hermitian_tol=nothing,
                               degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
                               gauge_atol=nothing)
     opts = (; degeneracy_atol, broadening, gauge, gauge_atol)
     Eall, r = _teigh(A; uplo, largest, k, atol, rtol, error_atol, error_rtol, multiplets,
-                     check_hermitian, hermitian_tol, opts...)
+                     min_rank, check_hermitian, hermitian_tol, opts...)
     # exactly what teigh returns
     E, ϵ = _kept_eigen(Eall, r, largest), _eigh_truncation_error(Eall.values, r, largest)
     project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it

@@ -1119,20 +1119,21 @@ end
     end
 
     # k: an integer (not a Bool) with 1 <= k <= min(m, n) for the iterative top-k, and
-    # 0 <= k <= min(m, n) for a truncation (larger only as a maximum, with a tolerance)
+    # any k >= 0 for a truncation, the maximum rank (past min(m, n): every value)
     for k in (0, -1, 4, true)
         need = "k must be an integer with 1 <= k <= min(m, n) = 3, got $(repr(k))"
         @test argument_error_message(() -> svd_topk(A, k)) == "svd_topk: $need"
         @test argument_error_message(() -> eigh_topk(H, k)) == "eigh_topk: $need"
     end
-    larger = "; a larger k is a maximum rank together with atol, rtol, error_atol or " *
-             "error_rtol"
-    for k in (-1, 4, true)
-        need = "k must be an integer with 0 <= k <= min(m, n) = 3, got $(repr(k))$larger"
+    for k in (-1, true)
+        need = "k must be an integer >= 0 (the maximum rank; a k past min(m, n) keeps " *
+               "every value), got $(repr(k))"
         @test argument_error_message(() -> PySpectral.svd(A; k)) == "svd: $need"
         @test argument_error_message(() -> tsvd(A; k)) == "tsvd: $need"
         @test argument_error_message(() -> teigh(H; k)) == "teigh: $need"
     end
+    @test length(PySpectral.svd(A; k=50).S) == 3 == length(first(tsvd(A; k=4)).S)
+    @test length(first(teigh(H; k=9)).values) == size(H, 1)
     # method: a Symbol among :auto, :full, :randomized
     for (op, call) in (("svd_topk", m -> svd_topk(A, 2; method=m)),
                        ("eigh_topk", m -> eigh_topk(H, 2; method=m)))
@@ -1772,6 +1773,14 @@ end
     @test keep(N; k=2, multiplets=:down) == 1                        # within the tol
     @test keep(N; k=2, multiplets=:down, degeneracy_atol=0.0) == 2   # every gap counts
     @test keep(M; k=2, multiplets=:down, degeneracy_atol=0.0) == 1   # equal: still one
+    # the floor min_rank, after the rules and the multiplets (zeros included)
+    @test keep(S; atol=3.5, min_rank=2) == 2
+    @test keep(S; atol=1.5, min_rank=2) == 3
+    @test keep(S; k=3, error_atol=6.0, min_rank=1) == 1
+    @test keep([4.0, 3.0]; rtol=0.9, min_rank=5) == 2
+    @test keep(M; atol=2.5, min_rank=2, multiplets=:up) == 4
+    @test keep(M; atol=2.5, min_rank=2, multiplets=:down) == 2
+    @test keep([2.0, 1.0, 0.0, 0.0]; atol=0.5, min_rank=3) == 3
     # zeros are a multiplet too; the zero matrix keeps nothing under any tolerance
     Z = [2.0, 1.0, 0.0, 0.0]
     @test keep(Z; k=3, multiplets=:down) == 2
@@ -1832,9 +1841,17 @@ end
                      "tsvd: multiplets=:down moves the cut of a truncation, but none")
     @test startswith(argument_error_message(() -> PySpectral.svd(A; full=true, atol=1.0)),
                      "svd: k (top-k triplets) or a truncation rule cannot be combined")
+    # the floor: an integer >= 0, at most k, and only with a rule to raise
+    @test argument_error_message(() -> tsvd(A; atol=1.0, min_rank=-1)) ==
+          "tsvd: min_rank must be an integer >= 0 (the fewest values kept), got -1"
+    @test argument_error_message(() -> tsvd(A; k=2, min_rank=3)) ==
+          "tsvd: min_rank = 3 exceeds k = 2; the floor must be at most the maximum rank"
+    @test startswith(argument_error_message(() -> teigh(H; min_rank=2)),
+                     "teigh: min_rank is the floor of a truncation, but none is asked for")
+    @test length(first(tsvd(A; atol=1e9, min_rank=2)).S) == 2
     @test argument_error_message(() -> tsvd(A; k=-1, atol=1.0)) ==
-          "tsvd: k must be an integer >= 0 (the maximum rank, with atol, rtol, " *
-          "error_atol or error_rtol given), got -1"
+          "tsvd: k must be an integer >= 0 (the maximum rank; a k past min(m, n) keeps " *
+          "every value), got -1"
     @test size(tsvd(A; k=7, atol=0.0)[1].U) == (6, 4)   # a maximum, with a tolerance
 end
 

@@ -119,8 +119,8 @@ function _check_topk(op, k, full, K; lo=1, capped=false)
                                 "full=true; pass one of them"))
     if capped
         (_isinteger(k) && k >= 0) && return nothing
-        throw(ArgumentError("$op: k must be an integer >= 0 (the maximum rank, with " *
-                            "atol, rtol, error_atol or error_rtol given), got $(repr(k))"))
+        throw(ArgumentError("$op: k must be an integer >= 0 (the maximum rank; a k past " *
+                            "min(m, n) keeps every value), got $(repr(k))"))
     end
     (_isinteger(k) && lo <= k <= K) && return nothing
     larger = lo == 0 ? "; a larger k is a maximum rank together with atol, rtol, " *
@@ -134,17 +134,18 @@ end
 
 Throw an `ArgumentError` for a truncation (src/forward/truncation.jl) that breaks its
 rules, as `check_keywords` and `truncation_rule` in pyspectral/_validation.py do: the
-tolerances `nothing` or finite `>= 0`; `k` an integer with `0 <= k <= K`, or any `k >= 0`
-(a maximum) together with a tolerance; `multiplets` one of `:cut`, `:down`, `:up`, and
+tolerances `nothing` or finite `>= 0`; `k` any integer `>= 0`, the maximum rank (past `K`
+it keeps every value, as tensor-network codes clamp a bond dimension); `multiplets` one of
+`:cut`, `:down`, `:up`, and
 not other than `:cut` without a rule to move (it would be ignored); no truncation with
 `full = true`.
 """
 function _check_truncation(op, K, full=false; k=nothing, atol=nothing, rtol=nothing,
-                           error_atol=nothing, error_rtol=nothing, multiplets=:cut)
-    # in pyspectral's order: k first (a maximum when any tolerance is given), then
-    # the tolerances
+                           error_atol=nothing, error_rtol=nothing, multiplets=:cut,
+                           min_rank=nothing)
+    # in pyspectral's order: k first (a maximum), then the tolerances
     capped = any(x -> x !== nothing, (atol, rtol, error_atol, error_rtol))
-    _check_topk(op, k, false, K; lo=0, capped)
+    _check_topk(op, k, false, K; lo=0, capped=true)
     _check_tolerance(op, "atol", atol)
     _check_tolerance(op, "rtol", rtol)
     _check_tolerance(op, "error_atol", error_atol)
@@ -156,6 +157,18 @@ function _check_truncation(op, K, full=false; k=nothing, atol=nothing, rtol=noth
         throw(ArgumentError("$op: multiplets=$(repr(multiplets)) moves the cut of a " *
                             "truncation, but none is asked for; pass k, atol, rtol, " *
                             "error_atol or error_rtol, or drop multiplets"))
+    end
+    if min_rank !== nothing
+        (_isinteger(min_rank) && min_rank >= 0) ||
+            throw(ArgumentError("$op: min_rank must be an integer >= 0 (the fewest values " *
+                                "kept), got $(repr(min_rank))"))
+        (k === nothing && !capped) &&
+            throw(ArgumentError("$op: min_rank is the floor of a truncation, but none is " *
+                                "asked for; pass k, atol, rtol, error_atol or " *
+                                "error_rtol, or drop min_rank"))
+        (k !== nothing && min_rank > k) &&
+            throw(ArgumentError("$op: min_rank = $min_rank exceeds k = $k; the floor " *
+                                "must be at most the maximum rank"))
     end
     full && (k !== nothing || capped) &&
         throw(ArgumentError("$op: k (top-k triplets) or a truncation rule cannot be " *

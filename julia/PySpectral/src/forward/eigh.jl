@@ -151,9 +151,9 @@ end
 
 """
     teigh(A; uplo=:L, largest=true, k=nothing, atol=nothing, rtol=nothing,
-          error_atol=nothing, error_rtol=nothing, multiplets=:cut, check_hermitian=false,
-          hermitian_tol=nothing, degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
-          gauge_atol=nothing) -> (E::Eigen, ϵ)
+          error_atol=nothing, error_rtol=nothing, multiplets=:cut, min_rank=nothing,
+          check_hermitian=false, hermitian_tol=nothing, degeneracy_atol=nothing,
+          broadening=nothing, gauge=:warn, gauge_atol=nothing) -> (E::Eigen, ϵ)
 
 The truncated eigendecomposition of `Hermitian(A, uplo)`, by order: the `r` eigenpairs
 at the wanted end (the largest, or with `largest = false` the smallest), eigenvalues
@@ -161,7 +161,8 @@ ascending as in [`eigh`](@ref), and the truncation error `ϵ = norm(λ_discarded
 discarded eigenvalue, at either end; `ϵ / norm(A)` is the relative error). The rules
 ([`truncation_rank`](@ref)) read the eigenvalues from the wanted end, `x = λ` descending
 or `x = -λ` from the smallest: `k` at most, `xᵢ > max(atol, rtol |x₁|)`, the fewest with
-`norm(λ_discarded) <= max(error_atol, error_rtol norm(λ))`, and the `multiplets` policy.
+`norm(λ_discarded) <= max(error_atol, error_rtol norm(λ))`, the `multiplets` policy and
+the floor `min_rank`.
 Both outputs are differentiable ([`teigh_pullback!`](@ref): the fixed-rank problem, with
 the exact coupling to the discarded pairs and `∂ϵ/∂λᵢ = λᵢ / ϵ` on the discarded ones).
 The other keywords as for [`eigh`](@ref).
@@ -169,20 +170,20 @@ The other keywords as for [`eigh`](@ref).
 function teigh(A::AbstractMatrix; uplo::Symbol=:L, largest::Bool=true,
                k::Union{Nothing,Integer}=nothing, atol=nothing, rtol=nothing,
                error_atol=nothing, error_rtol=nothing, multiplets::Symbol=:cut,
-               check_hermitian::Bool=false, hermitian_tol=nothing, degeneracy_atol=nothing,
-               broadening=nothing, gauge=:warn, gauge_atol=nothing)
+               min_rank=nothing, check_hermitian::Bool=false, hermitian_tol=nothing,
+               degeneracy_atol=nothing, broadening=nothing, gauge=:warn, gauge_atol=nothing)
     Eall, r = _teigh(A; uplo, largest, k, atol, rtol, error_atol, error_rtol, multiplets,
-                     check_hermitian, hermitian_tol, degeneracy_atol, broadening, gauge,
-                     gauge_atol)
+                     min_rank, check_hermitian, hermitian_tol, degeneracy_atol, broadening,
+                     gauge, gauge_atol)
     return _kept_eigen(Eall, r, largest), _eigh_truncation_error(Eall.values, r, largest)
 end
 
 # The whole decomposition and the rank the rules keep (shared by teigh and its rules).
 function _teigh(A; uplo, largest, k, atol, rtol, error_atol, error_rtol, multiplets,
-                check_hermitian, hermitian_tol, degeneracy_atol, broadening, gauge,
+                min_rank, check_hermitian, hermitian_tol, degeneracy_atol, broadening, gauge,
                 gauge_atol)
     _check_options("teigh"; degeneracy_atol, broadening, gauge, gauge_atol, hermitian_tol)
-    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank)
     _check_truncation("teigh", size(A, 2); trunc...)
     Eall = eigh(A; uplo, check_hermitian, hermitian_tol)
     r = truncation_rank(_wanted_first(Eall.values, largest); trunc..., degeneracy_atol)

@@ -18,19 +18,21 @@ end
 
 """
     svd(A; full=false, k=nothing, atol=nothing, rtol=nothing, error_atol=nothing,
-        error_rtol=nothing, multiplets=:cut, degeneracy_atol=nothing, broadening=nothing,
-        gauge=:warn, gauge_atol=nothing) -> LinearAlgebra.SVD
+        error_rtol=nothing, multiplets=:cut, min_rank=nothing, degeneracy_atol=nothing,
+        broadening=nothing, gauge=:warn, gauge_atol=nothing) -> LinearAlgebra.SVD
 
 Singular value decomposition `A = U Diagonal(S) Vᴴ`, `S` descending, with a stable
 pullback. `F.U`, `F.S`, `F.Vt` are a plain `Matrix`, `Vector`, `Matrix` (`F.V` is
 `F.Vt'`, as in LinearAlgebra). Thin by default; `full=true` gives square `U`, `Vᴴ`
 (their extra columns count through their span).
 
-Truncation (see [`truncation_rank`](@ref)): `k` keeps at most `k` triplets
-(`0 <= k <= min(m, n)`, or any `k >= 0`, a maximum, with a tolerance); `atol`, `rtol` the
-`Sᵢ > max(atol, rtol S₁)`; `error_atol`, `error_rtol` the fewest whose discarded values
-have `norm(S_discarded) <= max(error_atol, error_rtol norm(S))`; `multiplets` (`:cut`,
-`:down`, `:up`) moves the cut to a multiplet boundary. The pullback of the kept triplets
+Truncation (see [`truncation_rank`](@ref)): `k` keeps at most `k` triplets (any
+`k >= 0`: past `min(m, n)` every triplet, as tensor-network codes clamp a bond
+dimension); `atol`, `rtol` the `Sᵢ > max(atol, rtol S₁)`; `error_atol`, `error_rtol` the
+fewest whose discarded values have `norm(S_discarded) <= max(error_atol, error_rtol
+norm(S))`; `multiplets` (`:cut`, `:down`, `:up`) moves the cut to a multiplet boundary;
+`min_rank` is a floor (at least `min(min_rank, min(m, n))` triplets, zeros included; at
+most `k`). The pullback of the kept triplets
 includes the exact coupling to the discarded ones (the rank is piecewise constant: the
 gradient of the fixed-rank problem). [`tsvd`](@ref) also returns the truncation error.
 
@@ -48,10 +50,10 @@ Not `LinearAlgebra.svd`: call it as `PySpectral.svd` when both are loaded.
 """
 function svd(A::AbstractMatrix; full::Bool=false, k::Union{Nothing,Integer}=nothing,
              atol=nothing, rtol=nothing, error_atol=nothing, error_rtol=nothing,
-             multiplets::Symbol=:cut, degeneracy_atol=nothing, broadening=nothing,
-             gauge=:warn, gauge_atol=nothing)
+             multiplets::Symbol=:cut, min_rank=nothing, degeneracy_atol=nothing,
+             broadening=nothing, gauge=:warn, gauge_atol=nothing)
     _check_options("svd"; degeneracy_atol, broadening, gauge, gauge_atol)
-    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank)
     _check_truncation("svd", min(size(A)...), full; trunc...)
     _check_finite("svd", A)
     F = LinearAlgebra.svd!(Matrix{_lapack_eltype(A)}(A); full=full)
@@ -63,8 +65,8 @@ _topk(F::SVD, k) = SVD(F.U[:, 1:k], F.S[1:k], F.Vt[1:k, :])
 
 """
     tsvd(A; k=nothing, atol=nothing, rtol=nothing, error_atol=nothing, error_rtol=nothing,
-         multiplets=:cut, degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
-         gauge_atol=nothing) -> (F::SVD, ϵ)
+         multiplets=:cut, min_rank=nothing, degeneracy_atol=nothing, broadening=nothing,
+         gauge=:warn, gauge_atol=nothing) -> (F::SVD, ϵ)
 
 The truncated SVD `F = svd(A; k, atol, ...)` (the same rules, see [`svd`](@ref)) and its
 truncation error `ϵ = norm(S_discarded)` ([`truncation_error`](@ref)), computed from the
@@ -77,17 +79,18 @@ factors, `ϵ = norm(A)`.
 """
 function tsvd(A::AbstractMatrix; k::Union{Nothing,Integer}=nothing, atol=nothing,
               rtol=nothing, error_atol=nothing, error_rtol=nothing, multiplets::Symbol=:cut,
-              degeneracy_atol=nothing, broadening=nothing, gauge=:warn, gauge_atol=nothing)
-    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, degeneracy_atol,
-                    broadening, gauge, gauge_atol)
+              min_rank=nothing, degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+              gauge_atol=nothing)
+    Fall, r = _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank,
+                    degeneracy_atol, broadening, gauge, gauge_atol)
     return _topk(Fall, r), truncation_error(Fall.S, r)
 end
 
 # The whole thin SVD of A and the rank the rules keep (shared by tsvd and its rules).
-function _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, degeneracy_atol,
-               broadening, gauge, gauge_atol)
+function _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank,
+               degeneracy_atol, broadening, gauge, gauge_atol)
     _check_options("tsvd"; degeneracy_atol, broadening, gauge, gauge_atol)
-    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets)
+    trunc = (; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank)
     _check_truncation("tsvd", min(size(A)...); trunc...)
     Fall = svd(A)
     return Fall, truncation_rank(Fall.S; trunc..., degeneracy_atol)

@@ -15,7 +15,10 @@
 #
 # Then `multiplets` moves the cut to a multiplet boundary: `:cut` (default) leaves it,
 # `:down` moves it down to the nearest boundary (the multiplet it would split is
-# dropped), `:up` up (it is kept whole). A boundary after r values is r = 0,
+# dropped), `:up` up (it is kept whole). Last, `min_rank` is a floor: at least
+# `min(min_rank, length(x))` values (ITensor's `mindim`), zeros included, then moved up to
+# a boundary again under `:up`; it never exceeds `k` (refused above it), and under `:down`
+# the floor wins. A boundary after r values is r = 0,
 # r = length(x), or a gap x[r] - x[r+1] > degeneracy_atol (default
 # `maximum(abs, x) eps^(3/4)`, the package's degeneracy tolerance), so that no degenerate
 # pair straddles the cut; a block of numerically zero values is a multiplet too.
@@ -33,21 +36,24 @@ _or_zero(x) = x === nothing ? 0 : x
 
 """
     truncation_rank(x; k=nothing, atol=nothing, rtol=nothing, error_atol=nothing,
-                    error_rtol=nothing, multiplets=:cut, degeneracy_atol=nothing) -> Int
+                    error_rtol=nothing, multiplets=:cut, min_rank=nothing,
+                    degeneracy_atol=nothing) -> Int
 
 How many leading values of the spectrum `x` (descending from the wanted end) the rules
 keep: the smallest of `k`; the count of `xᵢ > max(atol, rtol |x₁|)`; the fewest leading
 values whose tail has `norm(x[r+1:end]) <= max(error_atol, error_rtol norm(x))` (each
 rule only when given); then moved by `multiplets` (`:cut`, `:down`, `:up`) to a multiplet
 boundary, a gap larger than `degeneracy_atol` (default
-[`default_degeneracy_atol`](@ref)`(x)`). The tail norms are summed from the smallest
-value, in units of `maximum(abs, x)` (no overflow or underflow of the squares).
+[`default_degeneracy_atol`](@ref)`(x)`); then raised to at least
+`min(min_rank, length(x))` (and to a boundary again under `:up`). The tail norms are
+[`tail_norms`](@ref).
 """
 function truncation_rank(x::AbstractVector{<:Real}; k=nothing, atol=nothing, rtol=nothing,
                          error_atol=nothing, error_rtol=nothing, multiplets::Symbol=:cut,
-                         degeneracy_atol=nothing)
+                         min_rank=nothing, degeneracy_atol=nothing)
     K = length(x)
     r = k === nothing ? K : min(Int(k), K)
+    least = min_rank === nothing ? 0 : min(Int(min_rank), r)
     (K == 0 || r == 0) && return r
     if atol !== nothing || rtol !== nothing
         threshold = max(_or_zero(atol), _or_zero(rtol) * abs(x[1]))
@@ -57,6 +63,10 @@ function truncation_rank(x::AbstractVector{<:Real}; k=nothing, atol=nothing, rto
         r = min(r, _error_rank(x, _or_zero(error_atol), _or_zero(error_rtol)))
     end
     multiplets === :cut || (r = _multiplet_cut(x, r, multiplets, degeneracy_atol))
+    if r < least
+        r = least
+        multiplets === :up && (r = _multiplet_cut(x, r, :up, degeneracy_atol))
+    end
     return r
 end
 
