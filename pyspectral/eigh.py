@@ -55,6 +55,7 @@ from .truncation import (
     TruncatedEighResult,
     eigh_ranks,
     truncated_eigh,
+    truncated_eigh_by_magnitude,
     truncation_path,
 )
 
@@ -427,6 +428,7 @@ def eigh(
     gauge_atol: float | None = None,
     k: int | None = None,
     largest: bool = True,
+    by: str = "value",
     atol: float | None = None,
     rtol: float | None = None,
     error_atol: float | None = None,
@@ -493,7 +495,11 @@ def eigh(
     max(error_atol, error_rtol ||lambda||_2)`` (every discarded eigenvalue
     counts, at either end); ``multiplets`` (``"cut"``, ``"down"``, ``"up"``:
     towards fewer or more kept pairs) and the floor ``min_rank`` as in
-    :func:`svd`. Batched, the width is
+    :func:`svd`. ``by="magnitude"`` ranks the eigenvalues by ``|lambda|``
+    instead (as MatrixAlgebraKit's and ITensor's truncations do; the rules
+    then read ``x = |lambda|``; with ``largest=True``, on the full
+    decomposition) and returns the kept pairs largest magnitude first,
+    padding after them. Batched, the width is
     the largest rank, padded with zero eigenpairs on the side away from the
     wanted end (before the kept ones for ``largest=True``, after them
     otherwise). ``return_error=True`` returns a :class:`TruncatedEighResult`
@@ -579,6 +585,7 @@ def eigh(
         "eigh", check_hermitian, kw["hermitian_tol"]
     )
     largest = check_flag("eigh", "largest", largest)
+    magnitude = _check_by(by, largest, method)
     iteration = dict(
         oversample=oversample,
         n_iter=n_iter,
@@ -603,6 +610,8 @@ def eigh(
     )
     if check_out("eigh", out, backend, A, rule):
         return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
+    if magnitude:
+        return _eigh_by_magnitude(A, UPLO, rule, backend, return_error, opts)
     if rule is None:
         impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
         return EighResult(*apply(impl, A, UPLO, opts))
@@ -629,7 +638,43 @@ def eigh(
         w, V = apply(_EighJulia if julia else _Eigh, A, UPLO, opts)
         r, tails = eigh_ranks(w, rule, largest, opts, julia, errors=return_error)
         fields = truncated_eigh(None, w, V, r, cap, largest, return_error, tails)
-    return TruncatedEighResult(*fields) if return_error else EighResult(*fields)
+    return fields if return_error else EighResult(*fields)
+
+
+def _check_by(by: Any, largest: bool, method: str) -> bool:
+    """Whether ``by`` asks for a truncation by magnitude (``"magnitude"``)
+    rather than by value (``"value"``, the default)."""
+    if by not in ("value", "magnitude"):
+        raise InputError(f"eigh: by must be 'value' or 'magnitude', got {by!r}")
+    if by == "value":
+        return False
+    if not largest:
+        raise InputError(
+            "eigh: by='magnitude' keeps the eigenpairs largest in magnitude; "
+            "largest=False has no meaning there: drop it, or truncate by value"
+        )
+    if method == "randomized":
+        raise InputError(
+            "eigh: by='magnitude' takes the full decomposition (the iterative "
+            "path reads the signed ends); drop method='randomized'"
+        )
+    return True
+
+
+def _eigh_by_magnitude(
+    A: Tensor, UPLO: str, rule: Any, backend: str, return_error: bool, opts: Options
+) -> EighResult | TruncatedEighResult:
+    """The truncation by magnitude: the whole decomposition, its eigenpairs
+    ranked by ``|lambda|`` (descending), the rules on that ranking."""
+    if rule is None or not rule.truncates:
+        raise InputError(
+            "eigh: by='magnitude' orders a truncation, but none is asked for; pass "
+            "k or a tolerance (atol, rtol, error_atol, error_rtol), or drop by"
+        )
+    julia = resolve_backend("eigh", backend, A) == "julia"
+    w, V = apply(_EighJulia if julia else _Eigh, A, UPLO, opts)
+    fields = truncated_eigh_by_magnitude(w, V, rule, opts, julia, return_error)
+    return fields if return_error else EighResult(*fields)
 
 
 def eigvalsh(

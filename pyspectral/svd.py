@@ -561,7 +561,7 @@ def svd(
         U, S, Vh = apply(_SVDJulia if julia else _SVD, A, False, opts)
         r, tails = svd_ranks(S, rule, opts, julia, complete=True, errors=return_error)
         fields = truncated_svd(A, U, S, Vh, r, cap, return_error, True, tails)
-    return TruncatedSVDResult(*fields) if return_error else SVDResult(*fields)
+    return fields if return_error else SVDResult(*fields)
 
 
 def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> Tensor:

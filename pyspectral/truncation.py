@@ -50,10 +50,20 @@ __all__ = [
     "eigh_ranks",
     "truncated_svd",
     "truncated_eigh",
+    "truncated_eigh_by_magnitude",
 ]
 
 
-class TruncatedSVDResult(NamedTuple):
+class _TruncatedSVDFields(NamedTuple):
+    U: Tensor
+    S: Tensor
+    Vh: Tensor
+    error: Tensor
+    rel_error: Tensor
+    rank: Tensor
+
+
+class TruncatedSVDResult(_TruncatedSVDFields):
     """``svd(..., return_error=True)``: the kept triplets (padded, see
     :mod:`pyspectral.truncation`), the truncation error ``||S_discarded||_2``
     and ``error / ||A||_F`` (shape ``(*,)``, differentiable), and the rank of
@@ -63,6 +73,12 @@ class TruncatedSVDResult(NamedTuple):
     (``V^H``), ``w`` the largest rank of the batch; past its own rank each
     matrix's places hold zeros. ``error`` and ``rel_error`` are real, of the
     precision of ``A``. A named tuple; constructing one checks nothing.
+
+    ``discarded`` (an attribute, not a field: unpacking gives the six above):
+    the discarded singular values themselves, ``(*, K - min(rank))``
+    descending (``K = min(m, n)``), each matrix's left-aligned and padded
+    with zeros, differentiable; None on the iterative top-k path, which never
+    computes them.
 
     Example::
 
@@ -78,17 +94,23 @@ class TruncatedSVDResult(NamedTuple):
         tensor([3., 0.], dtype=torch.float64)
         >>> [f"{e:.3g}" for e in error.tolist()]
         ['1e-09', '1.41e-09']
+        >>> res = ps.svd(A, rtol=1e-6, return_error=True)
+        >>> [f"{x:.3g}" for x in res.discarded[1].tolist()]  # rank 1: two
+        ['1e-09', '1e-09']
     """
 
-    U: Tensor
-    S: Tensor
-    Vh: Tensor
+    discarded: Tensor | None = None
+
+
+class _TruncatedEighFields(NamedTuple):
+    eigenvalues: Tensor
+    eigenvectors: Tensor
     error: Tensor
     rel_error: Tensor
     rank: Tensor
 
 
-class TruncatedEighResult(NamedTuple):
+class TruncatedEighResult(_TruncatedEighFields):
     """``eigh(..., return_error=True)``: the kept eigenpairs (padded), the
     truncation error ``||eigenvalues_discarded||_2``, ``error / ||A||_F`` and
     the rank of each matrix.
@@ -97,7 +119,10 @@ class TruncatedEighResult(NamedTuple):
     ``w`` the largest rank of the batch, padded with zero eigenpairs on the
     side away from the wanted end (see :func:`pyspectral.eigh`); ``error``,
     ``rel_error`` ``(*,)`` real and differentiable, ``rank`` ``(*,)`` int64.
-    A named tuple; constructing one checks nothing.
+    A named tuple; constructing one checks nothing. ``discarded``: the
+    discarded eigenvalues as for :class:`TruncatedSVDResult`, read from the
+    wanted end (descending for ``largest=True``, ascending otherwise,
+    decreasing ``|lambda|`` for ``by="magnitude"``).
 
     Example::
 
@@ -109,11 +134,7 @@ class TruncatedEighResult(NamedTuple):
         (tensor([0.5000, 2.0000], dtype=torch.float64), 2, '1e-09')
     """
 
-    eigenvalues: Tensor
-    eigenvectors: Tensor
-    error: Tensor
-    rel_error: Tensor
-    rank: Tensor
+    discarded: Tensor | None = None
 
 
 # ------------------------------------------------------------------- path
@@ -237,6 +258,19 @@ def _error_and_norm(
     return error, tails[..., 0]
 
 
+def _discarded(x: Tensor, rank: Tensor) -> Tensor:
+    """The values of each spectrum ``x`` (``(*, K)``, in the order the result
+    reports them) past its rank, left-aligned and padded with zeros:
+    ``(*, K - min(rank))``, differentiable (a gather)."""
+    K = x.shape[-1]
+    low = int(peek(rank).min()) if rank.numel() else K
+    j = rank.unsqueeze(-1).to(x.device) + torch.arange(K - low, device=x.device)
+    if K == 0:
+        return x[..., :0]
+    values = x.gather(-1, j.clamp(max=K - 1).expand(*x.shape[:-1], K - low))
+    return values * (j < K).to(x.dtype)
+
+
 def _relative(error: Tensor, norm: Tensor) -> Tensor:
     """``error / norm``, 0 where ``norm`` is 0 (the zero matrix)."""
     safe = torch.where(norm > 0, norm, torch.ones_like(norm))
@@ -273,14 +307,18 @@ def truncated_svd(
     if not return_error:
         return Uk, Sk, Vhk
     rank = _rank_tensor(r, w, S)
+    discarded = None
     if full:
         error, norm = _error_and_norm(S, rank, tails)
+        discarded = _discarded(S, rank)
     else:
         # A - U_r U_r^H A, with U_r (zero past each rank) held fixed
         P = Uk.detach()
         error = torch.linalg.matrix_norm(A - P @ (P.mH @ A))
         norm = torch.linalg.matrix_norm(A)
-    return Uk, Sk, Vhk, error, _relative(error, norm), rank
+    res = TruncatedSVDResult(Uk, Sk, Vhk, error, _relative(error, norm), rank)
+    res.discarded = discarded
+    return res
 
 
 # ------------------------------------------------------------------ eigh
@@ -313,11 +351,51 @@ def truncated_eigh(
         Vk = Vk * keep.unsqueeze(-2).to(V.dtype)
     if not return_error:
         return wk, Vk
+    rank, discarded = _rank_tensor(r, width, w), None
     if H is None:
         wanted = w.flip(-1) if largest else -w  # from the wanted end, as the rules
-        error, norm = _error_and_norm(wanted, _rank_tensor(r, width, w), tails)
+        error, norm = _error_and_norm(wanted, rank, tails)
+        discarded = _discarded(w.flip(-1) if largest else w, rank)
     else:
         Q, lam = Vk.detach(), wk.detach()
         error = torch.linalg.matrix_norm(H - (Q * lam.unsqueeze(-2).to(Q.dtype)) @ Q.mH)
         norm = torch.linalg.matrix_norm(H)
-    return wk, Vk, error, _relative(error, norm), _rank_tensor(r, width, w)
+    res = TruncatedEighResult(wk, Vk, error, _relative(error, norm), rank)
+    res.discarded = discarded
+    return res
+
+
+def truncated_eigh_by_magnitude(
+    w: Tensor,
+    V: Tensor,
+    rule: TruncationRule,
+    opts: Options,
+    julia: bool,
+    return_error: bool,
+) -> tuple:
+    """The eigenpairs largest in magnitude: the whole decomposition
+    (``w`` ascending, differentiable) ranked by ``|lambda|`` descending, the
+    rules read on that ranking (``x = |lambda|``), the kept ones in that
+    order (largest magnitude first), padding at the end; the error is
+    ``||lambda_discarded||_2`` as by value. The ranking is a permutation
+    (gather): the gradient is the whole decomposition's, cotangents zero on
+    the discarded pairs, as every truncation's."""
+    order = torch.argsort(w.detach().abs(), dim=-1, descending=True, stable=True)
+    ws = w.gather(-1, order)
+    Vs = V.gather(-1, order.unsqueeze(-2).expand(V.shape))
+    r, tails = _ranks("eigh", ws.abs(), rule, opts, julia, return_error)
+    n = w.shape[-1]
+    cap = n if rule.k is None else min(rule.k, n)
+    width, uniform = _width(r, cap)
+    wk, Vk = ws[..., :width], Vs[..., :width]
+    if not uniform:
+        keep = torch.arange(width, device=w.device) < r.unsqueeze(-1)
+        wk = wk * keep.to(w.dtype)
+        Vk = Vk * keep.unsqueeze(-2).to(V.dtype)
+    if not return_error:
+        return wk, Vk
+    rank = _rank_tensor(r, width, w)
+    error, norm = _error_and_norm(ws.abs(), rank, tails)
+    res = TruncatedEighResult(wk, Vk, error, _relative(error, norm), rank)
+    res.discarded = _discarded(ws, rank)
+    return res

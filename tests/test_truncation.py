@@ -804,6 +804,73 @@ def test_min_rank_is_a_floor(backend, fake) -> None:
     assert ps.svd(Z, atol=0.0, min_rank=1, backend=backend).S.tolist() == [0.0]
 
 
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+def test_eigh_by_magnitude(backend, fake) -> None:
+    """by='magnitude' keeps the eigenpairs largest in |lambda| (the rules read
+    |lambda|), largest first, padded after; the error is the discarded
+    eigenvalues' norm; the gradient of a loss of the kept pairs matches
+    finite differences; bad combinations are refused (issue 23, item 2)."""
+    lam = [-3.0, -0.5, 0.2, 1.0, 2.0]
+    H = hermitian_with_spectrum(lam, seed=6)
+    res = ps.eigh(H, k=2, by="magnitude", return_error=True, backend=backend)
+    assert res.eigenvalues.tolist() == pytest.approx([-3.0, 2.0])
+    assert float(res.error) == pytest.approx((0.25 + 0.04 + 1.0) ** 0.5, rel=1e-12)
+    w = ps.eigh(H, atol=0.9, by="magnitude", backend=backend)[0]
+    assert w.tolist() == pytest.approx([-3.0, 2.0, 1.0])
+    # a batch of two ranks: padding after the kept pairs
+    B = torch.stack([H, hermitian_with_spectrum([-0.1, 0.1, 0.2, 0.3, 4.0], seed=7)])
+    wb, Vb, _, _, rb = ps.eigh(B, atol=0.9, by="magnitude", return_error=True)
+    assert rb.tolist() == [3, 1] and wb[1].tolist() == pytest.approx([4.0, 0, 0])
+
+    def loss(X):
+        w, V = ps.eigh(X, k=2, by="magnitude", backend=backend)
+        P = V @ V.mH  # the kept pairs' projector: gauge invariant
+        return (P * W).sum() + (w**3).sum()
+
+    W = random_like(H, seed=8)
+    X = H.clone().requires_grad_()
+    (g,) = torch.autograd.grad(loss(X), X)
+    assert rel_err(g, fd_grad(loss, H)) < 1e-6
+    for kw, match in (
+        (dict(k=2, by="abs"), "by must be 'value' or 'magnitude'"),
+        (dict(k=2, by="magnitude", largest=False), "largest=False has no meaning"),
+        (dict(k=2, by="magnitude", method="randomized"), "drop method='randomized'"),
+        (dict(by="magnitude"), "orders a truncation, but none is asked for"),
+    ):
+        with pytest.raises(ps.InputError, match=match):
+            ps.eigh(H, **kw, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+def test_the_discarded_values_themselves(backend, fake) -> None:
+    """res.discarded: the values past each rank, read from the wanted end,
+    left-aligned and zero-padded, differentiable; their norm is the error
+    (issue 23, item 2); None on the iterative path, which never has them."""
+    d = torch.tensor([[3.0, 2.0, 1.0, 0.5], [3.0, 0.2, 0.1, 0.05]], dtype=F64)
+    A = torch.diag_embed(d).requires_grad_()
+    res = ps.svd(A, atol=0.75, return_error=True, backend=backend)
+    assert res.rank.tolist() == [3, 1] and len(res) == 6
+    assert res.discarded.tolist() == [[0.5, 0.0, 0.0], [0.2, 0.1, 0.05]]
+    torch.testing.assert_close(
+        torch.linalg.vector_norm(res.discarded, dim=-1), res.error
+    )
+    (g,) = torch.autograd.grad(res.discarded.sum(), A)
+    assert g.diagonal(dim1=-2, dim2=-1).tolist() == [[0, 0, 0, 1], [0, 1, 1, 1]]
+    H = torch.diag(torch.tensor([-1.0, 0.5, 2.0, 3.0], dtype=F64))
+    for kw, expect in (
+        (dict(k=2), [0.5, -1.0]),  # from the largest end: descending
+        (dict(k=2, largest=False), [2.0, 3.0]),  # from the smallest: ascending
+        (dict(k=2, by="magnitude"), [-1.0, 0.5]),  # decreasing |lambda|
+    ):
+        assert (
+            ps.eigh(H, **kw, return_error=True, backend=backend).discarded.tolist()
+            == expect
+        )
+    A = matrix_with_spectrum([4.0, 3.0, 2.0, 1.0], 6, 4, seed=2)
+    iterative = ps.svd(A, k=2, method="randomized", return_error=True)
+    assert iterative.discarded is None
+
+
 # ------------------------------------------ ties: one computation of the error
 
 
