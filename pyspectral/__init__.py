@@ -23,6 +23,7 @@ from .exceptions import (
     UPLOError,
 )
 from .operator import LinearOperator, eigh_topk, svd_topk
+from .split import SVDSplit, TruncatedSVDSplit
 from .svd import SVDResult, svd, svd_function, svdvals
 from .truncation import TruncatedEighResult, TruncatedSVDResult
 
@@ -44,9 +45,11 @@ __all__ = [
     "NonFiniteError",
     "PySpectralError",
     "SVDResult",
+    "SVDSplit",
     "ShapeError",
     "TruncatedEighResult",
     "TruncatedSVDResult",
+    "TruncatedSVDSplit",
     "UPLOError",
     "__version__",
     "defaults",

@@ -431,3 +431,24 @@ def _is(value: Any, default: Any) -> bool:
     if default is None:
         return value is None
     return type(value) is int and value == default
+
+
+def check_absorb(op: str, absorb: Any, full_matrices: bool, out: Any) -> str | None:
+    """``absorb``: None (the triplets) or where the singular values go in a
+    split, ``"left"``, ``"right"`` or ``"both"`` (quimb's names); not with
+    ``full_matrices=True`` or ``out=`` (a split has two factors, thin)."""
+    if absorb is None:
+        return None
+    if not (isinstance(absorb, str) and absorb in ("left", "right", "both")):
+        raise InputError(
+            f"{op}: absorb must be None, 'left' (U S, Vh), 'right' (U, S Vh) or "
+            f"'both' (U sqrt(S), sqrt(S) Vh), got {absorb!r}"
+        )
+    if full_matrices:
+        raise InputError(
+            f"{op}: absorb={absorb!r} splits the thin SVD into two factors; it "
+            "cannot be combined with full_matrices=True"
+        )
+    if out is not None:
+        raise InputError(f"{op}: absorb={absorb!r} returns two new factors; drop out=")
+    return absorb

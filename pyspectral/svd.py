@@ -23,6 +23,7 @@ from ._fns import (
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
 from ._validation import (
+    check_absorb,
     check_flag,
     check_keywords,
     check_matrix,
@@ -44,6 +45,7 @@ from .pullbacks.svd import (
     svd_pullback,
     svd_pushforward,
 )
+from .split import SVDSplit, TruncatedSVDSplit, split
 from .topk import SVDTopK, SVDTopKJulia
 from .truncation import TruncatedSVDResult, svd_ranks, truncated_svd, truncation_path
 
@@ -348,6 +350,7 @@ def svd(
     error_rtol: float | None = None,
     multiplets: str = "cut",
     min_rank: int | None = None,
+    absorb: str | None = None,
     return_error: bool = False,
     backend: str = "auto",
     degeneracy_atol: float | None = None,
@@ -360,7 +363,7 @@ def svd(
     backward_rtol: float | None = None,
     backward_maxiter: int = 500,
     out: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> SVDResult | TruncatedSVDResult:
+) -> SVDResult | TruncatedSVDResult | SVDSplit | TruncatedSVDSplit:
     r"""svd(A, *, full_matrices=False, k=None, atol=None, rtol=None, ...) -> (U, S, Vh)
 
     Singular value decomposition with a stable backward pass.
@@ -420,6 +423,17 @@ def svd(
     ``(*,)``, differentiable, from the decomposition already computed) and
     the ranks (``(*,)`` int64).
 
+    ``absorb`` splits the (truncated) SVD into the two factors a
+    tensor-network code writes, the singular values absorbed (quimb's name):
+    ``"left"`` ``(U S, Vh)``, ``"right"`` ``(U, S Vh)``, ``"both"``
+    ``(U sqrt(S), sqrt(S) Vh)``, an :class:`SVDSplit` ``(left, right)``
+    (:class:`TruncatedSVDSplit` with ``return_error``). Its gradient and
+    tangents are exact for every loss invariant under ``L -> L Q``,
+    ``R -> Q^H R`` (any contraction over the bond index), also inside a kept
+    degenerate multiplet, where ``U * S.sqrt()`` written from the triplets
+    is silently wrong; second derivatives are exact away from kept
+    multiplets (at one: a ``GaugeWarning``).
+
     Top-k methods (with ``k``): ``method="full"`` slices the full thin SVD.
     ``"randomized"`` runs block subspace iteration with ``p = k + oversample``
     columns (default ``oversample = max(10, k)``) and a Rayleigh-Ritz step,
@@ -461,7 +475,9 @@ def svd(
     Returns:
         ``(U, S, Vh)``, a named tuple (:class:`SVDResult`); ``S`` is real and
         descending. With ``return_error=True``, a
-        :class:`TruncatedSVDResult` ``(U, S, Vh, error, rel_error, rank)``.
+        :class:`TruncatedSVDResult` ``(U, S, Vh, error, rel_error, rank)``;
+        with ``absorb``, an :class:`SVDSplit` ``(left, right)`` or
+        :class:`TruncatedSVDSplit` ``(left, right, error, rel_error, rank)``.
 
     Raises:
         InputTypeError: ``A`` is not a tensor, or ``full_matrices`` or
@@ -534,16 +550,38 @@ def svd(
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
     )
+    absorb = check_absorb("svd", absorb, full_matrices, out)
     if check_out("svd", out, backend, A, rule):
         return SVDResult(*torch.linalg.svd(A, full_matrices=full_matrices, out=out))
     if rule is None:
-        impl = _SVDJulia if resolve_backend("svd", backend, A) == "julia" else _SVD
-        return SVDResult(*apply(impl, A, full_matrices, opts))
+        julia = resolve_backend("svd", backend, A) == "julia"
+        res = SVDResult(*apply(_SVDJulia if julia else _SVD, A, full_matrices, opts))
+        return res if absorb is None else split(A, res, absorb, opts, False, julia)
     if full_matrices:
         raise InputError(
             "svd: k (top-k triplets) or a truncation rule cannot be combined with "
             "full_matrices=True; pass one of them"
         )
+    # (a split needs each matrix's rank, which the result with its error has)
+    errors = return_error or absorb is not None
+    res = _truncated(A, rule, method, kw, opts, backend, errors)
+    if absorb is not None:
+        julia = resolve_backend("svd", backend, A) == "julia"
+        return split(A, res, absorb, opts, return_error, julia)
+    return res
+
+
+def _truncated(
+    A: Tensor,
+    rule: Any,
+    method: str,
+    kw: dict,
+    opts: Options,
+    backend: str,
+    return_error: bool,
+) -> SVDResult | TruncatedSVDResult:
+    """The truncated SVD: the iterative top-k path or the full thin SVD, cut
+    at each matrix's rank (``truncation.py``)."""
     K = min(A.shape[-2:])
     cap = K if rule.k is None else min(rule.k, K)
     path, cfg = truncation_path("svd", A, rule, cap, method, kw)

@@ -81,6 +81,7 @@ from pyspectral.pullbacks.matfun import (
     matrix_function_pullback,
     matrix_function_pushforward,
 )
+from pyspectral.pullbacks.split import svd_split_pullback, svd_split_pushforward
 from pyspectral.pullbacks.svd import (
     svd_function_pullback,
     svd_function_pushforward,
@@ -722,6 +723,44 @@ class FakeJulia:
         return tuple(
             _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(3)
         )
+
+    def svd_split_pullback_batched_b(
+        self, dAt, U, S, Vt, kept, absorb, dL, dR, degeneracy_atol
+    ) -> tuple:
+        dAt, U, S, Vt, kept, dL, dR = map(self._wrap, (dAt, U, S, Vt, kept, dL, dR))
+        opts = Options(degeneracy_atol)
+        outs = []
+        for b in range(dAt.shape[2]):
+            keep = torch.arange(S.shape[0]) < int(kept[0, b])
+            gA, gU, gS, gVt = svd_split_pullback(
+                _t(U, b), _t(S, b), _t(Vt, b), keep, absorb, _t(dL, b), _t(dR, b), opts
+            )
+            dAt[:, :, b] += gA.numpy()
+            outs.append(
+                (
+                    np.zeros_like(U[..., b]) if gU is None else gU.numpy(),
+                    gS.numpy(),
+                    np.zeros_like(Vt[..., b]) if gVt is None else gVt.numpy(),
+                )
+            )
+        return tuple(_stack([o[i] for o in outs]) for i in range(3))
+
+    def svd_split_pushforward_batched(
+        self, U, S, Vt, kept, absorb, dAt, dU, dS, dVt, degeneracy_atol
+    ) -> tuple:
+        U, S, Vt, kept, dAt, dU, dS, dVt = map(
+            self._wrap, (U, S, Vt, kept, dAt, dU, dS, dVt)
+        )
+        opts = Options(degeneracy_atol)
+        outs = []
+        for b in range(dAt.shape[2]):
+            keep = torch.arange(S.shape[0]) < int(kept[0, b])
+            dL, dR = svd_split_pushforward(
+                _t(U, b), _t(S, b), _t(Vt, b), keep, absorb, _t(dAt, b),
+                _t(dU, b), _t(dS, b), _t(dVt, b), opts,
+            )  # fmt: skip
+            outs.append((dL.resolve_conj().numpy(), dR.resolve_conj().numpy()))
+        return tuple(_stack([o[i] for o in outs]) for i in range(2))
 
     def svd_function_batched(self, At: Any, f: Any, degeneracy_atol: Any) -> tuple:
         At = self._wrap(At)

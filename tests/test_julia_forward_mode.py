@@ -941,6 +941,7 @@ def test_pushforwards_mirror_julia():
         "truncated_eigh_pushforward",
         "dense_truncated_svd_pushforward",
         "dense_truncated_eigh_pushforward",
+        "svd_split_pushforward",
     }
     pkg = Path(ps.__file__).parent / "pullbacks"
     for jl in sorted((src / "pullbacks").glob("*.jl")):

@@ -155,6 +155,8 @@ GLUE_FUNCTIONS = (
     "eigh_trunc_pullback_batched!",
     "eigh_trunc_pushforward_batched",
     "truncation_ranks_batched",
+    "svd_split_pullback_batched!",
+    "svd_split_pushforward_batched",
     "user_eval",
     "user_include",
     "function_forward",

@@ -276,6 +276,85 @@ def truncation_ranks(
     return r.reshape(x.shape[:-1]), from_julia_vectors(tails, x.shape[:-1])
 
 
+# --------------------------------------------------------------- split
+# Julia splits the transposes: Python's U is Julia's Vt, its Vh Julia's U, its L
+# (U g(S)) Julia's R, and absorb "left" is Julia's :right.
+_SPLIT_SWAP = {"left": "right", "right": "left", "both": "both"}
+
+
+def _kept(keep: torch.Tensor, crossing: list) -> tuple[int, ...]:
+    """The kept count of each matrix, as the ``1 x B`` array of a ``(B, 1)``
+    float64 tensor."""
+    return to_julia_vectors(keep.sum(-1, keepdim=True).to(torch.float64), crossing)
+
+
+def svd_split_pullback(
+    U: torch.Tensor,
+    S: torch.Tensor,
+    Vh: torch.Tensor,
+    keep: torch.Tensor,
+    absorb: str,
+    gL: Any,
+    gR: Any,
+    opts: Any,
+) -> tuple:
+    """``(gA, gU, gS, gVh)`` of the split by Julia's svd_split_pullback!
+    (``pullbacks/split.py``'s ``svd_split_pullback``)."""
+    gA, keep_alive = gradient_buffer((U.shape[:-1] + Vh.shape[-1:], U.dtype)), []
+    dUj, dS, dVtj = call(
+        "svd",
+        "svd_split_pullback_batched!",
+        to_julia(gA, keep_alive),
+        to_julia(Vh, keep_alive),  # Julia's U
+        to_julia_vectors(S, keep_alive),
+        to_julia(U, keep_alive),  # Julia's Vt
+        _kept(keep, keep_alive),
+        _SPLIT_SWAP[absorb],
+        None if gR is None else to_julia(gR, keep_alive),  # Julia's ΔL
+        None if gL is None else to_julia(gL, keep_alive),  # Julia's ΔR
+        opts.degeneracy_atol,
+        elements=elements(gA),
+    )
+    batch = S.shape[:-1]
+    # Julia's ΔU is our gVh^T, its ΔVt our gU^T
+    gU, gVh = from_julia(dVtj, batch), from_julia(dUj, batch)
+    return gA, gU, from_julia_vectors(dS, batch), gVh
+
+
+def svd_split_pushforward(
+    U: torch.Tensor,
+    S: torch.Tensor,
+    Vh: torch.Tensor,
+    keep: torch.Tensor,
+    absorb: str,
+    dA: torch.Tensor,
+    dU: Any,
+    dS: Any,
+    dVh: Any,
+    opts: Any,
+) -> tuple:
+    """``(dL, dR)`` of the split by Julia's svd_split_pushforward."""
+    crossing: list = []
+    dLj, dRj = call(
+        "svd",
+        "svd_split_pushforward_batched",
+        to_julia(Vh, crossing),
+        to_julia_vectors(S, crossing),
+        to_julia(U, crossing),
+        _kept(keep, crossing),
+        _SPLIT_SWAP[absorb],
+        to_julia(dA, crossing),
+        None if dVh is None else to_julia(dVh, crossing),  # Julia's ΔU
+        None if dS is None else to_julia_vectors(dS, crossing),
+        None if dU is None else to_julia(dU, crossing),  # Julia's ΔVt
+        opts.degeneracy_atol,
+        elements=elements(dA),
+    )
+    batch = S.shape[:-1]
+    # Julia's ΔL is our dR^T, its ΔR our dL^T
+    return from_julia(dRj, batch), from_julia(dLj, batch)
+
+
 # ------------------------------------------- f given by its values (user f)
 # A user's f is Python code, which Julia cannot call. Julia decomposes (the
 # svd_batched / eigh_batched glue: svd_values / eigh_values below), the caller

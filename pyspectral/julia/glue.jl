@@ -338,6 +338,50 @@ function svd_trunc_pushforward_batched(At, U, S, Vt, d, k::Integer, ΔAt, rtol, 
                                            maxiter, degeneracy_atol, broadening))
 end
 
+# ----------------------------------------------------------------- split
+
+# The split L = U g(S), R = h(S) Vt (PySpectral.svd_split_pullback!, _pushforward) on the
+# triplets the bridge holds. The bridge passes Python's factors (of A), which are those of
+# the transposes with the roles swapped: Python's U is Julia's Vt, its Vh Julia's U, its
+# L Julia's R and the other way round, and "left" is Julia's :right. The kept count of
+# each matrix (the rest: a batch's padding) arrives as the 1×B array of a (B, 1) float
+# tensor.
+function svd_split_pullback_core!(ΔAt, U, S, Vt, kept, absorb::Symbol, ΔL, ΔR,
+                                  degeneracy_atol)
+    cots = map(axes(ΔAt, 3)) do b
+        PySpectral.svd_split_pullback!(slice(ΔAt, b), slice(U, b), slice(S, b),
+                                       slice(Vt, b), Int(kept[1, b]), absorb, slice(ΔL, b),
+                                       slice(ΔR, b); degeneracy_atol)
+    end
+    zero_or(x, like) = x === nothing ? zero(like) : x
+    return batch([zero_or(c[1], slice(U, b)) for (b, c) in enumerate(cots)]),
+           batch([c[2] for c in cots]),
+           batch([zero_or(c[3], slice(Vt, b)) for (b, c) in enumerate(cots)])
+end
+function svd_split_pullback_batched!(ΔAt, U, S, Vt, kept, absorb::AbstractString, ΔL, ΔR,
+                                     degeneracy_atol)
+    return outs(svd_split_pullback_core!(wrap(ΔAt), wrap(U), wrap(S), wrap(Vt), wrap(kept),
+                                         Symbol(absorb), wrap(ΔL), wrap(ΔR),
+                                         degeneracy_atol))
+end
+
+function svd_split_pushforward_core(U, S, Vt, kept, absorb::Symbol, ΔAt, ΔU, ΔS, ΔVt,
+                                    degeneracy_atol)
+    Δs = map(axes(ΔAt, 3)) do b
+        PySpectral.svd_split_pushforward(slice(U, b), slice(S, b), slice(Vt, b),
+                                         Int(kept[1, b]), absorb, slice(ΔAt, b),
+                                         slice(ΔU, b), slice(ΔS, b), slice(ΔVt, b);
+                                         degeneracy_atol)
+    end
+    return batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs])
+end
+function svd_split_pushforward_batched(U, S, Vt, kept, absorb::AbstractString, ΔAt, ΔU,
+                                       ΔS, ΔVt, degeneracy_atol)
+    return outs(svd_split_pushforward_core(wrap(U), wrap(S), wrap(Vt), wrap(kept),
+                                           Symbol(absorb), wrap(ΔAt), wrap(ΔU), wrap(ΔS),
+                                           wrap(ΔVt), degeneracy_atol))
+end
+
 # ------------------------------------------------------------ truncation
 
 # The rank of each spectrum, a column of X (descending from the wanted end: singular

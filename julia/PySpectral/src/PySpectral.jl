@@ -20,11 +20,11 @@ using PrecompileTools: @compile_workload, @setup_workload
 using Random: Random
 
 export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
-export tsvd, teigh, truncation_rank, truncation_error
+export tsvd, teigh, truncation_rank, truncation_error, svd_split
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
 export svd_trunc_pullback!, eigh_trunc_pullback!, dense_truncated_svd_pullback!,
-    dense_truncated_eigh_pullback!
+    dense_truncated_eigh_pullback!, svd_split_pullback!, svd_split_pushforward
 export svd_pushforward, svd_function_pushforward, eigh_pushforward,
     matrix_function_pushforward
 export truncated_svd_pushforward, truncated_eigh_pushforward,
@@ -43,6 +43,7 @@ include("pullbacks/svd.jl")
 include("pullbacks/eigh.jl")
 include("pullbacks/matfun.jl")
 include("pullbacks/truncated.jl")
+include("pullbacks/split.jl")
 include("rrules.jl")
 include("frules.jl")
 include("precompile.jl")

@@ -33,6 +33,21 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(svd), A::AbstractMatrix; full::
     return F, Tangent{typeof(F)}(; U=ΔU, S=ΔS, Vt=ΔVᴴ)
 end
 
+# The split: svd's frule and the kept-cluster term (src/pullbacks/split.jl).
+function ChainRulesCore.frule((_, ΔA), ::typeof(svd_split), A::AbstractMatrix;
+                              absorb::Symbol=:both, degeneracy_atol=nothing, kw...)
+    absorb in ABSORB || throw(ArgumentError("svd_split: absorb must be :left, :right or " *
+                                            ":both, got $(repr(absorb))"))
+    F, ΔF = ChainRulesCore.frule((NoTangent(), ΔA), svd, A; degeneracy_atol, kw...)
+    g, _, h, _ = split_weights(F.S, absorb)
+    LR = (F.U .* transpose(g), h .* F.Vt)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return LR, ΔA
+    ΔL, ΔR = svd_split_pushforward(F.U, F.S, F.Vt, length(F.S), absorb, ΔA, ΔF.U, ΔF.S,
+                                   ΔF.Vt; degeneracy_atol)
+    return LR, Tangent{typeof(LR)}(ΔL, ΔR)
+end
+
 # The tangent of the truncation error ϵ = norm(x[discarded]) along the tangents Δx of
 # the values: Σ xᵢ Δxᵢ / ϵ over the discarded ones (0 when ϵ = 0, as the pullback).
 function _truncation_error_tangent(x, Δx, discarded, ϵ)

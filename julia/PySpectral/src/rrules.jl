@@ -74,6 +74,33 @@ function ChainRulesCore.rrule(::typeof(svd), A::AbstractMatrix; full::Bool=false
     return F, svd_back
 end
 
+# The split composes svd's rule with the kept-cluster term (src/pullbacks/split.jl).
+function ChainRulesCore.rrule(::typeof(svd_split), A::AbstractMatrix; absorb::Symbol=:both,
+                              degeneracy_atol=nothing, kw...)
+    absorb in ABSORB || throw(ArgumentError("svd_split: absorb must be :left, :right or " *
+                                            ":both, got $(repr(absorb))"))
+    F, svd_back = ChainRulesCore.rrule(svd, A; degeneracy_atol, kw...)
+    g, _, h, _ = split_weights(F.S, absorb)
+    r = length(F.S)
+    project_A, sz = ProjectTo(A), size(A)
+    function svd_split_back(Δ)
+        ΔL, ΔR = _pair_cotangents(unthunk(Δ))
+        ΔL = _nothing_if_zero(ΔL)
+        (ΔL === nothing && ΔR === nothing) && return NoTangent(), ZeroTangent()
+        ΔA = zeros(_grad_eltype(F.U, ΔL, ΔR), sz)
+        ΔU, ΔS, ΔVᴴ = svd_split_pullback!(ΔA, F.U, F.S, F.Vt, r, absorb, ΔL, ΔR;
+                                          degeneracy_atol)
+        ΔF = Tangent{typeof(F)}(; U=_zero_if_nothing(ΔU), S=ΔS, Vt=_zero_if_nothing(ΔVᴴ))
+        _, ΔA_svd = svd_back(ΔF)
+        ΔA_svd = unthunk(ΔA_svd)
+        ΔA_svd isa AbstractZero || (ΔA .+= ΔA_svd)
+        return NoTangent(), project_A(ΔA)
+    end
+    return (F.U .* transpose(g), h .* F.Vt), svd_split_back
+end
+
+_zero_if_nothing(x) = x === nothing ? ZeroTangent() : x
+
 # A tuple output's cotangent, (ΔF, Δϵ): a Tangent{Tuple} or, from Zygote, a Tuple.
 _pair_cotangents(::Union{Nothing,AbstractZero}) = (nothing, nothing)
 _pair_cotangents(Δ::Union{Tuple,Tangent}) = (unthunk(Δ[1]), _nothing_if_zero(unthunk(Δ[2])))

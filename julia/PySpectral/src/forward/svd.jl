@@ -97,6 +97,28 @@ function _tsvd(A; k, atol, rtol, error_atol, error_rtol, multiplets, min_rank,
 end
 
 """
+    svd_split(A; absorb=:both, k=nothing, atol=nothing, rtol=nothing, error_atol=nothing,
+              error_rtol=nothing, multiplets=:cut, min_rank=nothing,
+              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+              gauge_atol=nothing) -> (L, R)
+
+The two factors a tensor-network code splits `A` into, with the singular values absorbed
+(quimb's `absorb`): `L = U Diagonal(g)`, `R = Diagonal(h) Vᴴ` with `g, h = S, 1`
+(`:left`), `1, S` (`:right`) or `√S, √S` (`:both`), from [`svd`](@ref)`(A; k, atol, ...)`
+(every truncation rule; `L * R` is the truncated `A`). Its rules add, to the SVD's, the
+term inside a kept degenerate multiplet that the triplets' cotangents cannot carry
+([`svd_split_pullback!`](@ref)): exact, first order, for every loss invariant under
+`L → L Q`, `R → Qᴴ R` (`Q` unitary on a multiplet), at every spectrum.
+"""
+function svd_split(A::AbstractMatrix; absorb::Symbol=:both, kw...)
+    absorb in ABSORB || throw(ArgumentError("svd_split: absorb must be :left, :right or " *
+                                            ":both, got $(repr(absorb))"))
+    F = svd(A; kw...)
+    g, _, h, _ = split_weights(F.S, absorb)
+    return F.U .* transpose(g), h .* F.Vt
+end
+
+"""
     svdvals(A) -> Vector
 
 Singular values of `A`, descending. Its pullback `U Diagonal(ΔS) Vᴴ` is exact for
