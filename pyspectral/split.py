@@ -31,7 +31,20 @@ class SVDSplit(NamedTuple):
     """``svd(A, absorb=...)``: the factors ``left = U g(S)`` ``(*, m, r)`` and
     ``right = h(S) V^H`` ``(*, r, n)``, ``left @ right`` the (truncated)
     ``A``; ``r`` the largest rank of a batch, each matrix's places past its
-    own rank zero. A named tuple."""
+    own rank zero. A named tuple.
+
+    Example::
+
+        >>> import torch, pyspectral as ps
+        >>> g = torch.Generator().manual_seed(0)
+        >>> A = torch.randn(5, 4, dtype=torch.float64, generator=g)
+        >>> L, R = ps.svd(A, absorb="both", k=2)  # U sqrt(S), sqrt(S) Vh
+        >>> L.shape, R.shape
+        (torch.Size([5, 2]), torch.Size([2, 4]))
+        >>> U, S, Vh = ps.svd(A, k=2)
+        >>> bool(torch.dist(L @ R, (U * S) @ Vh) < 1e-12)
+        True
+    """
 
     left: Tensor
     right: Tensor
@@ -40,7 +53,18 @@ class SVDSplit(NamedTuple):
 class TruncatedSVDSplit(NamedTuple):
     """``svd(A, absorb=..., return_error=True)``: the factors, the truncation
     error and ``error / ||A||_F`` (``(*,)``, differentiable) and the ranks
-    (``(*,)`` int64), as :class:`pyspectral.TruncatedSVDResult`."""
+    (``(*,)`` int64), as :class:`pyspectral.TruncatedSVDResult`.
+
+    Example::
+
+        >>> import torch, pyspectral as ps
+        >>> A = torch.diag(torch.tensor([3.0, 2.0, 0.1], dtype=torch.float64))
+        >>> L, R, error, rel_error, rank = ps.svd(
+        ...     A, absorb="left", atol=0.5, return_error=True
+        ... )
+        >>> int(rank), round(float(error), 12), L.shape
+        (2, 0.1, torch.Size([3, 2]))
+    """
 
     left: Tensor
     right: Tensor
