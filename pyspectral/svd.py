@@ -656,8 +656,15 @@ def svd_function(
     backend: str = "auto",
     degeneracy_atol: float | None = None,
     gauge: str | None = None,
+    k: int | None = None,
+    atol: float | None = None,
+    rtol: float | None = None,
+    error_atol: float | None = None,
+    error_rtol: float | None = None,
+    multiplets: str = "cut",
+    min_rank: int | None = None,
 ) -> Tensor:
-    r"""svd_function(A, f, *, backend="auto") -> Tensor
+    r"""svd_function(A, f, *, backend="auto", k=None, atol=None, ...) -> Tensor
 
     Singular value function with an exact pullback at every spectrum.
 
@@ -692,6 +699,15 @@ def svd_function(
         differentiable (its gradient there is not meaningful). Truncating inside
         a degenerate cluster (gap below ``degeneracy_atol``) makes ``Y``
         itself basis dependent and triggers the ``gauge`` policy.
+
+    The truncation keywords of :func:`svd` (``k``, ``atol``, ``rtol``,
+    ``error_atol``, ``error_rtol``, ``multiplets``, ``min_rank``) apply ``f``
+    to the kept singular values only, ``Y = U_r f(S_r) V_r^H`` with each
+    matrix's rank ``r`` from the rules, exact at every kept multiplet (the
+    rank is piecewise constant in ``A``; the coupling to the discarded
+    values is the divided difference of ``f`` and 0), on either backend; a
+    cut inside a multiplet triggers the ``gauge`` policy, as
+    ``("truncate", k)`` does. Not with ``"normalize"``.
 
     ``A`` is float32, float64, complex64 or complex128 (other dtypes raise);
     ``Y`` has its dtype. ``Y`` does not depend on the phases or the basis
@@ -748,13 +764,23 @@ def svd_function(
         True
     """
     check_matrix("svd_function", A)
-    kw = check_keywords("svd_function", degeneracy_atol=degeneracy_atol)
+    trunc = dict(k=k, atol=atol, rtol=rtol, error_atol=error_atol)
+    trunc.update(error_rtol=error_rtol, min_rank=min_rank)
+    kw = check_keywords("svd_function", A, degeneracy_atol=degeneracy_atol, **trunc)
+    rule = truncation_rule("svd_function", kw, multiplets, False)
     user = user_function("svd_function", f)
     fn = None
     if user is None and not (isinstance(f, str) and f == "normalize"):
         fn = _svd_fn(f, min(A.shape[-2:]))
+    elif user is None and rule is not None:
+        raise InputError(
+            "svd_function: 'normalize' divides by s_1, which a truncation does not "
+            "change; use svd_function(A, ('pow', 1), k=...) / ps.svdvals(A)[..., :1]"
+        )
     opts = options(kw["degeneracy_atol"], None, gauge, None, op="svd_function")
     julia = resolve_backend("svd_function", backend, A) == "julia"
+    if rule is not None:
+        return _truncated_svd_function(A, user, fn, rule, opts, julia)
     if user is not None:
         return _user_svd_function(A, user, opts, julia)
     if fn is None:
@@ -794,6 +820,74 @@ def _user_svd_function(A: Tensor, user: UserFunction, opts: Options, julia: bool
         odd=True,
     )
     return apply_values(A, f, d, op, (U, S, Vh), on_julia if julia else None)
+
+
+def _truncated_svd_function(
+    A: Tensor,
+    user: UserFunction | None,
+    fn: SpectralFn | None,
+    rule: Any,
+    opts: Options,
+    julia: bool,
+) -> Tensor:
+    """``U_r f(S_r) V_r^H``: ``f`` (a user's, or a named one) times the
+    indicator of each matrix's kept values, given by its values (as a
+    user's ``f``, ``_values.py``): the divided differences of that function
+    are ``f``'s inside the kept set and ``f[s_kept, s_discarded] = f(s) /
+    (s - s')`` across the cut, the exact coupling to the discarded part."""
+    if julia:
+        (U, S, Vh), on_julia = jsvd.svd_values(A)
+    else:
+        U, S, Vh = torch.linalg.svd(A.detach(), full_matrices=False)
+    K = S.shape[-1]
+    r, _ = svd_ranks(S, rule, opts, julia, complete=True)
+    cap = K if rule.k is None else min(rule.k, K)
+    rank = torch.full(S.shape[:-1], cap, device=S.device) if r is None else r
+    keep = torch.arange(K, device=S.device) < rank.to(S.device).unsqueeze(-1)
+    _cut_in_a_cluster(S, rank, rule, opts)
+    if user is not None:
+        _require_f_at_zero(user, torch.where(keep, S, torch.ones_like(S)), opts)
+        f, d = user.values(S)
+        second = user.second
+    else:
+        f, d = fn(S, opts)
+        second = lambda S: fn.second(S, opts)  # noqa: E731
+    zero = torch.zeros_like(S)
+    f, d = torch.where(keep, f, zero), torch.where(keep, d, zero)
+    op = ValuesOp(
+        "svd_function",
+        lambda fn: _svd_function_maps(fn, opts),
+        _svd_form,
+        _svd_diagonal,
+        lambda S: torch.where(keep, second(S), torch.zeros_like(S)),
+        spectrum=1,
+        odd=True,
+        constant=user is None,
+    )
+    return apply_values(A, f, d, op, (U, S, Vh), on_julia if julia else None)
+
+
+def _cut_in_a_cluster(S: Tensor, rank: Tensor, rule: Any, opts: Options) -> None:
+    """The gauge policy where a rank cuts a degenerate cluster (``Y`` then
+    depends on the basis chosen inside it), as ``("truncate", k)``."""
+    if rule.multiplets != "cut" or opts.gauge == "ignore" or S.shape[-1] < 2:
+        return
+    P, r = peek(S.detach()), peek(rank)
+    inside = (r > 0) & (r < P.shape[-1])
+    if not bool(inside.any()):
+        return
+    tol = degeneracy_tol(P, opts.degeneracy_atol)[..., 0, 0]
+    idx = r.clamp(1, P.shape[-1] - 1).unsqueeze(-1)
+    gap = P.gather(-1, idx - 1).squeeze(-1) - P.gather(-1, idx).squeeze(-1)
+    cut = inside & (gap <= tol)
+    if bool(cut.any()):
+        apply_gauge_policy(
+            f"svd_function: the truncation (rank {int(r[cut].min())}) cuts a "
+            f"degenerate cluster (gap {float(gap[cut].min()):.3g}); the result "
+            "depends on the basis chosen inside it. Truncate at a gap, or pass "
+            "multiplets='down' or 'up'.",
+            opts,
+        )
 
 
 def _require_f_at_zero(user: UserFunction, S: Tensor, opts: Options) -> None:

@@ -4,10 +4,12 @@ the incoming gradient. Degenerate spectra are in test_degenerate.py."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
 import torch
+from _fake_julia import installed
 from _spectra import (
     clusters,
     fd_grad,
@@ -23,8 +25,11 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import pyspectral as ps
 from pyspectral._settings import options
+from pyspectral.julia import _bridge
 from pyspectral.pullbacks.svd import svd_pullback
 
+_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
+needs_julia_real = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 SHAPES = [(5, 3), (3, 5), (4, 4), (2, 5, 3), (2, 1, 3, 4)]
 DTYPES = [torch.float64, torch.complex128]
 ALL_DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
@@ -361,3 +366,147 @@ def test_pow_half_at_a_zero_singular_value_complex_and_batched() -> None:
     parts = torch.view_as_real(G)
     assert not torch.isnan(parts).any()
     assert torch.isfinite(G[1]).all()  # no zero singular value there
+
+
+# ------------------------------------------ svd_function with a truncation
+
+# every rule keeps r = 3 ({3, 2, 2}: the tail from 1 is sqrt(1.26) = 1.12,
+# 0.26 of ||S|| = sqrt(18.26)), but k=4, min_rank=2, which keeps 4
+TRUNC_RULES = [dict(k=3), dict(atol=1.5), dict(error_rtol=0.3), dict(k=4, min_rank=2)]
+TRUNC_FNS = [("pow", 2), ("pow", 1), "polar", lambda s: torch.tanh(s)]
+TRUNC_SPECTRUM = [3.0, 2.0, 2.0, 1.0, 0.5, 0.1]  # a doublet kept by every rule
+
+
+def _on(backend: str):
+    """The backend: native, or Julia through the stand-in."""
+    return installed() if backend == "julia" else contextlib.nullcontext()
+
+
+def _by_hand(A, f, rank):
+    """``U_r f(S_r) V_r^H`` from torch.linalg.svd, ``f`` applied by hand."""
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    if f == "polar":
+        fs = torch.ones_like(S)
+    elif callable(f):
+        fs = f(S)
+    else:
+        fs = S ** f[1]
+    fs = fs[..., :rank]
+    return (U[..., :rank] * fs.to(U.dtype).unsqueeze(-2)) @ Vh[..., :rank, :]
+
+
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+@pytest.mark.parametrize("f", TRUNC_FNS, ids=["pow2", "pow1", "polar", "tanh"])
+@pytest.mark.parametrize("kw", TRUNC_RULES, ids=repr)
+@pytest.mark.parametrize("m, n", [(6, 6), (8, 6), (6, 9)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_truncated_svd_function_exact_at_a_kept_doublet(dtype, m, n, kw, f, backend):
+    A = matrix_with_spectrum(TRUNC_SPECTRUM, m, n, dtype=dtype, seed=m + n)
+    W = random_like(A, seed=4)
+    with _on(backend):
+        Y = ps.svd_function(A, f, **kw, backend=backend)
+        rank = 4 if kw.get("k") == 4 else 3
+        assert rel_err(Y, _by_hand(A, f, rank)) < 1e-12
+
+        def loss(X):
+            return inner(ps.svd_function(X, f, **kw, backend=backend), W)
+
+        assert rel_err(grad(loss, A), fd_grad(loss, A)) < 1e-7
+
+
+def test_truncated_svd_function_by_hand_misses_the_cut():
+    # the by-hand U_r f(S_r) V_r^H with torch's backward: not finite at the
+    # kept doublet, where the truncated svd_function is exact
+    A = matrix_with_spectrum(TRUNC_SPECTRUM, 7, 6, seed=5)
+    W = random_like(A, seed=4)
+
+    def loss(X):
+        return inner(ps.svd_function(X, ("pow", 2), k=3), W)
+
+    def by_hand(X):
+        return inner(_by_hand(X, ("pow", 2), 3), W)
+
+    exact = fd_grad(loss, A)
+    assert rel_err(grad(loss, A), exact) < 1e-7
+    assert not torch.isfinite(grad(by_hand, A)).all()  # 1 / (2 - 2)
+
+
+@pytest.mark.parametrize("f", [("pow", 2), ("pow", 3), lambda s: s**2], ids=str)
+@pytest.mark.parametrize("m, n", [(5, 5), (7, 4), (4, 7)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_truncated_svd_function_second_order(dtype, m, n, f):
+    # a quadratic on the kept values and zero on the others: its divided
+    # differences agree with the derivative averages, yet the second ones
+    # are no quadratic's (the criterion once took the wrong branch here)
+    A = randn(m, n, dtype=dtype, seed=m * n).requires_grad_()
+    assert gradgradcheck(lambda X: ps.svd_function(X, f, k=2), (A,))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_truncated_svd_function_batches_and_forward_mode(dtype):
+    # each matrix its own rank (error_atol), forward mode and vmap against
+    # the reverse mode on the same batch
+    # tails: sqrt(1.26) = 1.12 from 1 in the first (r = 3; from 2, 2.29);
+    # sqrt(1.27) = 1.13 from 0.9 in the second (r = 1)
+    spectra = [TRUNC_SPECTRUM, [5.0, 0.9, 0.5, 0.4, 0.2, 0.1]]
+    A = torch.stack(
+        [
+            matrix_with_spectrum(s, 7, 6, dtype=dtype, seed=i)
+            for i, s in enumerate(spectra)
+        ]
+    )
+    kw = dict(error_atol=1.2)
+    Y = ps.svd_function(A, ("pow", 2), **kw)
+    for i, r in enumerate([3, 1]):
+        assert rel_err(Y[i], _by_hand(A[i], ("pow", 2), r)) < 1e-12
+    assert gradcheck(
+        lambda X: ps.svd_function(X, ("pow", 2), **kw), (A.clone().requires_grad_(),)
+    )
+    dA = random_like(A, seed=2)
+    _, jvp = torch.func.jvp(lambda X: ps.svd_function(X, ("pow", 2), **kw), (A,), (dA,))
+    ref = torch.autograd.functional.jvp(
+        lambda X: ps.svd_function(X, ("pow", 2), **kw), A.detach(), dA
+    )[1]
+    assert rel_err(jvp, ref) < 1e-10
+
+
+def test_truncated_svd_function_cut_in_a_cluster():
+    A = matrix_with_spectrum(TRUNC_SPECTRUM, 6, 6, seed=1)
+    with pytest.warns(ps.GaugeWarning, match="cuts a degenerate cluster"):
+        ps.svd_function(A, ("pow", 2), k=2)
+    with pytest.raises(ps.GaugeError, match="multiplets='down'"):
+        ps.svd_function(A, ("pow", 2), k=2, gauge="raise")
+    for multiplets, r in [("down", 1), ("up", 3)]:
+        Y = ps.svd_function(A, ("pow", 2), k=2, multiplets=multiplets)
+        assert rel_err(Y, _by_hand(A, ("pow", 2), r)) < 1e-12
+
+
+def test_truncated_svd_function_refuses_normalize():
+    with pytest.raises(ps.InputError, match="'normalize'"):
+        ps.svd_function(randn(4, 4), "normalize", k=2)
+
+
+@needs_julia_real
+@pytest.mark.parametrize("f", TRUNC_FNS[:3], ids=["pow2", "pow1", "polar"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_real_julia_truncated_svd_function_agrees_with_native(dtype, f):
+    A = matrix_with_spectrum(TRUNC_SPECTRUM, 7, 6, dtype=dtype, seed=2)
+    W = random_like(A, seed=4)
+    out = []
+    for backend in ("torch", "julia"):
+        X = A.clone().requires_grad_()
+        Y = ps.svd_function(X, f, error_rtol=0.3, backend=backend)
+        (g,) = torch.autograd.grad(inner(Y, W), X)
+        out.append((Y.detach(), g))
+    assert rel_err(out[1][0], out[0][0]) < 1e-12
+    assert rel_err(out[1][1], out[0][1]) < 1e-10
+
+
+@pytest.mark.parametrize("m, n", [(6, 6), (8, 6), (6, 9)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_truncated_svd_function_second_order_at_a_kept_doublet(dtype, m, n):
+    # no warning: the kept doublet is inside f's smooth part
+    A = matrix_with_spectrum(TRUNC_SPECTRUM, m, n, dtype=dtype, seed=1)
+    A.requires_grad_()
+    assert gradgradcheck(lambda X: ps.svd_function(X, ("pow", 2), k=3), (A,))
+    assert gradgradcheck(lambda X: ps.svd_function(X, torch.tanh, atol=1.5), (A,))

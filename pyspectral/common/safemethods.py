@@ -127,7 +127,8 @@ def divided_difference_with_error(
     Where the quotient is taken its error is its rounding error (``ULPS``
     ulps of ``f``); where the derivative average is, its Taylor remainder
     ``f'''(xi) (a - b)**2 / 12``, estimated (doubled) by
-    ``|f''(a) - f''(b)| |a - b| / 6``, plus the rounding of the average.
+    ``|f''(a) - f''(b)| |a - b| / 6``, plus the rounding of the average, or,
+    for nodes apart, the quotient's error plus their difference if smaller.
     Non-finite estimates (an infinite ``f''``) count as 0: the infinite
     weights are handled by :func:`with_infinite_weights`.
     """
@@ -135,7 +136,14 @@ def divided_difference_with_error(
     d = (a - b).abs()
     taylor = torch.where(d != 0, (ha - hb).abs() * d / 6, 0.0)
     taylor = taylor + ULPS * eps(a.dtype) * (da.abs() + db.abs()) / 2
-    error = torch.where(quotient_ok, ULPS * rounding, taylor)
+    # Where the nodes are apart and the average was taken, it agrees with the
+    # quotient to 2 roundings: the quotient's error bounds it too (a quadratic
+    # on some nodes and not others, as a truncated f, has a large Taylor
+    # estimate there that would wrongly reject exact second quotients).
+    agreed = torch.minimum(taylor, (ULPS + 2) * rounding)
+    error = torch.where(
+        quotient_ok, ULPS * rounding, torch.where(_apart(a, b, a - b), agreed, taylor)
+    )
     return value, torch.where(torch.isfinite(error), error, 0.0)
 
 
