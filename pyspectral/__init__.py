@@ -5,6 +5,7 @@ finite gradients at degenerate spectra."""
 # when that is asked for (see pyspectral/julia/__init__.py).
 from . import julia
 from ._settings import defaults, get_defaults, set_defaults
+from .blocks import svd_blocks
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,
@@ -61,6 +62,7 @@ __all__ = [
     "matrix_function",
     "set_defaults",
     "svd",
+    "svd_blocks",
     "svd_function",
     "svd_topk",
     "svdvals",

@@ -60,8 +60,11 @@ def split_weights(S: Tensor, absorb: str) -> tuple[Tensor, Tensor, Tensor, Tenso
 
 
 def _times(w: Tensor, x: Tensor) -> Tensor:
-    """``w x``, 0 where ``x`` is 0 (an infinite weight reaching nothing)."""
-    return torch.where(x == 0, torch.zeros_like(x), w * x)
+    """``w x``, 0 where ``x`` is 0 and ``w`` infinite (an infinite weight
+    reaching nothing); linear in ``x`` everywhere else, also at ``x = 0``
+    (the double-backward jvp differentiates it there, at a zero cotangent)."""
+    unreached = torch.isinf(w) & (x == 0)
+    return torch.where(unreached, torch.zeros_like(w), w) * x
 
 
 def _hermitian(X: Tensor) -> Tensor:
