@@ -19,7 +19,6 @@ operator form (``operator.py``) has no forward mode: its ``jvp`` raises.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import torch
@@ -28,6 +27,7 @@ from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from ._settings import Options
+from ._warnings import warn
 from .exceptions import ConvergenceWarning, DerivativeError
 from .forward.topk import TopKConfig, eigh_topk, svd_topk
 from .julia import _eigh as jeigh
@@ -74,10 +74,11 @@ def dense_ops(A: Tensor) -> tuple:
     return (lambda X: (X.mT @ A.mT).mT), (lambda X: (X.mH @ A).mH)
 
 
-def _warn(message: str, stacklevel: int = 3) -> None:
-    # default: the caller of the backward's helper (the autograd engine has
-    # no user frame); from a forward, 5 reaches the user's ps.svd/eigh call
-    warnings.warn(message, ConvergenceWarning, stacklevel=stacklevel)
+def _warn(message: str, opts: Options | None = None) -> None:
+    # attributed to the user's line (the innermost frame outside torch and
+    # pyspectral; a fixed stacklevel depends on torch's frames inside
+    # Function.apply), else to the forward call's site
+    warn(message, ConvergenceWarning, None if opts is None else opts.site)
 
 
 def _backward_message(
@@ -182,7 +183,7 @@ class SVDTopK(torch.autograd.Function):
                     f"svd(k={k}, method='randomized'): not certified: {res.message}. "
                     "The result is approximate; use method='auto' (which falls "
                     "back to the full SVD), raise n_iter or oversample.",
-                    stacklevel=5,
+                    opts,
                 )
             U, S, V, d = res.U, res.S, res.V, res.d
         Uk, Sk, Vhk = U[..., :k], S[..., :k], V[..., :k].mH
@@ -248,7 +249,7 @@ def _svd_gradient(
     if residual > RTOL_SLACK * cfg.rtol:
         if _small(A):
             return dense_truncated_svd_pullback(A, *block, k, *cotangents, opts)
-        _warn(_backward_message("svd", cfg.maxiter, residual))
+        _warn(_backward_message("svd", cfg.maxiter, residual), opts)
     return P @ Q
 
 
@@ -269,7 +270,7 @@ def _svd_tangents(
     if residual > RTOL_SLACK * cfg.rtol:
         if _small(A):
             return dense_truncated_svd_pushforward(A, *block, k, dA, opts)
-        _warn(_backward_message("svd", cfg.maxiter, residual, "jvp"))
+        _warn(_backward_message("svd", cfg.maxiter, residual, "jvp"), opts)
     return tuple(tangents)
 
 
@@ -300,7 +301,7 @@ class EighTopK(torch.autograd.Function):
                     f"{res.message}. The result is approximate; use "
                     "method='auto' (which falls back to the full eigh), raise "
                     "n_iter or oversample.",
-                    stacklevel=5,
+                    opts,
                 )
             w, V, d = res.S, res.U, res.d
             n = A.shape[-1]
@@ -387,7 +388,7 @@ def _eigh_gradient(
     if residual > RTOL_SLACK * cfg.rtol:
         if _small(H):
             return dense_truncated_eigh_pullback(H, w, V, k, gw, gV, uplo, opts)
-        _warn(_backward_message("eigh", cfg.maxiter, residual))
+        _warn(_backward_message("eigh", cfg.maxiter, residual), opts)
     return fold_triangle(P @ Q, uplo)
 
 
@@ -410,7 +411,7 @@ def _eigh_tangents(
     if residual > RTOL_SLACK * cfg.rtol:
         if _small(H):
             return dense_truncated_eigh_pushforward(H, w, V, k, dH, opts)
-        _warn(_backward_message("eigh", cfg.maxiter, residual, "jvp"))
+        _warn(_backward_message("eigh", cfg.maxiter, residual, "jvp"), opts)
     return tuple(tangents)
 
 
