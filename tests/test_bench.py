@@ -67,6 +67,20 @@ def child_env() -> dict[str, str]:
     return env
 
 
+# The bench command finds benchmarks/ beside the imported package or in the
+# working directory, as a user runs it from a clone.  The children import
+# pyspectral first and then enter the clone, so that an installed wheel is the
+# one tested (starting in the clone would put its pyspectral first on the path).
+def from_the_clone(argv: list[str]) -> str:
+    """``python -c`` code running ``python -m pyspectral *argv`` from the clone."""
+    return (
+        "import os, sys\n"
+        "from pyspectral.__main__ import main\n"
+        f"os.chdir({str(ROOT)!r})\n"
+        f"sys.exit(main({argv!r}))\n"
+    )
+
+
 # ------------------------------------------------------------ command line
 
 
@@ -154,7 +168,7 @@ def test_rows_stream_through_a_pipe_before_the_next_size_is_measured():
     the test passes only if that row was flushed (stdout is a block-buffered
     pipe here), and the child cannot have ended before."""
     gate = f"""
-import sys
+import os, sys
 sys.path.insert(0, {str(BENCHMARKS)!r})
 import _timing
 measure, calls = _timing.interleaved, []
@@ -165,6 +179,7 @@ def gated(*args, **kwargs):
     return measure(*args, **kwargs)
 _timing.interleaved = gated
 from pyspectral.__main__ import main
+os.chdir({str(ROOT)!r})  # as from_the_clone does
 sys.exit(main(["bench", "svd", "--quick", "--sizes", "8,16", "--repeat", "1"]))
 """
     child = subprocess.Popen(
@@ -365,7 +380,7 @@ def test_bench_julia_skips_where_julia_is_absent():
 @needs_no_julia
 def test_bench_julia_command_skips_where_julia_is_absent():
     run = subprocess.run(
-        [sys.executable, "-m", "pyspectral", "bench", "julia", "--quick"],
+        [sys.executable, "-c", from_the_clone(["bench", "julia", "--quick"])],
         capture_output=True,
         text=True,
         env=child_env(),
