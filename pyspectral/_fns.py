@@ -114,10 +114,11 @@ class UserFunction:
         """``(f(s), f'(s))``, checked; ``s`` is used detached."""
         op, s = self.op, s.detach()
         if self.f_prime is not None:
-            return (
-                _checked(op, "f", self.f(s), s),
-                _checked(op, "f_prime", self.f_prime(s), s),
-            )
+            fv = _checked(op, "f", self.f(s), s)
+            dv = _checked(op, "f_prime", self.f_prime(s), s)
+            _check_elementwise(op, "f", self.f, s, fv)
+            _check_elementwise(op, "f_prime", self.f_prime, s, dv)
+            return fv, dv
         # f' by torch's AD: f is elementwise, so the pullback of ones is f'
         # (differentiable in whatever else f uses, for second derivatives)
         try:
@@ -126,6 +127,9 @@ class UserFunction:
             raise
         except Exception as err:  # any failure of the user's code under AD
             raise _no_derivative(op, "f", err, "f_prime") from err
+        # (before the derivative: the pullback of ones is f' only if f is
+        # elementwise)
+        _check_elementwise(op, "f", self.f, s, fv)
         dv = _derivative(op, "f", "f_prime", pullback, s)
         return fv, _checked(op, "f_prime", dv, s)
 
@@ -136,7 +140,9 @@ class UserFunction:
         for ``f_second``."""
         op, s = self.op, s.detach()
         if self.f_second is not None:
-            return _checked(op, "f_second", self.f_second(s), s).detach()
+            h = _checked(op, "f_second", self.f_second(s), s).detach()
+            _check_elementwise(op, "f_second", self.f_second, s, h)
+            return h
         if self.f_prime is not None:
             first, name = self.f_prime, "f_prime"
         else:
@@ -190,6 +196,55 @@ def user_function(op: str, f: Any) -> UserFunction | None:
                 f"callable or None (torch's derivative), got {type(g).__name__}"
             )
     return UserFunction(op, f[0], f[1], f[2] if len(f) == 3 else None)
+
+
+def _check_elementwise(op: str, name: str, g: Callable, s: Tensor, gs: Tensor) -> None:
+    """``InputError`` unless ``g`` (``gs = g(s)``) is elementwise: ``g`` on
+    the spectrum rotated by one place and less one value (an input of
+    another size and order) must give ``gs`` rotated and cut the same way.
+    A function of the whole spectrum fails it (``cumsum``, ``flip``, ``s *
+    s.sum()``, ``s - s.mean()``, a per-index ``theta * s``), whose pullback
+    the spectral-function formulas would silently get wrong. One more call
+    of ``g`` on ``K - 1`` values, without autograd; not under a torch.func
+    transform or torch.compile (the eager calls check it)."""
+    if (
+        s.shape[-1] < 2
+        or torch._C._are_functorch_transforms_active()
+        or torch.compiler.is_compiling()
+    ):
+        return
+    x = s.roll(1, -1)[..., :-1]
+    want = peek(gs.detach()).roll(1, -1)[..., :-1]
+    why = ""
+    try:
+        with torch.no_grad():
+            got = g(x)
+    except Exception as err:  # any failure of the user's code on the subset
+        why = f"it failed on {K_LESS_ONE} ({type(err).__name__}: {err})"
+    else:
+        if not isinstance(got, Tensor) or got.shape != x.shape:
+            shape = tuple(got.shape) if isinstance(got, Tensor) else type(got).__name__
+            why = f"on {K_LESS_ONE} it returned {shape}, not {tuple(x.shape)}"
+        else:
+            got = peek(got.detach()).to(want.dtype)
+            eps = torch.finfo(want.dtype).eps
+            scale = want.abs().nan_to_num(posinf=0.0).amax(-1, keepdim=True)
+            tol = 64 * eps * (got.abs() + want.abs() + scale)
+            same = (got == want) | ((got - want).abs() <= tol)
+            same = same | (got.isnan() & want.isnan())
+            if not bool(same.all()):
+                why = f"its values on {K_LESS_ONE} are not its values there"
+    if why:
+        raise InputError(
+            f"{op}: the user {name} must be elementwise (each value a function of "
+            f"that value alone, as torch.sin or lambda s: s**2 * c for a scalar "
+            f"or a learned scalar c): {why}. A function of the whole spectrum "
+            "(cumsum, flip, s * s.sum(), s - s.mean(), per-index weights) has no "
+            "spectral-function derivative; write it on the output instead"
+        )
+
+
+K_LESS_ONE = "the spectrum rotated by one place less one value"
 
 
 def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:

@@ -21,6 +21,9 @@ from ._warnings import user_frame_site
 from .exceptions import InputError
 
 GAUGE_POLICIES = ("warn", "raise", "ignore")
+# The convention of eigh's, eigvalsh's and matrix_function's derivatives
+# w.r.t. A: torch's Hermitian gradient, or the one w.r.t. the triangle read.
+GRADIENTS = ("hermitian", "triangle")
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class Options:
     broadening: float | None = None
     gauge: str = "warn"
     gauge_atol: float | None = None
+    gradient: str = "hermitian"
     # Not a setting: where the user's code made the call (see :func:`warn`),
     # for a warning raised by a backward that runs where the user's frames are
     # not on the stack (an autograd device thread). No part of equality.
@@ -73,7 +77,7 @@ class CallState:
 
 
 # The user settings among Options' fields (get_defaults, set_defaults, defaults)
-SETTINGS = ("degeneracy_atol", "broadening", "gauge", "gauge_atol")
+SETTINGS = ("degeneracy_atol", "broadening", "gauge", "gauge_atol", "gradient")
 
 
 def _settings(opts: Options) -> dict[str, Any]:
@@ -105,14 +109,14 @@ def get_defaults() -> dict[str, Any]:
 
     Returns:
         A new dict (changing it changes nothing) with the keys
-        ``degeneracy_atol``, ``broadening``, ``gauge`` and ``gauge_atol``
-        (meanings in :func:`set_defaults`; ``None``: computed from the data
-        of each call). It raises nothing.
+        ``degeneracy_atol``, ``broadening``, ``gauge``, ``gauge_atol`` and
+        ``gradient`` (meanings in :func:`set_defaults`; ``None``: computed
+        from the data of each call). It raises nothing.
 
     Example::
 
         >>> sorted(get_defaults())
-        ['broadening', 'degeneracy_atol', 'gauge', 'gauge_atol']
+        ['broadening', 'degeneracy_atol', 'gauge', 'gauge_atol', 'gradient']
         >>> get_defaults()["gauge"] in ("warn", "raise", "ignore")
         True
     """
@@ -126,19 +130,22 @@ def set_defaults(**settings: Any) -> dict[str, Any]:
 
     Keys: ``degeneracy_atol`` (float or None = ``max(S) * eps**0.75``),
     ``broadening`` (Lorentzian width, float or None = hard cutoff),
-    ``gauge`` (``"warn"``, ``"raise"`` or ``"ignore"``) and ``gauge_atol``
-    (float or None = ``eps**0.75 * max|gU|, |gVh|``). A call's own keyword
+    ``gauge`` (``"warn"``, ``"raise"`` or ``"ignore"``), ``gauge_atol``
+    (float or None = ``eps**0.75 * max|gU|, |gVh|``) and ``gradient``
+    (``"hermitian"``, torch's convention, or ``"triangle"``: the derivatives
+    of ``eigh``, ``eigvalsh`` and ``matrix_function`` w.r.t. ``A``, see
+    :func:`pyspectral.eigh`). A call's own keyword
     wins over the default; ``hermitian_tol`` and the truncation tolerances
     are per call only. Numbers are validated as the keywords of a call
     (tolerances finite and ``>= 0``, ``broadening`` finite and ``> 0``);
     nothing is changed when one is invalid.
 
     Returns:
-        The previous process-wide settings, a dict with the four keys.
+        The previous process-wide settings, a dict with the five keys.
 
     Raises:
-        InputError: an unknown key, an unknown ``gauge`` policy, or an
-            invalid number.
+        InputError: an unknown key, an unknown ``gauge`` policy or
+            ``gradient`` convention, or an invalid number.
 
     Example::
 
@@ -206,6 +213,12 @@ def _check_options(opts: Options, op: str = "set_defaults") -> Options:
         raise InputError(
             f"{op}: gauge must be one of {GAUGE_POLICIES}, got {opts.gauge!r}"
         )
+    if opts.gradient not in GRADIENTS:
+        raise InputError(
+            f"{op}: gradient must be 'hermitian' (torch's convention: the Hermitian "
+            "gradient) or 'triangle' (w.r.t. the entries read), got "
+            f"{opts.gradient!r}"
+        )
     numbers = check_keywords(
         op,
         degeneracy_atol=opts.degeneracy_atol,
@@ -213,6 +226,19 @@ def _check_options(opts: Options, op: str = "set_defaults") -> Options:
         gauge_atol=opts.gauge_atol,
     )
     return replace(opts, **numbers)
+
+
+def gradient_convention(gradient: Any, op: str) -> str:
+    """A call's ``gradient`` keyword, ``None`` falling back to the default in
+    force here."""
+    if gradient is None:
+        return _effective().gradient
+    if not (isinstance(gradient, str) and gradient in GRADIENTS):
+        raise InputError(
+            f"{op}: gradient must be 'hermitian' (torch's convention: the Hermitian "
+            f"gradient) or 'triangle' (w.r.t. the entries read), got {gradient!r}"
+        )
+    return gradient
 
 
 def options(
@@ -242,6 +268,7 @@ def options(
             broadening=d.broadening if broadening is None else broadening,
             gauge=d.gauge if gauge is None else gauge,
             gauge_atol=d.gauge_atol if gauge_atol is None else gauge_atol,
+            gradient=d.gradient,
             site=user_frame_site(),
         ),
         op,

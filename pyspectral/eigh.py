@@ -21,7 +21,7 @@ from ._fns import (
     user_function,
 )
 from ._second_order import check_second_order_cotangent
-from ._settings import Options, options
+from ._settings import Options, gradient_convention, options
 from ._validation import (
     check_flag,
     check_keywords,
@@ -33,7 +33,7 @@ from ._validation import (
     require_hermitian,
     truncation_rule,
 )
-from ._values import ValuesOp, apply_values
+from ._values import ValuesOp, apply_values, differentiated
 from .common.defaults import degeneracy_tol, peek
 from .exceptions import DomainError, InputError, InputTypeError
 from .julia import _convert as jconvert
@@ -415,11 +415,28 @@ def _check(op: str, A: Any, UPLO: Any) -> str:
     return uplo
 
 
+def _with_gradient(op: str, A: Tensor, gradient: Any) -> Tensor:
+    """``A`` under the derivative convention ``gradient`` (None: the
+    default). ``"triangle"``: ``A`` itself (the derivatives w.r.t. the
+    entries read). ``"hermitian"`` (torch's and JAX's): the same values, with
+    the derivatives of ``(A + A^H) / 2``, so that a tangent acts through its
+    Hermitian part and the gradient is the Hermitian ``G`` (whose fold onto
+    the triangle is the triangle-true gradient; the two agree on every
+    Hermitian direction). Entries that are not finite (the other triangle may
+    hold anything) carry no derivative."""
+    if gradient_convention(gradient, op) == "triangle" or not differentiated(A):
+        return A
+    Z = A - A.detach()  # zero-valued, the derivatives of A
+    Z = torch.where(torch.isfinite(A.detach()), Z, torch.zeros_like(Z))
+    return A.detach() + (Z + Z.mH) * 0.5
+
+
 def eigh(
     A: Tensor,
     UPLO: str = "L",
     *,
     backend: str = "auto",
+    gradient: str | None = None,
     check_hermitian: bool = False,
     hermitian_tol: float | None = None,
     degeneracy_atol: float | None = None,
@@ -467,14 +484,22 @@ def eigh(
     ``torch.linalg.eigh``'s choice, and the backward asks the loss not to
     depend on it (``gauge``, as in :func:`svd`).
 
-    .. warning:: The gradient is the true gradient w.r.t. the entries read:
-        the other triangle gets zero and the read triangle twice the
-        off-diagonal entries of torch's Hermitian gradient; both agree on any
-        Hermitian parametrisation such as ``eigh(X + X.mH)``. Gradients are
-        finite at every spectrum and exact for losses that see eigenvectors
-        through complete degenerate clusters (``degeneracy_atol``, default
-        ``max|Lambda| * eps**0.75``); for ``V f(Lambda) V^H`` use
-        :func:`matrix_function`. Basis-dependent losses trigger ``gauge``.
+    ``gradient``: the convention of the derivatives w.r.t. ``A``.
+    ``"hermitian"`` (the default setting, torch's and JAX's; see
+    :func:`set_defaults`) gives the Hermitian
+    gradient ``G`` (a symmetric leaf stays symmetric under ``A -= lr *
+    A.grad``) and reads a tangent ``dA`` through its Hermitian part: the
+    derivatives of ``(A + A^H) / 2``. ``"triangle"`` gives the true
+    gradient w.r.t. the entries read: the other triangle gets zero and the
+    read triangle twice the off-diagonal entries of ``G``. The two agree on
+    every Hermitian direction (any parametrisation such as
+    ``eigh(X + X.mH)`` gets the same gradient under both).
+
+    .. warning:: Gradients are finite at every spectrum and exact for
+        losses that see eigenvectors through complete degenerate clusters
+        (``degeneracy_atol``, default ``max|Lambda| * eps**0.75``); for
+        ``V f(Lambda) V^H`` use :func:`matrix_function`. Basis-dependent
+        losses trigger ``gauge``.
 
     With ``k``: the ``k`` largest (``largest=True``) or smallest eigenpairs,
     ascending, with the exact coupling to the rest of the spectrum in the
@@ -608,6 +633,7 @@ def eigh(
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh"
     )
+    A = _with_gradient("eigh", A, gradient)
     if check_out("eigh", out, backend, A, rule):
         return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
     if magnitude:
@@ -678,18 +704,24 @@ def _eigh_by_magnitude(
 
 
 def eigvalsh(
-    A: Tensor, UPLO: str = "L", *, backend: str = "auto", out: Tensor | None = None
+    A: Tensor,
+    UPLO: str = "L",
+    *,
+    backend: str = "auto",
+    gradient: str | None = None,
+    out: Tensor | None = None,
 ) -> Tensor:
-    r"""eigvalsh(A, UPLO="L", *, backend="auto", out=None) -> Tensor
+    r"""eigvalsh(A, UPLO="L", *, backend="auto", gradient=..., out=None) -> Tensor
 
     Eigenvalues of a Hermitian ``A`` (shape ``(*, n, n)``), real and ascending,
     shape ``(*, n)``: float32 for float32 and complex64 input, float64 for
     float64 and complex128 (other dtypes raise). Only the ``UPLO`` triangle
     is read, as in ``torch.linalg.eigvalsh``. The gradient ``V diag(gw) V^H``
-    (folded onto the ``UPLO`` triangle) is exact for symmetric functions of
-    the eigenvalues at any spectrum (``trace``, ``sum(w**2)``, ...); second
-    derivatives at a degenerate cluster as in :func:`eigh`.
-    ``UPLO``, ``backend`` and ``out`` as in :func:`eigh` (``"auto"``: native).
+    (``gradient="triangle"``: folded onto the ``UPLO`` triangle) is exact for
+    symmetric functions of the eigenvalues at any spectrum (``trace``,
+    ``sum(w**2)``, ...); second derivatives at a degenerate cluster as in
+    :func:`eigh`. ``UPLO``, ``backend``, ``gradient`` and ``out`` as in
+    :func:`eigh` (``"auto"``: native).
 
     Raises:
         InputTypeError: ``A`` is not a tensor, or ``UPLO`` is not a string.
@@ -714,6 +746,7 @@ def eigvalsh(
         True
     """
     UPLO = _check("eigvalsh", A, UPLO)
+    A = _with_gradient("eigvalsh", A, gradient)
     if check_out("eigvalsh", out, backend, A):
         return torch.linalg.eigvalsh(A, UPLO=UPLO, out=out)
     julia = resolve_backend("eigvalsh", backend, A) == "julia"
@@ -736,6 +769,7 @@ def matrix_function(
     UPLO: str = "L",
     *,
     backend: str = "auto",
+    gradient: str | None = None,
     check_hermitian: bool = False,
     hermitian_tol: float | None = None,
     degeneracy_atol: float | None = None,
@@ -770,8 +804,8 @@ def matrix_function(
         exactly in the entries that the infinite divided difference
         ``f[0, 0]`` reaches (``diag(0, .5, 2, 3)``: entry ``(0, 0)`` alone) and
         finite, never NaN, elsewhere: ``f[0, x] = f(x) / x`` is finite.
-        Triangle convention and ``UPLO`` as in :func:`eigh`; ``n = 0`` gives
-        an empty result.
+        ``gradient`` (torch's Hermitian convention, or ``"triangle"``) and
+        ``UPLO`` as in :func:`eigh`; ``n = 0`` gives an empty result.
 
     ``A`` is float32, float64, complex64 or complex128 (other dtypes raise);
     ``Y`` has its dtype and is Hermitian. ``Y`` does not depend on the
@@ -832,6 +866,7 @@ def matrix_function(
     user = user_function("matrix_function", f)
     fn = _matfun(f) if user is None else None
     opts = options(kw["degeneracy_atol"], None, None, None, op="matrix_function")
+    A = _with_gradient("matrix_function", A, gradient)
     julia = resolve_backend("matrix_function", backend, A) == "julia"
     if fn is None:
         return _user_matrix_function(A, user, UPLO, opts, julia)

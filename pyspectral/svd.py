@@ -4,6 +4,7 @@ the composite ``svd_function`` (``U f(S) Vh``) with an exact pullback.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -276,12 +277,7 @@ def _svd_fn(f: Any, k: int) -> SpectralFn:
     """The named singular value function ``f`` (``k = min(m, n)``), its
     argument validated; ``fn.spec`` is ``f`` normalised (what Julia reads)."""
     if isinstance(f, str) and f == "polar":
-        return SpectralFn(
-            "polar",
-            lambda S, o: (torch.ones_like(S), torch.zeros_like(S)),
-            _zero,
-            spec="polar",
-        )
+        return SpectralFn("polar", _polar, _zero, spec="polar")
     named = named_argument("svd_function", f, ("truncate", "threshold", "pow"), k)
     if named is None:
         raise InputTypeError(
@@ -304,6 +300,37 @@ def _svd_fn(f: Any, k: int) -> SpectralFn:
         lambda S, o: _pow_svd(S, x, o),
         lambda S, o: power_second(x)(S),
         spec=named,
+    )
+
+
+def _polar(S: Tensor, opts: Options) -> tuple[Tensor, Tensor]:
+    """``f = 1``, the polar factor ``U V^H``: defined only where ``A`` has no
+    (numerically) zero singular value, the rule for every ``f`` with ``f(0)
+    != 0`` (see :func:`_require_f_at_zero`)."""
+    zero_singular_value(S, opts, "'polar' (f = 1, f(0) = 1)")
+    return torch.ones_like(S), torch.zeros_like(S)
+
+
+def zero_singular_value(S: Tensor, opts: Options, what: str) -> None:
+    """``DomainError`` where ``S`` has a (numerically) zero singular value
+    (at most ``degeneracy_atol``, default ``max(S) eps**0.75``) for an ``f``
+    with ``f(0) != 0``: the left and right singular vectors of a zero value
+    are independent (each up to its own sign, or rotation in a cluster of
+    zeros), so ``f(0) u v^H``, and with it ``U f(S) Vh``, would depend on that
+    arbitrary choice (``polar(A)`` and ``polar(A^T)^T`` would differ)."""
+    P = peek(S.detach())
+    if P.shape[-1] == 0:
+        return
+    small = P <= degeneracy_tol(P, opts.degeneracy_atol)[..., 0]
+    if not bool(small.any()):
+        return
+    i = int(small.nonzero()[0, -1])
+    raise DomainError(
+        f"svd_function: {what}, but singular value {i} of A is "
+        f"{float(P[..., i].min()):.3g} (numerically zero); U f(S) Vh then depends "
+        "on the arbitrary singular vectors of the zero values. Use an f with "
+        "f(0) = 0 (e.g. lambda s: f(s) - f(0); for the polar factor of a "
+        "rank-deficient A, ('pow', 1) / a scale, or A + eps * I) or a full-rank A."
     )
 
 
@@ -891,26 +918,39 @@ def _cut_in_a_cluster(S: Tensor, rank: Tensor, rule: Any, opts: Options) -> None
 
 
 def _require_f_at_zero(user: UserFunction, S: Tensor, opts: Options) -> None:
-    """``DomainError`` where ``A`` has a (numerically) zero singular value and
-    ``f(0) != 0``: the left and right singular vectors of a zero value are
-    independent (each up to its own sign, or rotation in a cluster of zeros),
-    so ``f(0) u vᴴ`` and with it ``U f(S) Vh`` would depend on that arbitrary
-    choice. ``f(0)`` is evaluated only where a zero is there."""
-    S = peek(S.detach())
-    small = S <= degeneracy_tol(S, opts.degeneracy_atol)[..., 0]
-    if not bool(small.any()):
-        return
+    """The rule of :func:`zero_singular_value` for a user's ``f``: ``f(0)``
+    is evaluated on every call, and at the first with an ``f(0) != 0`` a
+    warning says that the run stops where ``A`` reaches a zero singular
+    value (a training run would otherwise fail there, far into it)."""
     with torch.no_grad():
         f0 = user.f(torch.zeros(1, dtype=S.dtype, device=S.device))
-    f0 = float(peek(torch.as_tensor(f0)).detach().reshape(-1)[0])
-    if f0 != 0:
-        i = int(small.nonzero()[0, -1])
-        raise DomainError(
-            f"svd_function: f(0) = {f0:.3g}, but singular value {i} of A is "
-            f"{float(S[..., i].min()):.3g} (numerically zero); U f(S) Vh then "
-            "depends on the arbitrary singular vectors of the zero values. Use "
-            "an f with f(0) = 0 (e.g. lambda s: f(s) - f(0)) or a full-rank A."
-        )
+    if not isinstance(f0, Tensor) or f0.numel() != 1:
+        return  # the values' own check reports what f returns
+    f0 = float(peek(f0).detach().reshape(-1)[0])
+    if f0 == 0:
+        return
+    zero_singular_value(S, opts, f"f(0) = {f0:.3g}")
+    _warn_f_at_zero(user, f0)
+
+
+def _warn_f_at_zero(user: UserFunction, f0: float) -> None:
+    key = getattr(user.f, "__code__", user.f)
+    if key in _WARNED_F_AT_ZERO:
+        return
+    _WARNED_F_AT_ZERO.add(key)
+    warnings.warn(
+        f"svd_function: the user f has f(0) = {f0:.3g} != 0: U f(S) Vh is defined "
+        "only while A has no zero singular value, and a DomainError will stop the "
+        "call where one reaches 0. Use an f with f(0) = 0 (e.g. lambda s: f(s) - "
+        "f(0)) unless A stays full rank.",
+        UserWarning,
+        stacklevel=4,
+    )
+
+
+# The user functions (their code objects: a lambda made anew in a loop is one)
+# already warned about f(0) != 0.
+_WARNED_F_AT_ZERO: set = set()
 
 
 def _svd_form(T: tuple, x: Tensor) -> Tensor:

@@ -65,10 +65,13 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_default_device(device)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from _julia import USABLE, WHY  # (probes once; never starts Julia)
+
     device = config.getoption("--device")
     name = f" ({torch.cuda.get_device_name()})" if device == "cuda" else ""
-    return f"pyspectral tests on device: {device}{name}"
+    julia = "usable" if USABLE else f"not usable, so its tests skip: {WHY}"
+    return [f"pyspectral tests on device: {device}{name}", f"julia backend: {julia}"]
 
 
 def pytest_collection_modifyitems(

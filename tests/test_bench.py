@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 import torch
 from _fake_julia import FakeJulia, installed
+from _julia import REASON
 
 import pyspectral.__main__ as cli
 from pyspectral.julia import _blas, _bridge
@@ -48,7 +49,7 @@ needs_no_julia = pytest.mark.skipif(
     reason="Julia is usable here, so this command would run the Julia benchmark "
     "for real (minutes); the skip path is tested where Julia is absent",
 )
-needs_julia = pytest.mark.skipif(not JULIA_USABLE, reason=f"no Julia: {JULIA_WHY}")
+needs_julia = pytest.mark.skipif(not JULIA_USABLE, reason=REASON)
 
 
 def child_env() -> dict[str, str]:

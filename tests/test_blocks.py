@@ -14,14 +14,12 @@ import contextlib
 import pytest
 import torch
 from _fake_julia import installed
+from _julia import needs_julia
 from _spectra import fd_grad, grad, matrix_with_spectrum, random_like, rel_err
 
 import pyspectral as ps
-from pyspectral.julia import _bridge
 
 F64, C128 = torch.float64, torch.complex128
-_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
-needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 
 def on(backend: str):

@@ -29,9 +29,10 @@ import warnings
 
 import pytest
 import torch
+from _julia import REASON
+from _julia import USABLE as JULIA
 
 import pyspectral as ps
-from pyspectral import _backend
 
 # The examples that call Julia (``function`` and what it returns, ``include``,
 # the test runners, the JuliaError it raises); every other example runs
@@ -112,9 +113,8 @@ def skip_reason(name: str) -> str | None:
     need = NEEDS_JULIA.get(name)
     if need is None:
         return None
-    usable, why = _backend.backend_status()["julia"]
-    if not usable:
-        return f"the example of {name} needs the Julia backend: {why}"
+    if not JULIA:
+        return f"the example of {name} needs the Julia backend: {REASON}"
     if need == "tests":
         missing = ps.julia.missing_test_packages()
         if missing:

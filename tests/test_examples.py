@@ -16,11 +16,13 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
+from _julia import skip_without_julia
 from _spectra import central4
 
 import pyspectral as ps
@@ -104,9 +106,7 @@ def test_topk_operator():
 
 
 def test_julia_rule():
-    usable, why = _backend.backend_status()["julia"]
-    if not usable:
-        pytest.skip(f"needs the Julia backend: {why}")
+    skip_without_julia("needs the Julia backend")
     r = load("julia_rule").main(m=5, n=3)
     assert r["rule"] == "rrule"  # the rule in examples/myrules.jl ran
     assert r["value_err"] < 1e-12 and r["grad_err"] < 1e-10
@@ -119,9 +119,7 @@ def test_julia_rule_as_the_docs_gallery_runs_it(monkeypatch, capsys):
     """sphinx-gallery runs an example from its own folder, without
     ``__file__``: the example finds its .jl files there too (where Julia is
     usable the docs build runs it for real)."""
-    usable, why = _backend.backend_status()["julia"]
-    if not usable:
-        pytest.skip(f"needs the Julia backend: {why}")
+    skip_without_julia("needs the Julia backend")
     source = (EXAMPLES / "julia_rule.py").read_text(encoding="utf-8")
     monkeypatch.chdir(EXAMPLES)
     exec(compile(source, "julia_rule.py", "exec"), {"__name__": "__main__"})
@@ -342,3 +340,24 @@ def test_potts_multiplets():
             assert e < 1e-7, (case, way)
     assert out["doublets"] >= 6
     assert out["reverse"] < 1e-7 and out["forward"] < 1e-7
+
+
+def test_trg_main_prints_warnings_after_its_table(trg, capsys, monkeypatch):
+    """A GaugeWarning met while computing a row goes after the table, with
+    its coupling, not into the middle of it (and not to stderr)."""
+    real = trg.observables
+
+    def warning_observables(K, *args):
+        if K == 0.5:
+            warnings.warn(
+                "svd: a stand-in guard, and the rest", ps.GaugeWarning, stacklevel=2
+            )
+        return real(K, *args)
+
+    monkeypatch.setattr(trg, "observables", warning_observables)
+    rows = trg.main(couplings=(0.3, 0.5), chi=6, steps=5)
+    assert [r["warnings"] for r in rows] == [0, 1]
+    out = capsys.readouterr().out.splitlines()
+    table_end = max(i for i, line in enumerate(out) if line.startswith("0.5000"))
+    assert out[table_end + 1].startswith("1 GaugeWarning(s)")
+    assert out[table_end + 2] == "  K = 0.5000: svd: a stand-in guard"

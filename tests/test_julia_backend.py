@@ -27,6 +27,7 @@ import _spy
 import pytest
 import torch
 from _gauge_cases import GAUGE_CASES, check_gauge_policy
+from _julia import needs_julia
 from _spectra import fd_grad, hermitian, hermitian_with_spectrum, randn, spd
 from _spy import JArray, data_calls
 
@@ -35,8 +36,7 @@ from pyspectral._settings import options
 from pyspectral.exceptions import DomainError, JuliaError
 from pyspectral.julia import _blas, _bridge, _convert, _svd
 
-_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
-pytestmark = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
+pytestmark = needs_julia
 
 DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 SHAPES = [(5, 3), (3, 5), (4, 4)]

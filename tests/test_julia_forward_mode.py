@@ -38,6 +38,7 @@ import _spy
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
+from _julia import needs_julia
 from _spectra import (
     fd_directional,
     hermitian_with_spectrum,
@@ -60,9 +61,6 @@ ALL_DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4
 CUBE = (lambda s: s**3 + s, lambda s: 3 * s**2 + 1)
 SIN = (torch.sin, torch.cos)
-
-_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
-needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 
 def tol(dtype: torch.dtype) -> float:

@@ -9,18 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from _julia import skip_without_julia
 
 import pyspectral as ps
 import pyspectral.julia as psj
-from pyspectral.julia import _bridge, _testsets
+from pyspectral.julia import _testsets
 
 RUNTESTS = psj.PACKAGE_TESTS / "runtests.jl"
 
 
 def require_julia() -> None:
-    ok, why = _bridge.status()
-    if not ok:
-        pytest.skip("Julia is not installed: " + why)
+    skip_without_julia()
 
 
 def check_testset(path: str | Path, name: str) -> None:

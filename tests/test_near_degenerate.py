@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _julia import needs_julia
 from _spectra import grad, inner, matrix_with_spectrum, random_like, rel_err, unitary
 
 import pyspectral as ps
 from pyspectral.common.safemethods import column_rounding, cut_rounding, pair_rounding
-from pyspectral.julia import _bridge
 
 GAPS = [10.0 ** (-14 + 0.5 * i) for i in range(17)]  # 1e-14 ... 1e-6
 BOUND = 1e-8  # relative, over the whole sweep (before: 4e-5)
@@ -201,7 +201,7 @@ def test_basis_dependent_losses_match_torch():
         assert rel_err(g, 2 * torch.tril(G, -1) + torch.diag(G.diagonal())) < 1e-3
 
 
-@pytest.mark.skipif(not _bridge.status()[0], reason="Julia is not installed")
+@needs_julia
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_polar_factor_and_projector_through_julia(dtype):
     """The same rule in julia/PySpectral (svd_middle, eigh_pullback!)."""

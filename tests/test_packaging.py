@@ -16,14 +16,13 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from _julia import needs_julia
 
 import pyspectral.julia as psj
-from pyspectral.julia import _bridge
 
 ROOT = Path(__file__).resolve().parent.parent
 JULIA_PKG = ROOT / "julia" / "PySpectral"
 
-_JULIA_OK, _JULIA_WHY = _bridge.status()  # probed once; never starts Julia
 
 try:
     import tomllib
@@ -322,7 +321,7 @@ runpy.run_module("pyspectral", run_name="__main__", alter_sys=True)
 """
 
 
-@pytest.mark.skipif(not _JULIA_OK, reason="Julia is not installed: " + _JULIA_WHY)
+@needs_julia
 def test_installed_wheel_runs_the_julia_testsets(wheel: Path, tmp_path: Path) -> None:
     """Slow (minutes: a venv, PySpectral precompiled from the wheel, the Julia
     test sets). The wheel, installed with ``pip --no-deps`` in a fresh venv that
@@ -395,3 +394,14 @@ def test_installed_wheel_runs_the_julia_testsets(wheel: Path, tmp_path: Path) ->
     for name in psj.testset_names(JULIA_PKG / "test" / "runtests.jl"):
         assert f"\n{name}: " in run.stdout, f"test set {name!r} did not run"
     print(run.stdout)
+
+
+def test_version_is_the_installed_metadata():
+    """docs/api.md says so: ``__version__`` is pyproject's version, as the
+    installed metadata reports it."""
+    import importlib.metadata
+
+    import pyspectral as ps
+
+    assert isinstance(ps.__version__, str)
+    assert ps.__version__ == importlib.metadata.version("pyspectral")

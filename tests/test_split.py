@@ -17,11 +17,11 @@ import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
 from _fake_julia import installed
+from _julia import needs_julia
 from _spectra import fd_grad, matrix_with_spectrum, random_like, rel_err
 
 import pyspectral as ps
 from pyspectral._settings import options
-from pyspectral.julia import _bridge
 from pyspectral.pullbacks.split import svd_split_pullback, svd_split_pushforward
 from pyspectral.pullbacks.svd import svd_pullback, svd_pushforward
 
@@ -30,8 +30,6 @@ MULTIPLET = [3.0, 2.0, 2.0, 1.0, 0.5, 0.1]  # a kept exact doublet
 ABSORB = ["left", "right", "both"]
 RULES = [{}, dict(atol=0.3), dict(k=4, min_rank=2), dict(error_atol=0.2)]
 SHAPES = [(6, 6), (7, 6), (6, 8)]
-_OK, _WHY = _bridge.status()
-needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 
 def on(backend: str):

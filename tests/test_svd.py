@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 from _fake_julia import installed
+from _julia import needs_julia
 from _spectra import (
     clusters,
     fd_grad,
@@ -25,11 +26,8 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import pyspectral as ps
 from pyspectral._settings import options
-from pyspectral.julia import _bridge
 from pyspectral.pullbacks.svd import svd_pullback
 
-_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
-needs_julia_real = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 SHAPES = [(5, 3), (3, 5), (4, 4), (2, 5, 3), (2, 1, 3, 4)]
 DTYPES = [torch.float64, torch.complex128]
 ALL_DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
@@ -486,7 +484,7 @@ def test_truncated_svd_function_refuses_normalize():
         ps.svd_function(randn(4, 4), "normalize", k=2)
 
 
-@needs_julia_real
+@needs_julia
 @pytest.mark.parametrize("f", TRUNC_FNS[:3], ids=["pow2", "pow1", "polar"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_real_julia_truncated_svd_function_agrees_with_native(dtype, f):

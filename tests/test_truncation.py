@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 import torch.autograd.forward_ad as fwAD
+from _julia import needs_julia
 from _spectra import (
     fd_directional,
     fd_grad,
@@ -35,8 +36,6 @@ from pyspectral.forward.truncation import TruncationRule, tail_norms, truncation
 from pyspectral.julia import _bridge, _svd
 
 F64, C128 = torch.float64, torch.complex128
-_OK, _WHY = _bridge.status()  # the real runtime, probed once (never starts Julia)
-needs_julia = pytest.mark.skipif(not _OK, reason="Julia is not installed: " + _WHY)
 
 
 def rule(**kw) -> TruncationRule:
