@@ -110,6 +110,9 @@ class UserFunction:
     def __repr__(self) -> str:
         return f"<user spectral function {getattr(self.f, '__name__', self.f)!r}>"
 
+    # (eager under torch.compile: torch.func.vjp of the user's f does not
+    # trace; a graph break here, the rest of the call compiled around it)
+    @torch.compiler.disable
     def values(self, s: Tensor) -> tuple[Tensor, Tensor]:
         """``(f(s), f'(s))``, checked; ``s`` is used detached."""
         op, s = self.op, s.detach()
@@ -133,6 +136,7 @@ class UserFunction:
         dv = _derivative(op, "f", "f_prime", pullback, s)
         return fv, _checked(op, "f_prime", dv, s)
 
+    @torch.compiler.disable
     def second(self, s: Tensor) -> Tensor:
         """``f''(s)``, detached: from ``f_second``, or torch's derivative of
         ``f_prime`` (or, without ``f_prime``, the second derivative of ``f``).
@@ -200,8 +204,8 @@ def user_function(op: str, f: Any) -> UserFunction | None:
 
 def _check_elementwise(op: str, name: str, g: Callable, s: Tensor, gs: Tensor) -> None:
     """``InputError`` unless ``g`` (``gs = g(s)``) is elementwise: ``g`` on
-    the spectrum rotated by one place and less one value (an input of
-    another size and order) must give ``gs`` rotated and cut the same way.
+    the spectrum with its first two values swapped and its last dropped (an
+    input of another size and order) must give ``gs`` reordered the same way.
     A function of the whole spectrum fails it (``cumsum``, ``flip``, ``s *
     s.sum()``, ``s - s.mean()``, a per-index ``theta * s``), whose pullback
     the spectral-function formulas would silently get wrong. One more call
@@ -213,8 +217,10 @@ def _check_elementwise(op: str, name: str, g: Callable, s: Tensor, gs: Tensor) -
         or torch.compiler.is_compiling()
     ):
         return
-    x = s.roll(1, -1)[..., :-1]
-    want = peek(gs.detach()).roll(1, -1)[..., :-1]
+    K = s.shape[-1]
+    order = torch.tensor([1, 0, *range(2, K)][:-1], device=s.device)
+    x = s.index_select(-1, order)
+    want = peek(gs.detach()).index_select(-1, order)
     why = ""
     try:
         with torch.no_grad():
@@ -244,7 +250,7 @@ def _check_elementwise(op: str, name: str, g: Callable, s: Tensor, gs: Tensor) -
         )
 
 
-K_LESS_ONE = "the spectrum rotated by one place less one value"
+K_LESS_ONE = "the spectrum reordered, less one value"
 
 
 def _checked(op: str, name: str, v: Any, s: Tensor) -> Tensor:

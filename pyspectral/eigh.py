@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from . import _ops
 from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
 from ._backend import resolve_backend
 from ._fns import (
@@ -20,6 +21,7 @@ from ._fns import (
     power_second,
     user_function,
 )
+from ._ops import compiling
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, gradient_convention, options
 from ._validation import (
@@ -359,6 +361,9 @@ def _matfun(f: Any) -> SpectralFn:
     return _named("pow", named[1])
 
 
+_ops.NAMED["matrix_function"] = _matfun
+
+
 def _user_matrix_function(
     A: Tensor, user: UserFunction, uplo: str, opts: Options, julia: bool
 ) -> Tensor:
@@ -418,17 +423,39 @@ def _check(op: str, A: Any, UPLO: Any) -> str:
 def _with_gradient(op: str, A: Tensor, gradient: Any) -> Tensor:
     """``A`` under the derivative convention ``gradient`` (None: the
     default). ``"triangle"``: ``A`` itself (the derivatives w.r.t. the
-    entries read). ``"hermitian"`` (torch's and JAX's): the same values, with
-    the derivatives of ``(A + A^H) / 2``, so that a tangent acts through its
-    Hermitian part and the gradient is the Hermitian ``G`` (whose fold onto
-    the triangle is the triangle-true gradient; the two agree on every
-    Hermitian direction). Entries that are not finite (the other triangle may
-    hold anything) carry no derivative."""
+    entries read). ``"hermitian"`` (torch's and JAX's): ``A`` through
+    :class:`_HermitianPart`, whose derivatives are those of ``(A + A^H) /
+    2``: a tangent acts through its Hermitian part and the gradient is the
+    Hermitian ``G`` (whose fold onto the triangle is the triangle-true
+    gradient; the two agree on every Hermitian direction)."""
     if gradient_convention(gradient, op) == "triangle" or not differentiated(A):
         return A
-    Z = A - A.detach()  # zero-valued, the derivatives of A
-    Z = torch.where(torch.isfinite(A.detach()), Z, torch.zeros_like(Z))
-    return A.detach() + (Z + Z.mH) * 0.5
+    return apply(_HermitianPart, A)
+
+
+class _HermitianPart(torch.autograd.Function):
+    """The identity on ``A`` (a view: the values read are ``A``'s, whatever
+    the other triangle holds), differentiated as ``(A + A^H) / 2``: the
+    pullback and the pushforward are both the Hermitian part (self-adjoint),
+    written in differentiable operations (second derivatives pass through)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(A: Tensor) -> Tensor:
+        return A.view_as(A)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        pass
+
+    @staticmethod
+    def backward(ctx: Any, g: Tensor) -> Tensor:
+        return (g + g.mH) * 0.5
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor) -> Tensor:
+        return (dA + dA.mH) * 0.5
 
 
 def eigh(
@@ -586,6 +613,26 @@ def eigh(
         >>> w.round(decimals=10)
         tensor([1., 3.], dtype=torch.float64)
     """
+    if compiling():
+        others = (atol, rtol, error_atol, error_rtol, min_rank, out, hermitian_tol)
+        others += (oversample, n_iter, backward_rtol)
+        fixed = (
+            multiplets == "cut" and return_error is False and backward_maxiter == 500
+        )
+        plain = check_hermitian is False and by == "value"
+        if (
+            fixed
+            and plain
+            and backend in ("auto", "torch")
+            and method in ("auto", "full")
+            and all(x is None for x in others)
+        ):
+            res = _ops.call_eigh(
+                A, UPLO, k, largest, degeneracy_atol, broadening, gauge, gauge_atol,
+                gradient,
+            )  # fmt: skip
+            if res is not None:
+                return EighResult(*res)
     # Every argument is validated before a backend is chosen (and Julia started).
     UPLO = _check("eigh", A, UPLO)
     kw = check_keywords(
@@ -745,6 +792,10 @@ def eigvalsh(
         >>> torch.allclose(A.grad, torch.eye(2, dtype=torch.float64))
         True
     """
+    if compiling() and out is None and backend in ("auto", "torch"):
+        res = _ops.call_eigh(A, UPLO, None, True, None, None, None, None, gradient)
+        if res is not None:
+            return res[0]
     UPLO = _check("eigvalsh", A, UPLO)
     A = _with_gradient("eigvalsh", A, gradient)
     if check_out("eigvalsh", out, backend, A):
@@ -857,6 +908,11 @@ def matrix_function(
         >>> torch.allclose(I3.grad, torch.eye(3, dtype=torch.float64))
         True
     """
+    if compiling() and backend in ("auto", "torch") and check_hermitian is False:
+        if hermitian_tol is None:
+            Y = _ops.call_matrix_function(A, f, UPLO, degeneracy_atol, gradient)
+            if Y is not None:
+                return Y
     UPLO = _check("matrix_function", A, UPLO)
     kw = check_keywords(
         "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol

@@ -216,12 +216,22 @@ def _device(name: str, device: Any) -> torch.device:
     """``device`` as a ``torch.device`` (a device or its name), else
     ``InputTypeError`` naming it."""
     try:
-        return torch.device(device)
+        dev = torch.device(device)
     except (RuntimeError, TypeError) as err:
         raise InputTypeError(
             f"{name}: device must be a torch.device or a device name such as "
             f"'cpu' or 'cuda:0', got {device!r}"
         ) from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        # (else torch's AssertionError "Torch not compiled with CUDA enabled"
+        # from the first tensor made there, deep inside the iteration)
+        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
+        raise BackendError(
+            f"{name}: device {device!r}, but CUDA is not available here (torch "
+            f"{torch.__version__}, a {build} build). Install a CUDA build of torch "
+            "on a machine with an NVIDIA GPU, or use device='cpu'"
+        )
+    return dev
 
 
 class _Op:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from . import _ops
 from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
 from ._backend import resolve_backend
 from ._fns import (
@@ -21,6 +22,7 @@ from ._fns import (
     power_second,
     user_function,
 )
+from ._ops import compiling
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
 from ._validation import (
@@ -303,6 +305,9 @@ def _svd_fn(f: Any, k: int) -> SpectralFn:
     )
 
 
+_ops.NAMED["svd_function"] = _svd_fn
+
+
 def _polar(S: Tensor, opts: Options) -> tuple[Tensor, Tensor]:
     """``f = 1``, the polar factor ``U V^H``: defined only where ``A`` has no
     (numerically) zero singular value, the rule for every ``f`` with ``f(0)
@@ -545,6 +550,23 @@ def svd(
         >>> bool(torch.dist(torch.linalg.matrix_norm(R), err) < 1e-12), int(r)
         (True, 2)
     """
+    if compiling():
+        others = (atol, rtol, error_atol, error_rtol, min_rank, absorb, out)
+        others += (oversample, n_iter, backward_rtol)
+        fixed = (
+            multiplets == "cut" and return_error is False and backward_maxiter == 500
+        )
+        if (
+            fixed
+            and backend in ("auto", "torch")
+            and method in ("auto", "full")
+            and all(x is None for x in others)
+        ):
+            res = _ops.call_svd(
+                A, full_matrices, k, degeneracy_atol, broadening, gauge, gauge_atol
+            )
+            if res is not None:
+                return SVDResult(*res)
     # Every argument is validated before a backend is chosen (and Julia started).
     check_matrix("svd", A)
     kw = check_keywords(
@@ -664,6 +686,10 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
         >>> torch.allclose(A.grad, UVh)
         True
     """
+    if compiling() and out is None and backend in ("auto", "torch"):
+        res = _ops.call_svd(A, False, None, None, None, None, None)
+        if res is not None:
+            return res[1]
     check_matrix("svdvals", A)
     if check_out("svdvals", out, backend, A):
         return torch.linalg.svdvals(A, out=out)
@@ -790,6 +816,12 @@ def svd_function(
         >>> torch.allclose(B.grad.diagonal(), one_one_zero)
         True
     """
+    if compiling() and backend in ("auto", "torch"):
+        rule = (k, atol, rtol, error_atol, error_rtol, min_rank)
+        if multiplets == "cut" and all(x is None for x in rule):
+            Y = _ops.call_svd_function(A, f, degeneracy_atol, gauge)
+            if Y is not None:
+                return Y
     check_matrix("svd_function", A)
     trunc = dict(k=k, atol=atol, rtol=rtol, error_atol=error_atol)
     trunc.update(error_rtol=error_rtol, min_rank=min_rank)

@@ -123,3 +123,16 @@ def backend(request) -> Iterator[str]:
             yield "julia"
     else:
         yield "torch"
+
+
+@pytest.fixture
+def triangle_gradient():
+    """``gradient="triangle"`` as the default for one test: the modules that
+    check eigh's, eigvalsh's and matrix_function's derivatives against finite
+    differences of the entries the forward reads use it (``pytestmark``);
+    torch's Hermitian convention, the default, is the Hermitian part of the
+    same numbers (tests/test_gradient_convention.py)."""
+    import pyspectral as ps
+
+    with ps.defaults(gradient="triangle"):
+        yield

@@ -32,6 +32,11 @@ from pyspectral._settings import options
 from pyspectral.pullbacks.eigh import eigh_pullback
 from pyspectral.pullbacks.svd import svd_pullback
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 TOL = 1e-5
 DTYPES = [torch.float64, torch.complex128]
 

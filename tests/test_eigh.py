@@ -25,6 +25,11 @@ from torch.autograd import gradcheck, gradgradcheck
 
 import pyspectral as ps
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 DTYPES = [torch.float64, torch.complex128]
 ALL_DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 HIGH = {torch.float32: torch.float64, torch.complex64: torch.complex128}

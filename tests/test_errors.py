@@ -501,3 +501,85 @@ def test_the_defaults_and_numpy_bools_pass() -> None:
     torch.testing.assert_close(w, torch.linalg.eigvalsh(P)[-2:])
     w, _ = ps.eigh_topk(_operator(P), 2, largest=False, method="full")
     torch.testing.assert_close(w, torch.linalg.eigvalsh(P)[:2])
+
+
+# ------------------------------------------- silent cases made loud (issue 24)
+
+NOT_ELEMENTWISE = {
+    "cumsum": lambda s: s.cumsum(-1),
+    "flip": lambda s: s.flip(-1),
+    "s * s.sum()": lambda s: s * s.sum(),
+    "s - s.mean()": lambda s: s - s.mean(),
+    "per-index weights": lambda s: s * torch.arange(1, s.shape[-1] + 1, dtype=s.dtype),
+}
+
+
+@pytest.mark.parametrize("form", ["callable", "pair", "triple"])
+@pytest.mark.parametrize("f", NOT_ELEMENTWISE, ids=str)
+@pytest.mark.parametrize("op", ["svd_function", "matrix_function"])
+def test_a_user_f_that_is_not_elementwise(op, f, form, backend) -> None:
+    g = NOT_ELEMENTWISE[f]
+    user = {"callable": g, "pair": (g, torch.ones_like), "triple": (g, None, None)}
+    X = A if op == "svd_function" else A.mT @ A
+    with raises(ps.InputError, match="must be elementwise"):
+        getattr(ps, op)(X, user[form], backend=backend)
+    # and one whose f_prime is not (f is)
+    if form == "pair":
+        with raises(ps.InputError, match="the user f_prime must be elementwise"):
+            getattr(ps, op)(X, (torch.sin, g), backend=backend)
+
+
+def test_elementwise_functions_pass_and_the_check_is_not_fooled() -> None:
+    # a learned scalar, a clamp, a where on the value: elementwise
+    c = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    for f in [
+        lambda s: c * s**2,
+        lambda s: torch.clamp(s - 0.3, min=0),
+        lambda s: torch.where(s > 1, s, s**3),
+    ]:
+        ps.svd_function(A, f)
+        ps.matrix_function(A.mT @ A, f)
+
+
+def rank_deficient(m: int = 4, n: int = 3) -> torch.Tensor:
+    B = torch.randn(m, n - 1, dtype=torch.float64)
+    return B @ torch.randn(n - 1, n, dtype=torch.float64)  # rank n - 1
+
+
+def test_polar_at_a_rank_deficient_matrix_is_a_domain_error(backend) -> None:
+    # polar(A) and polar(A^T)^T differed by 2.9 there, silently; f = 1 has
+    # f(0) = 1, so it follows the rule of every f with f(0) != 0
+    with raises(ps.DomainError, match="'polar'.*numerically zero"):
+        ps.svd_function(rank_deficient(), "polar", backend=backend)
+    with raises(ps.DomainError, match="'polar'.*numerically zero"):
+        ps.svd_function(
+            torch.zeros(3, 3, dtype=torch.float64), "polar", backend=backend
+        )
+    with raises(ps.DomainError, match="f\\(0\\) = 1.*numerically zero"):
+        ps.svd_function(rank_deficient(), lambda s: s * 0 + 1, backend=backend)
+    ps.svd_function(A, "polar", backend=backend)  # full rank: fine
+
+
+def test_f_at_zero_is_said_at_the_first_call() -> None:
+    # a training run learns it from its first step, not when a singular
+    # value reaches 0 far into it (then: the DomainError above)
+    def shifted(s):
+        return torch.exp(s)  # f(0) = 1
+
+    with pytest.warns(UserWarning, match=r"f\(0\) = 1 != 0.*DomainError will stop"):
+        ps.svd_function(A, shifted)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ps.svd_function(A, shifted)  # once per function
+        ps.svd_function(A, torch.sinh)  # f(0) = 0: nothing
+
+
+def test_a_cuda_device_without_cuda_is_a_backend_error() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here: this checks a torch without it")
+    with raises(ps.BackendError, match="CUDA is not available.*device='cpu'"):
+        ps.LinearOperator(
+            (5, 4), lambda X: X[:5], lambda Y: Y[:4], dtype=torch.float64, device="cuda"
+        )

@@ -23,6 +23,11 @@ from torch.func import hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 import pyspectral as ps
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 DTYPES = [torch.float64, torch.complex128]
 TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4
 

@@ -21,6 +21,11 @@ from _spectra import (
 
 import pyspectral as ps
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 
 def polar(X):
     U, _, Vh = ps.svd(X)

@@ -195,8 +195,7 @@ def test_non_finite_entries_outside_the_triangle():
     A[0, 3] = float("nan")
     A.requires_grad_()
     (g,) = torch.autograd.grad(ps.eigvalsh(A).pow(3).sum(), A)
-    assert torch.isfinite(g[torch.tril(torch.ones(4, 4, dtype=torch.bool))]).all()
-    assert g[0, 3] == 0
+    assert torch.isfinite(g).all() and torch.equal(g, g.mT)
 
 
 @needs_julia

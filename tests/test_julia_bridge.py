@@ -48,6 +48,11 @@ from pyspectral.exceptions import (
 )
 from pyspectral.julia import _blas, _bridge, _convert, _events, _probe, _svd
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 SHAPES = [(5, 3), (3, 5), (4, 4)]
 BATCHES = [(), (3,), (2, 3)]

@@ -56,6 +56,11 @@ from pyspectral.julia._bridge import GLUE_FUNCTIONS
 from pyspectral.pullbacks.eigh import eigh_pushforward
 from pyspectral.pullbacks.svd import svd_pushforward
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 DTYPES = [torch.float64, torch.complex128]
 ALL_DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4

@@ -21,6 +21,11 @@ from _spectra import grad, inner, matrix_with_spectrum, random_like, rel_err, un
 import pyspectral as ps
 from pyspectral.common.safemethods import column_rounding, cut_rounding, pair_rounding
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 GAPS = [10.0 ** (-14 + 0.5 * i) for i in range(17)]  # 1e-14 ... 1e-6
 BOUND = 1e-8  # relative, over the whole sweep (before: 4e-5)
 DTYPES = [torch.float64, torch.complex128]

@@ -29,6 +29,11 @@ from pyspectral.common.safemethods import (
     with_infinite_weights,
 )
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 # ------------------------------------------------------------ gap inverses
 
 

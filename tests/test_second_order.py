@@ -34,6 +34,11 @@ from pyspectral._settings import options
 from pyspectral.eigh import _matfun
 from pyspectral.pullbacks.matfun import matrix_function_second
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 DTYPES = [torch.float64, torch.complex128]
 TOL = 1e-7  # relative, against a fourth-order stencil with h = 1e-4
 

@@ -23,6 +23,7 @@ def test_settings_api() -> None:
         "broadening": None,
         "gauge": "warn",
         "gauge_atol": None,
+        "gradient": "hermitian",
     }
     with ps.defaults(gauge="ignore", degeneracy_atol=1e-6):
         assert ps.get_defaults()["gauge"] == "ignore"

@@ -33,6 +33,11 @@ from pyspectral.pullbacks.truncated import (
     truncated_svd_pushforward,
 )
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 DTYPES = [torch.float64, torch.complex128]
 
 

@@ -35,6 +35,11 @@ from pyspectral.forward import topk as T
 from pyspectral.forward.truncation import TruncationRule, tail_norms, truncation_rank
 from pyspectral.julia import _bridge, _svd
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 F64, C128 = torch.float64, torch.complex128
 
 

@@ -28,6 +28,11 @@ from torch.func import jvp
 
 import pyspectral as ps
 
+# The formulas are checked against finite differences of the entries the
+# forward reads: the triangle-true gradient (torch's Hermitian convention,
+# the default, is its Hermitian part: tests/test_gradient_convention.py).
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 TOL = 1e-7  # against the fourth-order stencil
 
 
