@@ -21,9 +21,14 @@ Without ``eps`` the zero eigenvalues make the square root non-differentiable
 (``sqrt'(0) = inf``): pyspectral's gradient with respect to ``Sigma`` is
 ``+-inf`` in the entries the null space reaches, which becomes NaN once it is
 chained into the features. Keep ``eps > 0``.
+
+The figure shows the training loss per SGD step with each square root.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import math
 
 import torch
 
@@ -157,5 +162,38 @@ def main(
     return result
 
 
+def figure(result: dict):
+    """The training loss per SGD step with each square root (a NaN ends a curve)."""
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, style in (
+        ("ps.matrix_function", dict(marker="o", ms=5, color="C0")),
+        ("torch.linalg.eigh", dict(marker="x", ms=11, mew=2, color="C3")),
+    ):
+        r = result[name]
+        losses = r["losses"]
+        finite = [v for v in losses if math.isfinite(v)]
+        if r["finite"]:
+            label = f"{name}: gradient error {r['error']:.0e} vs finite differences"
+        else:
+            label = f"{name}: NaN gradient"
+        ax.plot(range(len(finite)), finite, label=label, **style)
+        if len(finite) < len(losses):  # where the loss turns NaN
+            ax.axvline(len(finite), color=style["color"], ls=":", label="NaN loss")
+    ax.set_xlabel("SGD step")
+    ax.set_ylabel("training loss")
+    ax.set_title("Covariance pooling with dead channels: sqrt(Sigma + eps I)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.legend(loc="lower left", fontsize="small")
+    return fig
+
+
 if __name__ == "__main__":
-    main()
+    result = main()
+    if importlib.util.find_spec("matplotlib"):  # the figure is optional
+        figure(result)
+        import matplotlib.pyplot as plt
+
+        plt.show()

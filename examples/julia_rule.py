@@ -16,11 +16,13 @@ examples/myrules_test.jl``).
 
 Needs the Julia backend (``pip install -e ".[julia]"`` in the clone and
 ``python -m pyspectral install-julia``); where it is not installed the script
-says why and stops.
+says why and stops. The figure shows the errors of the three checks on a log
+scale.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -103,5 +105,47 @@ def main(m: int = 6, n: int = 4, seed: int = 0) -> dict | None:
     }
 
 
+# Log scale: an error of exactly 0 is drawn at this floor.
+FLOOR = 1e-17
+
+
+def figure(result: dict):
+    """The errors of the Julia rule's value and gradient, and of Zygote's."""
+    import matplotlib.pyplot as plt
+
+    rule, zygote = result["rule"], result["zygote_rule"]
+    checks = {
+        "value vs torch (absolute)": result["value_err"],
+        f"gradient ({rule}) vs torch's (relative)": result["grad_err"],
+        f"gradient ({zygote}) vs closed form (absolute)": result["zygote_err"],
+    }
+    fig, ax = plt.subplots(figsize=(8.0, 3.2))
+    ax.barh(range(len(checks)), [max(e, FLOOR) for e in checks.values()], color="C0")
+    for i, e in enumerate(checks.values()):
+        if e == 0:  # no bar: say why
+            ax.annotate(
+                "exactly 0",
+                (FLOOR, i),
+                xytext=(3, 0),
+                va="center",
+                textcoords="offset points",
+            )
+    ax.set_xscale("log")
+    ax.set_xlim(left=FLOOR)
+    ax.set_yticks(range(len(checks)), list(checks))
+    ax.invert_yaxis()
+    ax.set_xlabel("error (max-norm)")
+    ax.set_ylabel("check")
+    ax.set_title("A Julia rule called from PyTorch: its errors")
+    fig.tight_layout()
+    return fig
+
+
 if __name__ == "__main__":
-    main()
+    result = main()
+    # without Julia there is nothing to draw
+    if result is not None and importlib.util.find_spec("matplotlib"):
+        figure(result)
+        import matplotlib.pyplot as plt
+
+        plt.show()

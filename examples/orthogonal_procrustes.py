@@ -16,10 +16,14 @@ them ``svd_function`` is the accurate one, see the docs' "What is exact
 where"). This script checks the gradient at the orthogonal initialisation
 against central finite differences and then solves an orthogonal Procrustes
 problem, ``min_Q ||A Q - B||`` over orthogonal ``Q``, with Adam, comparing
-with its closed-form solution ``Q* = polar(A^T B)``.
+with its closed-form solution ``Q* = polar(A^T B)``. The figure shows the
+loss per Adam step through each polar factor, against the closed form's.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import math
 
 import torch
 
@@ -97,9 +101,13 @@ def main(
         W = W0.clone().requires_grad_()
         opt = torch.optim.Adam([W], lr=lr)
         first = float(loss(W.detach(), polar))
+        losses = []  # the loss before each step, then after the last one
+        result[name]["losses"] = losses
         for step in range(steps):
             opt.zero_grad()
-            loss(W, polar).backward()
+            value = loss(W, polar)
+            value.backward()
+            losses.append(float(value.detach()))
             opt.step()
             if not torch.isfinite(W).all():  # a NaN gradient made W NaN
                 print(f"  {name:<17} W is NaN after step {step + 1}: stopped")
@@ -111,6 +119,7 @@ def main(
             continue
         Q = polar(W.detach())
         last = float(loss(W.detach(), polar))
+        losses.append(last)
         dist = float(torch.linalg.matrix_norm(Q - Q_star))
         orth = float(torch.linalg.matrix_norm(Q.mT @ Q - torch.eye(n, dtype=DT)))
         result[name].update(last=last, dist=dist, orth=orth)
@@ -123,5 +132,38 @@ def main(
     return result
 
 
+def figure(result: dict):
+    """The loss per Adam step through each polar factor, and the closed form's."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for name, style in (
+        ("ps.svd_function", dict(color="C0")),
+        ("torch.linalg.svd", dict(marker="x", ms=11, mew=2, color="C3")),
+    ):
+        r = result[name]
+        if r["finite"]:
+            label = f"{name}: gradient error at the init {r['error']:.0e}"
+        else:
+            label = f"{name}: NaN gradient at the init"
+        losses = r["losses"]
+        if not math.isfinite(r["last"]):
+            label += f", W NaN after step {len(losses)}"
+        ax.plot(range(len(losses)), losses, label=label, **style)
+    optimum = result["optimum"]
+    ax.axhline(optimum, color="k", ls="--", lw=1, label="closed form polar(A^T B)")
+    ax.set_yscale("log")
+    ax.set_xlabel("Adam step")
+    ax.set_ylabel("loss ||A polar(W) - B||^2")
+    ax.set_title("Orthogonal Procrustes from an orthogonal initialisation")
+    ax.legend(loc="center right")
+    return fig
+
+
 if __name__ == "__main__":
-    main()
+    result = main()
+    if importlib.util.find_spec("matplotlib"):  # the figure is optional
+        figure(result)
+        import matplotlib.pyplot as plt
+
+        plt.show()

@@ -24,12 +24,15 @@ of the ring Laplacian is double (``2 - 2 cos(2 pi j / n)`` for ``j`` and
    through ``eigh``'s eigenvector derivative, which divides by the gaps of the
    repeated eigenvalues: NaN or meaningless numbers.
 
+The figure shows the training loss and the gradient errors of both ways.
+
 Run: ``python examples/spectral_filter.py`` (``--help`` for the sizes).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import math
 from collections.abc import Callable
 
@@ -155,6 +158,7 @@ def main(
     # 2. gradients against finite differences, at the trained theta
     t0 = theta.detach()
     out = {"loss_start": losses[0], "loss_end": final, "theta": t0.tolist()}
+    out["losses"] = losses + [final]  # before each step, and after the last
     for name, filt in (("pyspectral", pyspectral_filter), ("torch", torch_filter)):
         in_theta = lambda t, filt=filt: loss_of(filt, P, ones, t)  # noqa: E731
         in_edges = lambda w, filt=filt: loss_of(filt, P, w, t0)  # noqa: E731
@@ -205,6 +209,49 @@ def main(
     return out
 
 
+# Log scale: an error of exactly 0 is drawn at this floor.
+FLOOR = 1e-17
+
+
+def figure(result: dict):
+    """The training loss per Adam step, and the gradient errors of both ways."""
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10.0, 4.0))
+    losses = result["losses"]
+    left.plot(range(len(losses)), losses)
+    left.set_xlabel("Adam step")
+    left.set_ylabel("denoising loss (mean squared error)")
+    left.set_title("training theta (pyspectral)")
+
+    groups = {
+        "theta\n(ring)": "theta_error",
+        "edge weights\n(ring)": "edge_error",
+        "edge weights\n(ring + chords)": "chords_edge_error",
+    }
+    ways = {"pyspectral": "ps.matrix_function", "torch": "torch.linalg.eigh"}
+    errors = {w: [result[f"{w}_{key}"] for key in groups.values()] for w in ways}
+    finite = [e for row in errors.values() for e in row if math.isfinite(e)]
+    for i, (way, label) in enumerate(ways.items()):
+        x = [g + (i - 0.5) * 0.38 for g in range(len(groups))]
+        heights = [max(e, FLOOR) if math.isfinite(e) else FLOOR for e in errors[way]]
+        right.bar(x, heights, width=0.38, label=label)
+        for xi, e in zip(x, errors[way]):
+            if not math.isfinite(e):  # no bar: say why
+                right.annotate("NaN", (xi, FLOOR), ha="center", va="bottom")
+    right.set_yscale("log")
+    # from the floor up, with room above the bars for the legend
+    right.set_ylim(FLOOR, max(finite, default=FLOOR) * 1e4)
+    right.set_xticks(range(len(groups)), list(groups))
+    right.set_xlabel("gradient in")
+    right.set_ylabel("relative error vs finite differences")
+    right.set_title("gradient errors")
+    right.legend(loc="upper center", ncol=2)
+    fig.suptitle("A learnable spectral filter on a ring")
+    fig.tight_layout()
+    return fig
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=16, help="nodes of the ring")
@@ -212,4 +259,9 @@ if __name__ == "__main__":
     parser.add_argument("--steps", type=int, default=150, help="Adam steps")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    main(n=args.n, degree=args.degree, steps=args.steps, seed=args.seed)
+    result = main(n=args.n, degree=args.degree, steps=args.steps, seed=args.seed)
+    if importlib.util.find_spec("matplotlib"):  # the figure is optional
+        figure(result)
+        import matplotlib.pyplot as plt
+
+        plt.show()

@@ -15,10 +15,14 @@ possible), with autograd through its range finder. Both gradients are
 compared with the exact one: ``ps.svd(A, k=k, method="full")`` on the formed
 matrix. The loss, ``sum(S) + ||U^T u0||^2``, sees ``U`` only through the
 top-k projector, so it is smooth where ``s_k > s_(k+1)``.
+
+The figure shows the leading singular values of the formed ``A`` and the
+top-k that ``ps.svd_topk`` found from the products alone.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 
 import torch
@@ -99,8 +103,11 @@ def main(m: int = 1500, n: int = 1000, r: int = 32, k: int = 6, seed: int = 0) -
         out[name] = {"seconds": t, "error": err}
         print(f"  {name:<40} {t:6.2f} s   gradient error into B, C: {err:.1e}")
     S_op = ps.svd_topk(op, k).S.detach()
-    S_exact = torch.linalg.svdvals(formed().detach())[:k]
+    S_all = torch.linalg.svdvals(formed().detach())
+    S_exact = S_all[:k]
     out["values_error"] = float((S_op - S_exact).abs().max() / S_exact[0])
+    out["topk_values"] = S_op.tolist()
+    out["singular_values"] = S_all[: 2 * r].tolist()  # the leading 2 r, for figure
     print(
         f"  top-{k} singular values, operator vs dense: relative error "
         f"{out['values_error']:.1e}"
@@ -108,5 +115,39 @@ def main(m: int = 1500, n: int = 1000, r: int = 32, k: int = 6, seed: int = 0) -
     return out
 
 
+def figure(result: dict):
+    """The leading singular values of A, and the top-k that svd_topk found."""
+    import matplotlib.pyplot as plt
+
+    S = result["singular_values"]
+    top = result["topk_values"]
+    k = len(top)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.axvspan(0.5, k + 0.5, color="C1", alpha=0.12, label=f"kept: the top k = {k}")
+    ax.plot(
+        range(1, len(S) + 1), S, "o", color="0.5", ms=4, label="svdvals of formed A"
+    )
+    ax.plot(
+        range(1, k + 1),
+        top,
+        "x",
+        color="C1",
+        ms=9,
+        mew=2,
+        label="ps.svd_topk(LinearOperator)",
+    )
+    ax.set_yscale("log")
+    ax.set_xlabel("index i")
+    ax.set_ylabel("singular value s_i")
+    ax.set_title("Top-k of A = B C + E from its products")
+    ax.legend()
+    return fig
+
+
 if __name__ == "__main__":
-    main()
+    result = main()
+    if importlib.util.find_spec("matplotlib"):  # the figure is optional
+        figure(result)
+        import matplotlib.pyplot as plt
+
+        plt.show()

@@ -53,11 +53,15 @@ to one SVD cannot know that, so it warns rather than stay silent. ``main``
 collects the warnings of each coupling and prints them after the table,
 with the coupling at which they arose.
 
+The figure shows the energy per site from the TRG against Onsager's exact
+curve, as a function of the temperature ``T = 1 / K``.
+
     python examples/trg_ising.py
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import warnings
 from collections.abc import Callable
@@ -331,5 +335,35 @@ def main(
     return rows
 
 
+def figure(result: list[dict[str, float]]):
+    """The energy per site against the temperature: TRG, and Onsager's curve."""
+    import matplotlib.pyplot as plt
+
+    T = [1 / r["K"] for r in result]
+    lo, hi = 0.9 * min(T), 1.1 * max(T)
+    grid = [lo + (hi - lo) * i / 400 for i in range(401)]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot(grid, [onsager_energy(1 / t) for t in grid], "k-", lw=1, label="Onsager")
+    ax.axvline(1 / K_CRITICAL, color="0.6", ls=":", label="T_c")
+    ax.plot(T, [r["u"] for r in result], "o", mfc="none", ms=8, label="TRG, ps.svd")
+    torch_ = [(t, r["u_torch"]) for t, r in zip(T, result)]
+    finite = [(t, u) for t, u in torch_ if math.isfinite(u)]
+    label = "TRG, torch.linalg.svd"
+    if len(finite) < len(torch_):
+        nan = len(torch_) - len(finite)
+        label += f": NaN at {nan} of {len(torch_)} temperatures"
+    ax.plot([t for t, _ in finite], [u for _, u in finite], "x", ms=8, label=label)
+    ax.set_xlabel("temperature T = 1/K")
+    ax.set_ylabel("energy per site u = -d(ln Z/N)/dK")
+    ax.set_title("2D Ising model: energy by autograd through the TRG")
+    ax.legend()
+    return fig
+
+
 if __name__ == "__main__":
-    main()
+    result = main()
+    if importlib.util.find_spec("matplotlib"):  # the figure is optional
+        figure(result)
+        import matplotlib.pyplot as plt
+
+        plt.show()

@@ -69,7 +69,7 @@ def demo(seed: int) -> int:
     return _demo.run(seed)
 
 
-BENCHMARKS = ("svd", "eigh", "topk", "truncation", "trg", "julia")
+BENCHMARKS = ("svd", "eigh", "topk", "truncation", "trg", "compile", "julia")
 
 # bench_topk.py's own quick mode (its smallest sensible problems).
 TOPK_QUICK = ["--quick"]
@@ -171,7 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "bench",
         help="forward+backward time against torch.linalg, row by row: svd, eigh, "
         "topk, truncation (rules against a fixed k), trg (the TRG example per "
-        "temperature point; --sizes are bond dimensions chi), julia or all "
+        "temperature point; --sizes are bond dimensions chi), compile (compiled "
+        "vs eager), julia or all "
         "(needs a source checkout)",
     )
     b.add_argument("which", nargs="?", choices=(*BENCHMARKS, "all"), default="all")

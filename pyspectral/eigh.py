@@ -434,16 +434,17 @@ def _with_gradient(op: str, A: Tensor, gradient: Any) -> Tensor:
 
 
 class _HermitianPart(torch.autograd.Function):
-    """The identity on ``A`` (a view: the values read are ``A``'s, whatever
-    the other triangle holds), differentiated as ``(A + A^H) / 2``: the
-    pullback and the pushforward are both the Hermitian part (self-adjoint),
-    written in differentiable operations (second derivatives pass through)."""
+    """The identity on ``A`` (the values read are ``A``'s, whatever the other
+    triangle holds), differentiated as ``(A + A^H) / 2``: the pullback and the
+    pushforward are both the Hermitian part (self-adjoint), written in
+    differentiable operations (second derivatives pass through). A copy, not
+    a view: forward-mode AD requires a view's tangent to be a view."""
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(A: Tensor) -> Tensor:
-        return A.view_as(A)
+        return A.clone()
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:

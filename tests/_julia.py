@@ -18,7 +18,10 @@ needs_julia = pytest.mark.skipif(not USABLE, reason=REASON)
 
 
 def skip_without_julia(what: str = "") -> None:
-    """Skip the running test where Julia is not usable (``what`` it needs
-    Julia for, if said)."""
-    if not USABLE:
-        pytest.skip(f"{what}: {REASON}" if what else REASON)
+    """Skip the running test where Julia is not usable now (``what`` it needs
+    Julia for, if said): probed again, so that a stand-in installed by the
+    test counts; a reason other than the run's is given in full."""
+    ok, why = _bridge.status()
+    if not ok:
+        reason = REASON if why == WHY else f"Julia is not installed: {why}"
+        pytest.skip(f"{what}: {reason}" if what else reason)

@@ -36,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 import _timing  # noqa: E402
+import bench_compile  # noqa: E402
 import bench_eigh  # noqa: E402
 import bench_julia  # noqa: E402
 import bench_julia_ttfx  # noqa: E402
@@ -86,7 +87,7 @@ def from_the_clone(argv: list[str]) -> str:
 
 
 @pytest.mark.parametrize(
-    "which", ["svd", "eigh", "topk", "truncation", "trg", "julia", "all"]
+    "which", ["svd", "eigh", "topk", "truncation", "trg", "compile", "julia", "all"]
 )
 def test_bench_command_parses_every_benchmark(which, monkeypatch):
     seen = {}
@@ -130,7 +131,7 @@ def test_bench_arguments_per_benchmark():
 
 def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
     """``bench all`` loads benchmarks/bench_<name>.py for svd, eigh, topk,
-    truncation, trg and julia (stand-in scripts here) and calls main with their
+    truncation, trg, compile and julia (stand-in scripts here) and calls main with their
     arguments."""
     for name in cli.BENCHMARKS:
         (tmp_path / f"bench_{name}.py").write_text(
@@ -145,6 +146,7 @@ def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
         f"ran topk {cli.TOPK_QUICK}",
         "ran truncation ['--quick']",
         "ran trg ['--quick']",
+        "ran compile ['--quick']",
         "ran julia ['--quick']",
     ]
     assert "running benchmarks/bench_topk.py" in out.err
@@ -917,3 +919,12 @@ def test_julia_uses_the_mkl_wheel_when_asked(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert "mkl_rt" in run.stdout and "(ilp64)" in run.stdout
+
+
+def test_bench_compile_runs_compiled_and_eager(capsys):
+    """bench_compile.py compiles each loss with fullgraph=True (a graph break
+    would raise) and prints one row per size with the four columns."""
+    assert bench_compile.main(["--sizes", "6", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| op | n | torch eager | ps eager | ps compiled | torch compiled |" in out
+    assert out.count("| 6x6 |") == 2  # svd and eigh

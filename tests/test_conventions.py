@@ -81,9 +81,13 @@ def test_non_finite_entries_of_the_triangle_not_read(uplo, dtype, bad, backend):
     assert torch.allclose(ps.eigvalsh(B, uplo, backend=backend), w0, atol=tol)
     Y = ps.matrix_function(B, "exp", uplo, backend=backend)
     assert torch.allclose(Y, ps.matrix_function(A, "exp", uplo), atol=tol * 10)
-    # the gradient lives on the triangle read: finite, zero on the other one
+    # the gradient is finite: torch's Hermitian one by default, and the one
+    # w.r.t. the triangle read (zero on the other) with gradient="triangle"
     X = B.clone().requires_grad_()
     (g,) = torch.autograd.grad(ps.eigh(X, uplo, backend=backend)[0].sum(), X)
+    assert bool(torch.isfinite(g).all()) and torch.equal(g, g.mH)
+    w = ps.eigh(X, uplo, backend=backend, gradient="triangle")[0]
+    (g,) = torch.autograd.grad(w.sum(), X)
     assert bool(torch.isfinite(g).all()) and g[unread] == 0
     # the read triangle must be finite ...
     C = A.clone()

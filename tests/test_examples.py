@@ -5,7 +5,9 @@ with an exact answer, and what torch.linalg does on the same problem.
 Each example is a script with a ``main(...)`` that takes its sizes as
 keywords and returns what it measured; the docs build runs it at its default
 size (sphinx-gallery), these tests at a small one. The suite makes a
-``GaugeWarning`` an error, so an example that warns fails here.
+``GaugeWarning`` an error, so an example that warns fails here. Each also has
+a ``figure(result)`` that draws what ``main`` returned (the gallery's
+picture); the tests draw it under Agg, where any warning is an error.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+import matplotlib
 import pytest
 import torch
 from _julia import skip_without_julia
@@ -46,6 +49,30 @@ def scripts() -> list[Path]:
     return sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
 
 
+def check_figure(module: ModuleType, result) -> None:
+    """``module.figure(result)`` draws one matplotlib Figure, silently, with
+    data on a labelled, titled axes; then closes it."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. a log scale given a zero
+        fig = module.figure(result)
+        fig.canvas.draw()  # the warnings of layout and log scales come here
+    try:
+        assert isinstance(fig, Figure), type(fig)
+        drawn = [a for a in fig.axes if a.lines or a.collections or a.patches]
+        assert drawn, "figure() drew no data"
+        for ax in drawn:
+            assert ax.get_xlabel() and ax.get_ylabel(), "unlabelled axes"
+        titles = [ax.get_title() for ax in fig.axes]
+        suptitles = [t.get_text() for t in fig.texts]  # fig.suptitle's text
+        assert any(titles) or any(suptitles), "no title"
+    finally:
+        plt.close(fig)
+
+
 @pytest.mark.parametrize("path", scripts(), ids=lambda p: p.name)
 def test_example_is_a_gallery_script_with_main_and_a_test(path: Path):
     """sphinx-gallery needs a docstring with a reST title; the tests need a
@@ -60,6 +87,44 @@ def test_example_is_a_gallery_script_with_main_and_a_test(path: Path):
     assert f'load("{path.stem}")' in Path(__file__).read_text(encoding="utf-8"), (
         f"{path.name} has no test in tests/test_examples.py"
     )
+
+
+@pytest.mark.parametrize("path", scripts(), ids=lambda p: p.name)
+def test_example_draws_its_figure_only_when_matplotlib_is_there(path: Path):
+    """Each script defines ``figure(result)`` (documented) and calls it from
+    its ``__main__`` block only where matplotlib is installed: matplotlib is
+    in the [test] and [docs] extras, not a dependency, so the script imports
+    it inside functions, never at the top."""
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source)
+    figures = [
+        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "figure"
+    ]
+    assert figures, f"{path.name}: no figure(result)"
+    assert ast.get_docstring(figures[0]), f"{path.name}: figure() has no docstring"
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + [getattr(node, "module", "")]
+            assert not any((n or "").startswith("matplotlib") for n in names), (
+                f"{path.name} imports matplotlib at the top"
+            )
+    assert 'importlib.util.find_spec("matplotlib")' in source
+    assert "figure(result)" in source
+
+
+# The examples whose main is fast at these sizes (about 1 s on a busy 2-core
+# machine): run again here for the figure. The others (5 to 45 s there) draw
+# it in their own test below, from the main that test runs.
+FAST = {
+    "covariance_pooling": dict(batch=2, c_in=4, channels=8, samples=6, dead=2, steps=5),
+    "spectral_filter": dict(n=10, degree=3, steps=30, verbose=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAST))
+def test_example_figure(name: str):
+    module = load(name)
+    check_figure(module, module.main(**FAST[name]))
 
 
 def test_the_gallery_has_my_examples():
@@ -87,7 +152,9 @@ def test_covariance_pooling():
 
 
 def test_orthogonal_procrustes():
-    r = load("orthogonal_procrustes").main(n=5, m=20, steps=150, lr=0.1)
+    example = load("orthogonal_procrustes")
+    r = example.main(n=5, m=20, steps=150, lr=0.1)
+    check_figure(example, r)
     torch_, ps_ = r["torch.linalg.svd"], r["ps.svd_function"]
     assert not torch_["finite"]  # all singular values 1 at the orthogonal init
     assert ps_["finite"] and ps_["error"] < 1e-6
@@ -99,7 +166,9 @@ def test_orthogonal_procrustes():
 
 
 def test_topk_operator():
-    r = load("topk_operator").main(m=300, n=200, r=16, k=4)
+    example = load("topk_operator")
+    r = example.main(m=300, n=200, r=16, k=4)
+    check_figure(example, r)
     assert r["ps.svd_topk(LinearOperator)"]["error"] < 1e-8
     assert r["values_error"] < 1e-12
     assert math.isfinite(r["torch.svd_lowrank(formed A)"]["error"])
@@ -115,6 +184,12 @@ def test_julia_rule():
     assert r["julia_tests"] in (None, True)
 
 
+def test_julia_rule_figure():
+    skip_without_julia("needs the Julia backend")
+    example = load("julia_rule")
+    check_figure(example, example.main(m=5, n=3))
+
+
 def test_julia_rule_as_the_docs_gallery_runs_it(monkeypatch, capsys):
     """sphinx-gallery runs an example from its own folder, without
     ``__file__``: the example finds its .jl files there too (where Julia is
@@ -122,7 +197,12 @@ def test_julia_rule_as_the_docs_gallery_runs_it(monkeypatch, capsys):
     skip_without_julia("needs the Julia backend")
     source = (EXAMPLES / "julia_rule.py").read_text(encoding="utf-8")
     monkeypatch.chdir(EXAMPLES)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(plt, "show", lambda *args, **kwargs: None)  # as the gallery
     exec(compile(source, "julia_rule.py", "exec"), {"__name__": "__main__"})
+    plt.close("all")
     out = capsys.readouterr().out
     assert "via Julia rule 'rrule'" in out and "logdet_reg rrule" in out, out
 
@@ -156,7 +236,8 @@ def test_spectral_filter():
 
 
 def test_spectral_filter_runs_as_a_script():
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # Agg: the script's plt.show() returns at once (a GUI backend would wait)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     run = subprocess.run(
         [
             sys.executable,
@@ -302,6 +383,7 @@ def test_trg_main_runs(trg, capsys):
     """The script's table, small: one row per coupling, every number finite
     but torch.linalg's energy (NaN), and the largest truncation error."""
     rows = trg.main(couplings=(0.3, 0.5), chi=6, steps=5)
+    check_figure(trg, rows)
     assert [r["K"] for r in rows] == [0.3, 0.5]
     for r in rows:
         assert math.isnan(r.pop("u_torch"))
@@ -332,7 +414,9 @@ def test_potts_multiplets():
     all-equal spectrum, the split and svd_function are exact; the Potts TRG
     keeps doublets and its gradient w.r.t. every entry of the site tensor
     matches finite differences in reverse and forward mode."""
-    out = load("potts_multiplets").main(steps=3)
+    example = load("potts_multiplets")
+    out = example.main(steps=3)
+    check_figure(example, out)
     for (case, way), e in out["fit"].items():
         if "triplets" in way or "by hand" in way:  # torch.linalg's: NaN or off
             assert math.isnan(e) or e > 1e-3, (case, way)

@@ -46,6 +46,10 @@ def _torch_function(A, f):
     return (V * f(w).to(V.dtype)) @ V.mH
 
 
+def _top3(w, V, W):
+    return w.pow(3).sum() + (((V * w.to(V.dtype)) @ V.mH) * W.conj()).real.sum()
+
+
 # Each case: (pyspectral's loss, torch.linalg's), at a generic spectrum.
 def _weights(n, dtype):
     return random_like(torch.empty(n, n, dtype=dtype), seed=11)
@@ -65,6 +69,15 @@ CASES = {
     "eigvalsh": (
         lambda A, W, **kw: (ps.eigvalsh(A, **kw) * W.real[0]).sum(),
         lambda A, W: (torch.linalg.eigvalsh(A) * W.real[0]).sum(),
+    ),
+    # the 3 largest, a sum over kept pairs (order and phase free)
+    "eigh k=3": (
+        lambda A, W, **kw: _top3(*ps.eigh(A, k=3, **kw), W),
+        lambda A, W: _top3(*[x[..., -3:] for x in torch.linalg.eigh(A)], W),
+    ),
+    "eigh k=3 randomized": (
+        lambda A, W, **kw: _top3(*ps.eigh(A, k=3, method="randomized", **kw), W),
+        lambda A, W: _top3(*[x[..., -3:] for x in torch.linalg.eigh(A)], W),
     ),
     "matrix_function exp": (
         lambda A, W, **kw: (ps.matrix_function(A, "exp", **kw) * W.conj()).real.sum(),

@@ -904,6 +904,7 @@ def test_the_julia_workflows_start_julia_before_torch(argv):
     import-order warning nor juliacall's own appears, and both succeed."""
     env = dict(os.environ)
     env.pop("PYSPECTRAL_START_JULIA", None)
+    env["MPLBACKEND"] = "Agg"  # the example's figure: no window to wait on
     root = str(Path(ps.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     run = subprocess.run(

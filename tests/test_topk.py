@@ -32,6 +32,11 @@ from pyspectral.pullbacks.eigh import eigh_pullback
 from pyspectral.pullbacks.svd import svd_pullback
 from pyspectral.pullbacks.truncated import _cg
 
+# The formulas are checked against the gradient w.r.t. the entries read (the
+# default, torch's Hermitian one, is its Hermitian part:
+# tests/test_gradient_convention.py, "eigh k=3").
+pytestmark = pytest.mark.usefixtures("triangle_gradient")
+
 
 def decaying(m, n, dtype=torch.float64, seed=1, ratio=0.7):
     return matrix_with_spectrum(
