@@ -41,13 +41,16 @@ def seeded(n: int, m: int, seed: int) -> torch.Tensor:
     """Gaussian ``n x m`` from a seeded CPU generator (the same numbers on
     every device), on ``DEVICE``."""
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, m, dtype=torch.float64, generator=g).to(DEVICE)
+    # device="cpu": the generator's, whatever torch's default device is
+    return torch.randn(n, m, dtype=torch.float64, generator=g, device="cpu").to(DEVICE)
 
 
 def with_spectrum(s: torch.Tensor, seed: int = 0) -> torch.Tensor:
     n = s.shape[0]
     g = torch.Generator().manual_seed(seed)
-    X1, X2 = (torch.randn(n, n, dtype=torch.float64, generator=g) for _ in "12")
+    X1, X2 = (
+        torch.randn(n, n, dtype=torch.float64, generator=g, device="cpu") for _ in "12"
+    )
     Q1 = torch.linalg.qr(X1.to(DEVICE)).Q
     Q2 = torch.linalg.qr(X2.to(DEVICE)).Q
     return (Q1 * s.to(DEVICE)) @ Q2.mT

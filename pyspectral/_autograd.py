@@ -43,6 +43,20 @@ def apply(function: type[torch.autograd.Function], *args: Any) -> Any:
     return super(torch.autograd.Function, function).apply(*args)  # type: ignore[misc]
 
 
+def in_layout_of(t: torch.Tensor, primal: torch.Tensor) -> torch.Tensor:
+    """The tangent ``t`` (differentiably) laid out as its ``primal``, strides
+    and conjugate bit: forward AD requires it where the primal is a view, as a
+    decomposition's factors often are (LAPACK's and cuSOLVER's column-major
+    results, cuSOLVER's ``V^H`` as a lazy conjugate, Julia's arrays), and a
+    pushforward computes in C order (``V @ X``)."""
+    conj = primal.is_conj()
+    if t.stride() == primal.stride() and t.is_conj() == conj and not t.is_neg():
+        return t
+    # new_empty_strided: batched like t under vmap (jacfwd), on its device
+    out = t.new_empty_strided(primal.shape, primal.stride())
+    return out.copy_(t.conj()).conj() if conj else out.copy_(t)
+
+
 def plain(*tensors: torch.Tensor | None) -> bool:
     """Whether a pullback runs plainly: no torch.func transform is active and
     autograd records nothing of it (grad mode off, as in a first-order

@@ -11,7 +11,13 @@ from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from . import _ops
-from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
+from ._autograd import (
+    LinearInA,
+    SpectralMaps,
+    apply,
+    check_not_nested_forward_mode,
+    in_layout_of,
+)
 from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
@@ -38,7 +44,6 @@ from ._validation import (
 from ._values import ValuesOp, apply_values, differentiated
 from .common.defaults import degeneracy_tol, peek
 from .exceptions import DomainError, InputError, InputTypeError
-from .julia import _convert as jconvert
 from .julia import _eigh as jeigh
 from .pullbacks.eigh import (
     eigh_pullback,
@@ -114,7 +119,8 @@ class _Eigh(torch.autograd.Function):
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         check_not_nested_forward_mode("eigh")
         w, V = ctx.saved_tensors
-        return eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
+        tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
+        return tuple(map(in_layout_of, tangents, (w, V)))
 
 
 class _EighJulia(torch.autograd.Function):
@@ -151,7 +157,7 @@ class _EighJulia(torch.autograd.Function):
             # the tangent will be differentiated: the native pushforward is the
             # same formula, and differentiable (as the backward under create_graph)
             tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
-            return tuple(map(jconvert.in_layout_of, tangents, (w, V)))
+            return tuple(map(in_layout_of, tangents, (w, V)))
         return jeigh.eigh_pushforward(ctx.handles, dA, ctx.uplo, ctx.opts)
 
 

@@ -12,7 +12,13 @@ from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from . import _ops
-from ._autograd import LinearInA, SpectralMaps, apply, check_not_nested_forward_mode
+from ._autograd import (
+    LinearInA,
+    SpectralMaps,
+    apply,
+    check_not_nested_forward_mode,
+    in_layout_of,
+)
 from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
@@ -39,7 +45,6 @@ from ._values import ValuesOp, apply_values
 from .common.defaults import degeneracy_tol, peek
 from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
-from .julia import _convert as jconvert
 from .julia import _svd as jsvd
 from .pullbacks.svd import (
     svd_function_pullback,
@@ -109,7 +114,8 @@ class _SVD(torch.autograd.Function):
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         check_not_nested_forward_mode("svd")
         U, S, Vh = ctx.saved_tensors
-        return svd_pushforward(U, S, Vh, dA, ctx.opts)
+        tangents = svd_pushforward(U, S, Vh, dA, ctx.opts)
+        return tuple(map(in_layout_of, tangents, (U, S, Vh)))
 
 
 class _SVDJulia(torch.autograd.Function):
@@ -146,7 +152,7 @@ class _SVDJulia(torch.autograd.Function):
             # the tangent will be differentiated: the native pushforward is the
             # same formula, and differentiable (as the backward under create_graph)
             tangents = svd_pushforward(U, S, Vh, dA, ctx.opts)
-            return tuple(map(jconvert.in_layout_of, tangents, (U, S, Vh)))
+            return tuple(map(in_layout_of, tangents, (U, S, Vh)))
         return jsvd.svd_pushforward(ctx.handles, dA, ctx.opts)
 
 

@@ -233,7 +233,9 @@ def polar_and_projector(svd, W, Wm=None):
 def test_torch_polar_gradient_is_nan_on_an_orthogonal_matrix(dtype) -> None:
     A, *_ = case("orthogonal", dtype)
     W = random_like(A, seed=4)
-    assert not torch.isfinite(grad(polar_and_projector(torch.linalg.svd, W), A)).all()
+    if A.device.type == "cpu":  # LAPACK's exact ties (cuSOLVER's differ: finite)
+        g = grad(polar_and_projector(torch.linalg.svd, W), A)
+        assert not torch.isfinite(g).all()
     check(polar_and_projector(ps.svd, W), A)
 
 
@@ -265,7 +267,8 @@ def test_torch_is_wrong_at_a_repeated_value(dtype) -> None:
         g = grad(polar_and_projector(torch.linalg.svd, W, Wm), A)
         errors.append(rel_err(g, exact) if torch.isfinite(g).all() else math.inf)
         assert rel_err(grad(polar_and_projector(ps.svd, W, Wm), A), exact) < TOL
-    assert max(errors) > 1e-2
+    if A.device.type == "cpu":  # on LAPACK's bases (cuSOLVER's: other errors)
+        assert max(errors) > 1e-2
 
 
 # ------------------------------------------------------------------ eigh

@@ -391,3 +391,45 @@ def test_gradcheck_forward_ad(dtype):
             check_backward_ad=False,
             check_batched_forward_grad=True,
         )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_tangents_laid_out_as_column_major_factors(dtype, monkeypatch):
+    """cuSOLVER returns some factors column-major, complex ones as lazy
+    conjugates (``V.mH``); forward AD then needs each tangent in its primal's
+    layout, conjugate bit included, or a view of the output (``Vh.mH``, a
+    slice, a product) trips torch's internal assert. Here torch.linalg's
+    factors are made so on the CPU."""
+    svd, eigh = torch.linalg.svd, torch.linalg.eigh
+
+    def like_cusolver(t):  # column-major, complex ones with a conjugate bit
+        if t.dim() < 2:
+            return t
+        B = t.conj().resolve_conj().mT.contiguous().mT
+        return B.conj() if t.is_complex() else B
+
+    def column_major(*ts):
+        return tuple(map(like_cusolver, ts))
+
+    monkeypatch.setattr(
+        torch.linalg, "svd", lambda *a, **k: column_major(*svd(*a, **k))
+    )
+    monkeypatch.setattr(
+        torch.linalg, "eigh", lambda *a, **k: column_major(*eigh(*a, **k))
+    )
+    A = random_like(torch.empty(5, 4, dtype=dtype), seed=1)
+    dA = random_like(A, seed=2)
+    H, dH = A.mH @ A, dA.mH @ A + A.mH @ dA
+    with fwAD.dual_level():
+        U, S, Vh = ps.svd(fwAD.make_dual(A, dA))
+        assert not Vh.is_contiguous()  # the layout under test
+        assert Vh.is_conj() == dtype.is_complex
+        P = fwAD.unpack_dual(U[:, :2] @ Vh.mH[:2]).tangent
+        w, V = ps.eigh(fwAD.make_dual(H, dH))
+        Q = fwAD.unpack_dual(V[:, -2:] @ V.mH[-2:]).tangent
+    U0, S0, Vh0 = svd(A, full_matrices=False)
+    _, (dU, dS, dVh) = jvp(lambda X: tuple(ps.svd(X)), (A,), (dA,))
+    assert torch.allclose(P, dU[:, :2] @ Vh0.mH[:2] + U0[:, :2] @ dVh.mH[:2])
+    w0, V0 = eigh(H)
+    _, (dw, dV) = jvp(lambda X: tuple(ps.eigh(X)), (H,), (dH,))
+    assert torch.allclose(Q, dV[:, -2:] @ V0.mH[-2:] + V0[:, -2:] @ dV.mH[-2:])

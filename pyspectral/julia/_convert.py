@@ -163,16 +163,6 @@ def julia_matrices(x: Any, batch: tuple[int, ...] | None = None) -> torch.Tensor
     return torch.from_numpy(_numpy(x, batch)).mT
 
 
-def in_layout_of(t: torch.Tensor, result: torch.Tensor) -> torch.Tensor:
-    """``t`` (differentiably) copied into the memory layout of ``result``, a
-    tensor wrapping a Julia array. Forward AD wants a tangent laid out as its
-    primal when the primal is a view, as these results are once the input
-    requires grad; a tangent computed natively (``V @ X``: C order) need not
-    be (``V`` itself is column-major)."""
-    out = torch.empty_strided(result.shape, result.stride(), dtype=t.dtype)
-    return out.copy_(t)
-
-
 def gradient_buffer(shape_dtype: tuple) -> torch.Tensor:
     """A zeroed C-contiguous gradient that Julia's pullbacks write into (CPU
     memory, whatever torch's default device is)."""
