@@ -36,7 +36,11 @@ from pyspectral._settings import options
 from pyspectral.exceptions import DomainError, JuliaError
 from pyspectral.julia import _blas, _bridge, _convert, _svd
 
-pytestmark = needs_julia
+# The Julia backend's rules, spies and zero-copy buffers are checked under the
+# gradient w.r.t. the triangle read, which Julia computes and writes in place
+# (the default, torch's Hermitian one, is formed from it in torch:
+# tests/test_gradient_convention.py runs it on real Julia).
+pytestmark = [needs_julia, pytest.mark.usefixtures("triangle_gradient")]
 
 DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
 SHAPES = [(5, 3), (3, 5), (4, 4)]
