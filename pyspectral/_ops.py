@@ -31,7 +31,7 @@ from torch import Tensor
 
 from ._settings import GAUGE_POLICIES, Options, gradient_convention, options
 from ._validation import check_matrix
-from .pullbacks.eigh import eigh_pullback
+from .pullbacks.eigh import eigh_pullback, hermitian_part
 from .pullbacks.matfun import matrix_function_pullback
 from .pullbacks.svd import svd_function_pullback, svd_pullback
 
@@ -182,7 +182,7 @@ def _convention(G: Tensor, gradient: Optional[str]) -> Tensor:
     (whose fold onto the triangle ``G`` is; eigh.py's ``_with_gradient``)."""
     if gradient_convention(gradient, "eigh") == "triangle":
         return G.contiguous()
-    return ((G + G.mH) * 0.5).contiguous()
+    return hermitian_part(G).contiguous()
 
 
 def _eigh_setup(ctx, inputs, output) -> None:
@@ -268,7 +268,9 @@ def _(U, S, Vh, gY, name, x, degeneracy_atol, gauge):
     return torch.empty_like(gY, memory_format=torch.contiguous_format)
 
 
-def _svd_function_setup(ctx, inputs, output) -> None:
+def _function_setup(ctx, inputs, output) -> None:
+    """Both spectral-function operators: the factors (outputs after ``Y``)
+    saved, the arguments after ``A`` handed to the backward operator."""
     ctx.save_for_backward(*output[1:])
     ctx.rest = inputs[1:]
 
@@ -279,9 +281,7 @@ def _svd_function_backward(ctx, gY, *_):
     return (gA, *(None,) * 4)
 
 
-svd_function.register_autograd(
-    _svd_function_backward, setup_context=_svd_function_setup
-)
+svd_function.register_autograd(_svd_function_backward, setup_context=_function_setup)
 
 
 @torch.library.custom_op("pyspectral::matrix_function", mutates_args=())
@@ -332,11 +332,6 @@ def _(w, V, gY, name, x, uplo, degeneracy_atol, gradient):
     return torch.empty_like(V, memory_format=torch.contiguous_format)
 
 
-def _matrix_function_setup(ctx, inputs, output) -> None:
-    ctx.save_for_backward(*output[1:])
-    ctx.rest = inputs[1:]
-
-
 def _matrix_function_backward(ctx, gY, *_):
     w, V = ctx.saved_tensors
     gA = matrix_function_backward(w, V, _zeros_if_none(gY, V), *ctx.rest)
@@ -344,7 +339,7 @@ def _matrix_function_backward(ctx, gY, *_):
 
 
 matrix_function.register_autograd(
-    _matrix_function_backward, setup_context=_matrix_function_setup
+    _matrix_function_backward, setup_context=_function_setup
 )
 
 

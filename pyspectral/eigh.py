@@ -49,6 +49,7 @@ from .pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
     hermitian_from_triangle,
+    hermitian_part,
     tangent_scale,
 )
 from .pullbacks.matfun import (
@@ -458,11 +459,11 @@ class _HermitianPart(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, g: Tensor) -> Tensor:
-        return (g + g.mH) * 0.5
+        return hermitian_part(g)
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor) -> Tensor:
-        return (dA + dA.mH) * 0.5
+        return hermitian_part(dA)
 
 
 def eigh(

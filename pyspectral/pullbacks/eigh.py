@@ -32,6 +32,7 @@ __all__ = [
     "fold_triangle",
     "eigh_pushforward",
     "hermitian_from_triangle",
+    "hermitian_part",
     "tangent_scale",
 ]
 
@@ -48,6 +49,13 @@ def fold_triangle(G: Tensor, uplo: str) -> Tensor:
     # In place on T, which is new: one full-size temporary instead of four.
     T.diagonal(dim1=-2, dim2=-1).copy_(G.diagonal(dim1=-2, dim2=-1).real)
     return T
+
+
+def hermitian_part(X: Tensor) -> Tensor:
+    """``(X + X^H) / 2``: under the Hermitian gradient convention (torch's)
+    both the gradient from the triangle-true one and the tangent a direction
+    acts through (self-adjoint; differentiable operations)."""
+    return (X + X.mH) * 0.5
 
 
 _REAL = {torch.complex64: torch.float32, torch.complex128: torch.float64}

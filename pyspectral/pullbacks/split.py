@@ -41,6 +41,7 @@ from torch import Tensor
 from .._settings import Options
 from ..common.defaults import degeneracy_tol
 from ..common.safemethods import divided_difference
+from .eigh import hermitian_part
 
 __all__ = ["ABSORB", "split_weights", "svd_split_pullback", "svd_split_pushforward"]
 
@@ -67,10 +68,6 @@ def _times(w: Tensor, x: Tensor) -> Tensor:
     return torch.where(unreached, torch.zeros_like(w), w) * x
 
 
-def _hermitian(X: Tensor) -> Tensor:
-    return (X + X.mH) * 0.5
-
-
 def _cluster_pairs(S: Tensor, keep: Tensor, opts: Options) -> Tensor:
     """The off-diagonal pairs ``(i, j)`` of kept singular values closer than
     the degeneracy tolerance (``(*, k, k)`` bool)."""
@@ -94,7 +91,7 @@ def _cluster_term(
 ) -> Tensor:
     """``f[s_i, s_j] sym(X)_ij`` on the off-diagonal pairs of each kept
     cluster, 0 elsewhere (``X``: ``(*, k, k)``)."""
-    term = _times(_divided(S, f, df).to(X.dtype), _hermitian(X))
+    term = _times(_divided(S, f, df).to(X.dtype), hermitian_part(X))
     return torch.where(_cluster_pairs(S, keep, opts), term, torch.zeros_like(term))
 
 
