@@ -4,7 +4,9 @@ when the iteration would not pay off) against the exact top-k gradient
 (``method="full"``) and against ``torch.svd_lowrank`` + autograd, all in one
 run:
 
-1. a spectrum with a gap at k (s_(k+1)/s_k = 0.5, slowly decaying tail);
+1. a spectrum with a gap at k (s_(k+1)/s_k = 0.5, decaying tail), and the
+   same gap before a slow tail (0.05 * logspace(0, -5): the hard case for
+   subspace iteration, whose rate is s_(p+1)/s_k);
 2. no gap: a Gaussian matrix and a slowly decaying spectrum s_i = i**-0.5;
 3. the gap closing, s_(k+1)/s_k = 0.5 ... 0.999, default and explicit
    method="randomized" against the full path and torch.svd_lowrank.
@@ -62,6 +64,15 @@ def gap_matrix(n: int, k: int, gap: float, seed: int = 0) -> torch.Tensor:
     i = torch.arange(n, dtype=torch.float64)
     s = torch.where(i < k, 0.9**i, gap * 0.9 ** (k - 1) * 0.9 ** (i - k))
     return with_spectrum(s, seed)
+
+
+def slow_tail_matrix(n: int, k: int, seed: int = 0) -> torch.Tensor:
+    """s = logspace(0, -1, k) for the top k (down to s_k = 0.1), then
+    0.05 * logspace(0, -5, n - k): s_(k+1)/s_k = 0.5 before a tail that
+    decays by 1e-5 over all of it (0.997 per value at n = 4096)."""
+    head = torch.logspace(0, -1, k, dtype=torch.float64)
+    tail = 0.05 * torch.logspace(0, -5, n - k, dtype=torch.float64)
+    return with_spectrum(torch.cat([head, tail]), seed)
 
 
 def slow_matrix(n: int) -> torch.Tensor:
@@ -124,12 +135,15 @@ def weights(n: int) -> torch.Tensor:
     return seeded(n, n, 1)
 
 
-def table_gap(n: int, k: int, rounds: int) -> None:
-    A, W = gap_matrix(n, k, 0.5), weights(n)
+def table_gap(n: int, k: int, rounds: int, slow_tail: bool = False) -> None:
+    A = slow_tail_matrix(n, k) if slow_tail else gap_matrix(n, k, 0.5)
+    W = weights(n)
     fns = methods(k)
     full = measure({"full": fns.pop("full")}, A, W, 1)["full"]
     res = measure(fns, A, W, rounds)
-    print(f"\n### 1. top-{k} of {n}x{n}, s_(k+1)/s_k = 0.5, decaying tail\n")
+    what = "then 0.05 logspace(0, -5)" if slow_tail else "decaying tail"
+    print(f"\n### 1{'b' if slow_tail else ''}. top-{k} of {n}x{n}, ", end="")
+    print(f"s_(k+1)/s_k = 0.5, {what}\n")
     print("| method | fwd+bwd | speed-up vs full | gradient error |")
     print("|---|---:|---:|---:|")
     print(f"| full | {full[0]:.2f} s | 1.0x | exact |")
@@ -239,6 +253,7 @@ def main(argv=None) -> None:
         "forward + backward, median of the rounds"
     )
     table_gap(args.n_gap, args.k, args.rounds)
+    table_gap(args.n_gap, args.k, args.rounds, slow_tail=True)
     table_no_gap(args.n_nogap, args.k, args.rounds)
     table_closing(args.n_closing, args.k)
 

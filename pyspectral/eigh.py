@@ -98,29 +98,35 @@ class EighResult(NamedTuple):
 
 
 class _Eigh(torch.autograd.Function):
+    """``eigh`` with its derivatives under the convention ``hermitian``
+    (torch's: the Hermitian gradient; else w.r.t. the ``uplo`` triangle)."""
+
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: Tensor, uplo: str, opts: Options) -> tuple:
+    def forward(A: Tensor, uplo: str, opts: Options, hermitian: bool) -> tuple:
         return tuple(torch.linalg.eigh(A, UPLO=uplo))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*output)
         ctx.save_for_forward(*output)
-        ctx.uplo, ctx.opts = inputs[1], inputs[2]
+        _, ctx.uplo, ctx.opts, ctx.hermitian = inputs
         ctx.set_materialize_grads(False)
 
     @staticmethod
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         w, V = ctx.saved_tensors
-        return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
+        opts, herm = ctx.opts, ctx.hermitian
+        gA = eigh_pullback(w, V, gw, gV, ctx.uplo, opts, hermitian=herm)
+        return gA, None, None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         check_not_nested_forward_mode("eigh")
         w, V = ctx.saved_tensors
-        tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
+        opts, herm = ctx.opts, ctx.hermitian
+        tangents = eigh_pushforward(w, V, dA, ctx.uplo, opts, hermitian=herm)
         return tuple(map(in_layout_of, tangents, (w, V)))
 
 
@@ -434,10 +440,27 @@ def _with_gradient(op: str, A: Tensor, gradient: Any) -> Tensor:
     :class:`_HermitianPart`, whose derivatives are those of ``(A + A^H) /
     2``: a tangent acts through its Hermitian part and the gradient is the
     Hermitian ``G`` (whose fold onto the triangle is the triangle-true
-    gradient; the two agree on every Hermitian direction)."""
-    if gradient_convention(gradient, op) == "triangle" or not differentiated(A):
-        return A
-    return apply(_HermitianPart, A)
+    gradient; the two agree on every Hermitian direction). (The native
+    ``eigh`` applies the convention in its own pullback: :func:`_decompose`.)"""
+    return _hermitian_input(A, gradient_convention(gradient, op) == "hermitian")
+
+
+def _hermitian_input(A: Tensor, hermitian: bool) -> Tensor:
+    """``A`` through :class:`_HermitianPart` if ``hermitian`` and it is
+    differentiated, else itself."""
+    return apply(_HermitianPart, A) if hermitian and differentiated(A) else A
+
+
+def _decompose(
+    A: Tensor, uplo: str, opts: Options, julia: bool, hermitian: bool
+) -> tuple[Tensor, Tensor]:
+    """``(w, V)`` of the whole ``eigh`` with derivatives under the convention
+    (``hermitian``): the native Function applies it in its pullback (no extra
+    operation), the Julia one, which computes the triangle-true gradient,
+    through :class:`_HermitianPart`."""
+    if not julia:
+        return apply(_Eigh, A, uplo, opts, hermitian)
+    return apply(_EighJulia, _hermitian_input(A, hermitian), uplo, opts)
 
 
 class _HermitianPart(torch.autograd.Function):
@@ -641,6 +664,25 @@ def eigh(
             )  # fmt: skip
             if res is not None:
                 return EighResult(*res)
+    # The common call, every keyword at its default (what the checks below
+    # would find): A, UPLO and the convention are all there is to check.
+    if (
+        backend in ("auto", "torch")
+        and check_hermitian is False
+        and largest is True
+        and by == "value"
+        and multiplets == "cut"
+        and return_error is False
+        and method == "auto"
+        and type(backward_maxiter) is int
+        and backward_maxiter == 500
+        and all(x is None for x in (k, atol, rtol, error_atol, error_rtol, min_rank))
+        and all(x is None for x in (hermitian_tol, degeneracy_atol, broadening, gauge))
+        and all(x is None for x in (gauge_atol, oversample, n_iter, backward_rtol, out))
+    ):
+        UPLO = _check("eigh", A, UPLO)
+        hermitian = gradient_convention(gradient, "eigh") == "hermitian"
+        return EighResult(*apply(_Eigh, A, UPLO, options(op="eigh"), hermitian))
     # Every argument is validated before a backend is chosen (and Julia started).
     UPLO = _check("eigh", A, UPLO)
     kw = check_keywords(
@@ -688,19 +730,20 @@ def eigh(
     opts = options(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh"
     )
-    A = _with_gradient("eigh", A, gradient)
+    hermitian = gradient_convention(gradient, "eigh") == "hermitian"
     if check_out("eigh", out, backend, A, rule):
         return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
     if magnitude:
-        return _eigh_by_magnitude(A, UPLO, rule, backend, return_error, opts)
+        return _eigh_by_magnitude(A, UPLO, rule, backend, return_error, opts, hermitian)
     if rule is None:
-        impl = _EighJulia if resolve_backend("eigh", backend, A) == "julia" else _Eigh
-        return EighResult(*apply(impl, A, UPLO, opts))
+        julia = resolve_backend("eigh", backend, A) == "julia"
+        return EighResult(*_decompose(A, UPLO, opts, julia, hermitian))
     n = A.shape[-1]
     cap = n if rule.k is None else min(rule.k, n)
     path, cfg = truncation_path("eigh", A, rule, cap, method, kw)
     julia = resolve_backend("eigh", backend, A) == "julia"
     if path == "iterative":
+        A = _hermitian_input(A, hermitian)
         at_cap = rule._replace(k=cap)
         if julia:
             w, V, block = apply(EighTopKJulia, A, cap, largest, UPLO, cfg, opts)
@@ -716,7 +759,7 @@ def eigh(
         H = hermitian_from_triangle(A, UPLO) if return_error else None
         fields = truncated_eigh(H, w, V, r, cap, largest, return_error)
     else:
-        w, V = apply(_EighJulia if julia else _Eigh, A, UPLO, opts)
+        w, V = _decompose(A, UPLO, opts, julia, hermitian)
         r, tails = eigh_ranks(w, rule, largest, opts, julia, errors=return_error)
         fields = truncated_eigh(None, w, V, r, cap, largest, return_error, tails)
     return fields if return_error else EighResult(*fields)
@@ -743,7 +786,13 @@ def _check_by(by: Any, largest: bool, method: str) -> bool:
 
 
 def _eigh_by_magnitude(
-    A: Tensor, UPLO: str, rule: Any, backend: str, return_error: bool, opts: Options
+    A: Tensor,
+    UPLO: str,
+    rule: Any,
+    backend: str,
+    return_error: bool,
+    opts: Options,
+    hermitian: bool,
 ) -> EighResult | TruncatedEighResult:
     """The truncation by magnitude: the whole decomposition, its eigenpairs
     ranked by ``|lambda|`` (descending), the rules on that ranking."""
@@ -753,7 +802,7 @@ def _eigh_by_magnitude(
             "k or a tolerance (atol, rtol, error_atol, error_rtol), or drop by"
         )
     julia = resolve_backend("eigh", backend, A) == "julia"
-    w, V = apply(_EighJulia if julia else _Eigh, A, UPLO, opts)
+    w, V = _decompose(A, UPLO, opts, julia, hermitian)
     fields = truncated_eigh_by_magnitude(w, V, rule, opts, julia, return_error)
     return fields if return_error else EighResult(*fields)
 
@@ -805,7 +854,7 @@ def eigvalsh(
         if res is not None:
             return res[0]
     UPLO = _check("eigvalsh", A, UPLO)
-    A = _with_gradient("eigvalsh", A, gradient)
+    hermitian = gradient_convention(gradient, "eigvalsh") == "hermitian"
     if check_out("eigvalsh", out, backend, A):
         return torch.linalg.eigvalsh(A, UPLO=UPLO, out=out)
     julia = resolve_backend("eigvalsh", backend, A) == "julia"
@@ -818,8 +867,7 @@ def eigvalsh(
     )
     if plain and not julia:
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
-    impl = _EighJulia if julia else _Eigh
-    return apply(impl, A, UPLO, options(op="eigvalsh"))[0]
+    return _decompose(A, UPLO, options(op="eigvalsh"), julia, hermitian)[0]
 
 
 def matrix_function(

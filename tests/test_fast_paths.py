@@ -208,3 +208,145 @@ def test_batched_eigh_pullback_is_the_per_matrix_one(dtype, uplo) -> None:
     G = random_like(A, seed=6)
     folded = fold_triangle(G, uplo)
     assert all(torch.equal(folded[i], fold_triangle(G[i], uplo)) for i in range(3))
+
+
+# ---------------------------------------------------- issue 25: speed round 2
+
+
+def spread(n, close=None, seed=0):
+    """``n`` distinct values in (1, 2], descending; ``close=(i, gap)`` puts
+    value ``i + 1`` ``gap`` below value ``i`` (inside the rounding cut's
+    window, outside the degeneracy tolerance)."""
+    g = torch.Generator().manual_seed(seed)
+    s = (1 + torch.rand(n, dtype=torch.float64, generator=g)).sort(descending=True)
+    s = s.values
+    if close is not None:
+        i, gap = close
+        s[i + 1] = s[i] - gap
+    return tuple(s.tolist())
+
+
+@pytest.mark.parametrize("n", [130, 140])  # from TRANSPOSE_COPY on: in place
+@pytest.mark.parametrize("close", [None, (5, 1e-9)])
+def test_large_svd_pullback_equals_general(n, close) -> None:
+    """The in-place path of a large real square SVD (every temporary in three
+    buffers) gives the general formula's gradient, with the rounding cut of
+    the differences (at this size some adjacent gap is always in its window;
+    here also a near-degenerate pair) and of the trailing sums (two values
+    whose sum is in the window)."""
+    from pyspectral.common.safemethods import TRANSPOSE_COPY, gap_checks
+
+    assert n >= TRANSPOSE_COPY
+    s = spread(n - 2, close) + (0.02, 0.01)
+    U, S, Vh, gU, gS, gVh = svd_case(n, n, s, torch.float64)
+    checks = gap_checks(S, None, 2 * n, True)
+    assert checks.separated and checks.cut_differences and checks.tail == n - 2
+    opts = Options(gauge="ignore")
+    W = random_like(U, seed=7)
+    polar = (W @ Vh.mH, None, U.mH @ W)  # invariant: the numerators are noise
+    for cot in ((gU, gS, gVh), (gU, None, gVh), (gU, gS, None), (None, gS, gVh), polar):
+        fast = svd_pullback(U, S, Vh, *cot, opts)
+        slow = general(svd_pullback, U, S, Vh, *cot, opts)
+        assert torch.allclose(fast, slow, rtol=1e-12, atol=1e-12 * slow.abs().max())
+
+
+@pytest.mark.parametrize("hermitian", [False, True])
+@pytest.mark.parametrize("uplo", ["L", "U"])
+def test_large_eigh_pullback_equals_general(hermitian, uplo) -> None:
+    """The same for eigh (130 x 130, a close pair), under both conventions;
+    torch's Hermitian gradient comes out exactly Hermitian."""
+    w0 = torch.linspace(-2, 3, 130, dtype=torch.float64)
+    w0[7] = w0[6] + 1e-9
+    A = hermitian_with_spectrum(tuple(w0.tolist()), torch.float64)
+    w, V = torch.linalg.eigh(A, UPLO=uplo)
+    gw, gV = random_like(w, seed=1), random_like(V, seed=2)
+    opts = Options(gauge="ignore")
+    W = random_like(A, seed=7)
+    pair = torch.zeros_like(V)  # the projector onto the pair: invariant
+    pair[:, 6:8] = (W + W.mT) @ V[:, 6:8]
+    for cot in ((gw, gV), (None, gV), (gw, None), (None, pair)):
+        fast = eigh_pullback(w, V, *cot, uplo, opts, hermitian=hermitian)
+        slow = general(eigh_pullback, w, V, *cot, uplo, opts, False, hermitian)
+        assert torch.allclose(fast, slow, rtol=1e-12, atol=1e-12 * slow.abs().max())
+        if hermitian:
+            assert torch.equal(fast, fast.mH)
+
+
+@pytest.mark.parametrize("descending", [True, False])
+def test_gap_checks_host_and_device_agree(descending) -> None:
+    """``gap_checks`` reads a small spectrum on the host and a batch on its
+    device: the same answers (NaN: degenerate, every cut)."""
+    from pyspectral.common.safemethods import gap_checks
+
+    g = torch.Generator().manual_seed(3)
+    cases = [torch.rand(3, 6, dtype=torch.float64, generator=g) for _ in range(20)]
+    cases.append(torch.tensor([[3.0, 2.0, 1.0, 1e-6], [3.0, 2.0, 1.0 + 1e-7, 1.0]]))
+    cases.append(torch.tensor([[3.0, float("nan"), 1.0]]))
+    for x in cases:
+        x = x.sort(-1, descending=descending).values
+        host = gap_checks(x, None, 10, descending)
+        device = gap_checks(x.expand(_HOST_SPECTRUM, *x.shape), None, 10, descending)
+        assert device[:3] == host[:3], (x, host, device)
+    # the tail: the values whose double is below the window, from the end
+    x = torch.tensor([3.0, 2.0, 1.0, 1e-6, 1e-7], dtype=torch.float64)
+    assert gap_checks(x, None, 10, True).tail == 3
+
+
+def test_gap_checks_rows_select_the_matrices_to_cut() -> None:
+    from pyspectral.common.safemethods import gap_checks
+
+    x = torch.tensor([4.0, 3.0, 2.0, 1.0], dtype=torch.float64).repeat(40, 1)
+    x[17, 2] = 3.0 - 1e-9  # one matrix with a close pair
+    checks = gap_checks(x, None, 8, True)
+    assert checks.cut_differences and checks.rows.tolist() == [17]
+    x[:20, 2] = 3.0 - 1e-9  # half the batch: every matrix is cut (rows None)
+    checks = gap_checks(x, None, 8, True)
+    assert checks.cut_differences and checks.rows is None
+    assert not gap_checks(x[20:], None, 8, True).cut_differences
+
+
+def _invariant_loss(op, X, W):
+    """Invariant under rotations of the pair (5, 5 - 1e-10): the polar
+    factor, the projector onto the eigenvectors of the pair (W symmetric)."""
+    if op == "svd":
+        U, S, Vh = ps.svd(X)
+        return ((U @ Vh) * W).sum() + S.sum()
+    w, V = ps.eigh(X)
+    P = V[..., :, 3:5] @ V[..., :, 3:5].mT
+    return (P * W).sum() + w.sum()
+
+
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+def test_batched_cut_of_a_few_matrices_is_exact(op) -> None:
+    """A batch of 40 where one matrix has a near-degenerate pair: that one
+    alone is cut (``GapChecks.rows``), and each gradient is the matrix's
+    alone (read on the host). Uncut, matrix 17's would be off by 5e-7 (the
+    rounding of the pair's numerator over its gap of 1e-10)."""
+    dtype = torch.float64
+    close, far = (8, 7, 6, 5, 5 - 1e-10, 3, 2, 1), (8, 7, 6, 5, 4, 3, 2, 1)
+    mats = []
+    for i in range(40):
+        s = close if i == 17 else far
+        if op == "svd":
+            mats.append(matrix_with_spectrum(s, 8, 8, dtype, seed=i))
+        else:
+            mats.append(hermitian_with_spectrum(s, dtype, seed=i))
+    A = torch.stack(mats).requires_grad_()
+    W = random_like(A.detach(), seed=99)
+    W = W + W.mT
+    (batched,) = torch.autograd.grad(_invariant_loss(op, A, W), A)
+    for i in (0, 17):
+        Ai = A.detach()[i].clone().requires_grad_()
+        (single,) = torch.autograd.grad(_invariant_loss(op, Ai, W[i]), Ai)
+        assert torch.allclose(batched[i], single, rtol=1e-12, atol=1e-13)
+
+
+def test_column_rounding_never_cuts_everything_on_overflow() -> None:
+    """A single-precision bound that overflows is 0 (nothing cut there), not
+    inf (everything cut: a zero gradient); NaN stays NaN."""
+    from pyspectral.common.safemethods import column_rounding
+
+    G = torch.tensor([[1e20, 1.0], [1e20, 1.0]], dtype=torch.float32)
+    c = column_rounding(G, 2)
+    assert torch.isfinite(c).all() and c[0] == 0 and c[1] > 0
+    assert torch.isnan(column_rounding(torch.full((2, 1), float("nan")), 2)).all()

@@ -5,14 +5,16 @@ without ``0 * inf`` (mirrors ``julia/PySpectral/src/common/safemethods.jl``).
 
 from __future__ import annotations
 
+import bisect
 import math
+import operator
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch._C._functorch import is_functorch_wrapped_tensor
 
-from .defaults import eps, eps34, peek
+from .defaults import _HOST_SPECTRUM, eps, eps34, peek
 
 if TYPE_CHECKING:
     from .._settings import Options
@@ -239,15 +241,25 @@ def with_infinite_weights(
 # cotangents (the caller's data, as any cotangent's error).
 
 
-def column_rounding(G: torch.Tensor, inner: int, dim: int = -2) -> torch.Tensor:
+def column_rounding(
+    G: torch.Tensor, inner: int, dim: int = -2, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """``eps (inner + 2) ||g_j||`` per column ``g_j`` of ``G`` (``dim=-2``;
     ``dim=-1``: per row), detached, shape ``(*, k)``: with ``c_i + c_j``
     (:func:`pair_rounding`), a bound on the rounding error of the skew part of
     ``Q^H G`` (``Q``: ``inner`` rows, orthonormal columns) at entry ``(i, j)``
-    (see the comment above)."""
+    (see the comment above). ``out``: a free real buffer of ``G``'s shape for
+    the squares. A bound that overflows (single precision, entries past 1e19)
+    is 0: nothing is cut there, rather than everything."""
     if G.requires_grad or is_functorch_wrapped_tensor(G):
         G = G.detach()
-    return torch.linalg.vector_norm(G, dim=dim).mul_(eps(G.dtype) * (inner + 2))
+    # (a sum of squares: vector_norm along a column is 6x slower at n = 256,
+    # and it does not rescale either)
+    a = G.abs() if G.is_complex() else G
+    c = torch.mul(a, a, out=out).sum(dim).sqrt_().mul_(eps(G.dtype) * (inner + 2))
+    if c.dtype == torch.float32:
+        c = c.nan_to_num_(nan=math.nan, posinf=0.0)
+    return c
 
 
 def pair_rounding(c: torch.Tensor) -> torch.Tensor:
@@ -270,38 +282,113 @@ def cut_rounding(X: torch.Tensor, r: torch.Tensor, inplace: bool) -> torch.Tenso
     return X - torch.where(small, X.detach(), 0)
 
 
+# From this many rows on, X^H is read through a contiguous copy: an operand
+# read transposed makes an elementwise pass 3x slower than the (blocked)
+# copy and a plain pass together (n = 256); below, the copy costs more.
+TRANSPOSE_COPY = 128
+
+
+def cut_rounding_rows(
+    X: torch.Tensor, rows: torch.Tensor, bound: Callable[..., torch.Tensor]
+) -> None:
+    """:func:`cut_rounding` in place on the matrices ``rows`` of the batch
+    ``X`` (new, contiguous; ``rows`` index its flattened batch, as
+    ``GapChecks.rows``) and on no other; ``bound(rows)``: their ``r``."""
+    Xf = X.view(-1, *X.shape[-2:])
+    sub = Xf[rows]
+    Xf[rows] = sub.masked_fill_(sub.abs() <= bound(rows), 0)
+
+
+def with_adjoint(X: torch.Tensor, sign: float) -> torch.Tensor:
+    """``X + sign * X^H`` (``sign`` +1 or -1: twice the Hermitian or the skew
+    part), a new tensor (differentiable)."""
+    Xh = X.mH.contiguous() if X.shape[-1] >= TRANSPOSE_COPY else X.mH
+    return X + Xh if sign > 0 else X - Xh
+
+
+def adjoint_sum_(
+    X: torch.Tensor, sign: float, spare: torch.Tensor | None = None
+) -> torch.Tensor:
+    """:func:`with_adjoint` in place on ``X`` (new, not differentiated) where
+    the transpose is copied, into ``spare`` if given (a free buffer of
+    ``X``'s shape and dtype): no fresh full-size buffer, which at n = 256
+    costs more in page faults than the pass itself."""
+    if X.shape[-1] < TRANSPOSE_COPY:
+        return X + X.mH if sign > 0 else X - X.mH
+    Xh = X.mH.contiguous() if spare is None else spare.copy_(X.mH)
+    return X.add_(Xh, alpha=sign)
+
+
 # The cut changes a result only where a gap is small: entry (i, j) of the
 # middle matrix by at most r_ij / (2 gap) <= eps (m + n + 4) g / gap (g the
 # largest column norm of the cotangents), against its natural scale
-# g / max(s). Where every gap is at least (m + n + 4) eps**(1/4) max(s) that
-# is below eps**(3/4) relative, the package's resolution, so a plain pullback
-# skips the cut there: well-separated spectra pay nothing for it.
+# g / max(s). Where a gap is at least (m + n + 4) eps**(1/4) max(s) that is
+# below eps**(3/4) relative, the package's resolution, so a plain pullback
+# cuts only where some gap is below that window: the differences (all of
+# them, if any adjacent one is) and, for singular values, the sums s_i + s_j
+# (only the trailing block where 2 s_i is below it: the others are wider).
 
 
-def rounding_cut_needed(x: torch.Tensor, inner: int, descending: bool) -> bool:
-    """Whether the sorted spectrum ``x`` (``(*, k)``, plain) may have a gap
-    below ``(inner + 4) eps**(1/4) max|x|`` in some matrix: an adjacent
-    difference or, for singular values (``descending``), the smallest sum
-    ``2 min(x)`` (the other denominator of the svd pullback). ``inner``:
-    ``m + n`` (svd), ``n`` (eigh). NaN needs the cut. Only a small spectrum
-    (at most 64 values, read on the host as ``separated`` does) is tested:
-    for a larger one the test would cost about as many passes as the cut,
-    which it then takes."""
+class GapChecks(NamedTuple):
+    """What a plain pullback needs to know of its sorted spectrum, from one
+    look at it (:func:`gap_checks`)."""
+
+    separated: bool  # no degenerate pair (defaults.separated)
+    cut_differences: bool  # some adjacent gap below the rounding-cut window
+    tail: int  # singular values: the first i with 2 x_i below it (k: none)
+    # a batch read on its device: the (flattened) matrices with such a gap,
+    # where they are at most a quarter of it (None: every matrix)
+    rows: torch.Tensor | None = None
+
+
+def gap_checks(
+    x: torch.Tensor, atol: float | None, inner: int, descending: bool
+) -> GapChecks:
+    """:class:`GapChecks` of the sorted spectrum ``x`` (``(*, k)``, plain;
+    singular values ``descending``, eigenvalues ascending), over the batch.
+    ``atol``: the degeneracy tolerance (None: :func:`degeneracy_tol`'s);
+    ``inner``: ``m + n`` (svd), ``n`` (eigh), the rounding-cut window being
+    ``(inner + 4) eps**(1/4) max|x|`` (see above). NaN counts as degenerate
+    and as needing every cut; an unsorted spectrum as not separated. A small
+    spectrum is read on the host as ``separated`` reads it, a larger one
+    tested on its device with one sync."""
     k = x.shape[-1]
-    if x.numel() > 64:
-        return True
     if k == 0 or x.numel() == 0:
-        return False
-    factor = (inner + 4) * eps(x.dtype) ** 0.25
-    for r in x.reshape(-1, k).tolist():  # (tolist reads no graph)
-        if descending:
-            r.reverse()  # ascending
-        tol = factor * max(abs(r[0]), abs(r[-1]))
-        if not all(b - a >= tol for a, b in zip(r, r[1:])):
-            return True
-        if descending and not 2 * r[0] >= tol:
-            return True
-    return False
+        return GapChecks(True, False, k)
+    window = (inner + 4) * eps(x.dtype) ** 0.25
+    resolution = eps34(x.dtype)
+    if x.numel() <= _HOST_SPECTRUM:
+        is_separated, cut, tail = True, False, k
+        for r in x.detach().reshape(-1, k).tolist():  # (tolist reads no graph)
+            if descending:
+                r.reverse()  # ascending
+            if math.isnan(sum(r)):
+                return GapChecks(False, True, 0 if descending else k)
+            scale = max(abs(r[0]), abs(r[-1]))
+            tol = resolution * scale if atol is None else atol
+            wide = window * scale
+            gap = min(map(operator.sub, r[1:], r[:-1]), default=math.inf)
+            is_separated = is_separated and gap > tol
+            cut = cut or gap < wide
+            if descending:  # (unsorted, gap < 0: the whole block)
+                tail = min(tail, k - bisect.bisect_left(r, wide / 2) if gap >= 0 else 0)
+        return GapChecks(is_separated, cut, tail)
+    x = x.detach().reshape(-1, k)
+    # max|x| from the ends (sorted; else a gap fails), as separated does
+    scale = torch.maximum(x[..., :1].abs(), x[..., -1:].abs())
+    tol = scale * resolution if atol is None else atol
+    wide = scale * window
+    gaps = x[..., :-1] - x[..., 1:] if descending else x[..., 1:] - x[..., :-1]
+    close = ~(gaps >= wide).all(-1)  # per matrix
+    flags = [(gaps > tol).all(), close.sum()]
+    if descending:
+        flags.append((~(x + x >= wide)).sum(-1).amax())
+    flags = torch.stack([f.to(torch.int64) for f in flags]).tolist()
+    small = flags[2] if descending else 0
+    # (few matrices to cut in a large batch: those alone, see the pullbacks)
+    few = 0 < flags[1] <= x.shape[0] // 4
+    rows = close.nonzero().squeeze(-1) if few else None
+    return GapChecks(bool(flags[0]), flags[1] > 0, k - small, rows)
 
 
 def max_abs(G: torch.Tensor) -> torch.Tensor:

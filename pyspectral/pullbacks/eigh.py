@@ -16,15 +16,20 @@ from .._second_order import (
     spectral_clusters,
 )
 from .._settings import Options
-from ..common.defaults import degeneracy_tol, separated
+from ..common.defaults import degeneracy_tol
 from ..common.gauge import check_gauge
 from ..common.safemethods import (
+    TRANSPOSE_COPY,
+    GapChecks,
     add_diagonal,
+    adjoint_sum_,
     column_rounding,
     cut_rounding,
+    cut_rounding_rows,
+    gap_checks,
     gap_inverse,
     pair_rounding,
-    rounding_cut_needed,
+    with_adjoint,
 )
 
 __all__ = [
@@ -82,10 +87,13 @@ def eigh_pullback(
     uplo: str,
     opts: Options,
     middle_only: bool = False,
+    hermitian: bool = False,
 ) -> Tensor | None:
     """Gradient w.r.t. the input of ``eigh`` from the cotangents of ``w, V``
     (``middle_only=True``: the middle matrix ``M`` of ``fold(V M V^H)``, for
-    ``gV`` given)."""
+    ``gV`` given). ``hermitian=False``: the gradient w.r.t. the ``uplo``
+    triangle read (``fold_triangle``); ``True``: torch's, the Hermitian
+    ``G = V M V^H`` itself, as its Hermitian part (exactly Hermitian)."""
     # With dP = V^H dA V (Hermitian) and Omega = V^H dV (anti-Hermitian),
     # dP_ij = Omega_ij (w_j - w_i) off the diagonal; pairing with K = V^H gV and
     # keeping the Hermitian part (dP is Hermitian) gives
@@ -100,32 +108,41 @@ def eigh_pullback(
         if gw is None:
             return None
         if plain(w, V, gw):
+            if hermitian:  # Y + Y^H, Y = V diag(gw / 2) V^H
+                Y = (V * (gw * 0.5).unsqueeze(-2).to(V.dtype)) @ V.mH
+                return with_adjoint(Y, 1.0)
             G2 = (V * (gw + gw).unsqueeze(-2).to(V.dtype)) @ V.mH  # 2 V diag(gw) V^H
             return _fold_doubled(G2, uplo)
         G = (V * gw.unsqueeze(-2).to(V.dtype)) @ V.mH
-        return _second_order_guard(fold_triangle(G, uplo), w, gw, None, opts)
-    gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
+        return _second_order_guard(_fold(G, uplo, hermitian), w, gw, None, opts)
     K = V.mH @ gV
     is_plain = plain(w, V, gw, gV)
-    Ka = K - K.mH
-    # Ka_ij within its rounding error of 0 counts as 0 (see svd_pullback)
+    # Ka_ij within its rounding error of 0 counts as 0 (see svd_pullback); a
+    # plain pullback cuts only where a gap is small enough for it to matter
     n = V.shape[-2]
-    if not is_plain or rounding_cut_needed(w, n, descending=False):
+    checks = gap_checks(w, opts.degeneracy_atol, n, False) if is_plain else None
+    fast = opts.broadening is None and not middle_only
+    if fast and checks is not None and checks.separated:
+        return _pullback_separated(w, V, gw, gV, K, checks, uplo, hermitian, opts)
+    Ka = with_adjoint(K, -1.0)
+    if checks is None or checks.cut_differences:
         Ka = cut_rounding(Ka, pair_rounding(column_rounding(gV, n)), is_plain)
-    fast = opts.broadening is None and not middle_only and is_plain
-    if fast and separated(w, opts.degeneracy_atol, descending=False):
-        if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)
-            violation = Ka.diagonal(dim1=-2, dim2=-1)
-            check_gauge("eigh", violation, None, (gV,), opts)
-        return _pullback_separated(V, gw, gap, Ka, uplo)
     tol = degeneracy_tol(w, opts.degeneracy_atol)
+    gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
     M = Ka * (0.5 * gap_inverse(gap, tol, opts))
     if gw is not None:
         M = add_diagonal(M, gw)
     if middle_only:
         return M
-    return _second_order_guard(fold_triangle(V @ M @ V.mH, uplo), w, gw, M, opts)
+    gA = _fold(V @ M @ V.mH, uplo, hermitian)
+    return _second_order_guard(gA, w, gw, M, opts)
+
+
+def _fold(G: Tensor, uplo: str, hermitian: bool) -> Tensor:
+    """The gradient w.r.t. the input from ``G`` w.r.t. the Hermitian matrix
+    built from it, under the convention (see :func:`eigh_pullback`)."""
+    return hermitian_part(G) if hermitian else fold_triangle(G, uplo)
 
 
 def _second_order_guard(
@@ -145,25 +162,69 @@ def _second_order_guard(
 
 
 def _pullback_separated(
-    V: Tensor, gw: Tensor | None, gap: Tensor, Ka: Tensor, uplo: str
+    w: Tensor,
+    V: Tensor,
+    gw: Tensor | None,
+    gV: Tensor,
+    K: Tensor,
+    checks: GapChecks,
+    uplo: str,
+    hermitian: bool,
+    opts: Options,
 ) -> Tensor:
     """``eigh_pullback`` for a spectrum with no degenerate pair
-    (``separated``), plain (``plain``): the general formula's values, to
-    rounding (it divides where that multiplies by an inverse), in fewer
-    passes, in place.
+    (``GapChecks.separated``), plain (``plain``), from ``K = V^H gV`` (new):
+    the general formula's values, to rounding (it divides where that
+    multiplies by an inverse), in fewer passes, in place (in ``K``'s buffer
+    and one more: a fresh full-size buffer costs page faults at n = 256).
 
-    Off the diagonal no cutoff applies, so ``Ka / (w_j - w_i)`` is computed as
-    it stands; its diagonal (0/0) is then overwritten with its value, ``2 gw``.
-    That is ``2 M``, whose ``V (2M) V^H`` folds onto the triangle with the
-    factor 2 already in (no halving pass, no doubling pass; scaling by 2 is
-    exact)."""
-    M2 = Ka.div_(gap)
+    Off the diagonal no cutoff applies, so ``Ka / (c (w_j - w_i))`` is
+    computed as it stands; its diagonal (0/0) is then overwritten with its
+    value, ``2 gw / c``. With ``c = 1`` that is ``2 M``, whose ``V (2M) V^H``
+    folds onto the triangle with the factor 2 already in (no halving pass, no
+    doubling pass); with ``c = 4`` (``hermitian``) it is ``M / 2``, and
+    ``Y + Y^H``, ``Y = V (M/2) V^H``, is the Hermitian part of ``G`` in one
+    pass. (Scaling by powers of 2 is exact.)"""
+    n = K.shape[-1]
+    cut = checks.cut_differences
+    if n >= TRANSPOSE_COPY and not K.is_complex():
+        # one more fresh n x n buffer, every temporary in it (see svd.py's
+        # _pullback_separated_large: page faults), |Ka| <= r as -r <= Ka <= r
+        spare = torch.empty_like(K)
+        c = column_rounding(gV, n, out=spare) if cut else None
+        Ka = adjoint_sum_(K, -1.0, spare)
+        if c is not None:
+            r = torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=spare)
+            small = Ka <= r
+            Ka.masked_fill_(small.logical_and_(Ka >= r.neg_()), 0)
+    else:
+        Ka, spare = K - K.mH, K
+        if cut and checks.rows is not None:  # a few matrices of a batch
+            flat = gV.reshape(-1, n, n)
+
+            def bound(rows: Tensor) -> Tensor:
+                return pair_rounding(column_rounding(flat[rows], n))
+
+            cut_rounding_rows(Ka, checks.rows, bound)
+        elif cut:
+            r = pair_rounding(column_rounding(gV, n))
+            Ka.masked_fill_(Ka.abs() <= r, 0)  # (cut_rounding in place)
+    # (real buffers for the gaps: a complex one would divide slower)
+    real = None if Ka.is_complex() else spare
+    if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)
+        check_gauge("eigh", Ka.diagonal(dim1=-2, dim2=-1), None, (gV,), opts)
+    if hermitian:
+        w = w * 4.0
+    M2 = Ka.div_(torch.sub(w.unsqueeze(-2), w.unsqueeze(-1), out=real))
     diagonal = M2.diagonal(dim1=-2, dim2=-1)
     if gw is None:
         diagonal.zero_()
+    elif hermitian:
+        torch.mul(gw, 0.5, out=diagonal)
     else:
         torch.add(gw, gw, out=diagonal)
-    return _fold_doubled(V @ M2 @ V.mH, uplo)
+    Y = torch.matmul(torch.matmul(V, M2, out=spare), V.mH, out=M2)
+    return adjoint_sum_(Y, 1.0, spare) if hermitian else _fold_doubled(Y, uplo)
 
 
 def _fold_doubled(G2: Tensor, uplo: str) -> Tensor:
@@ -210,16 +271,18 @@ def tangent_scale(dA: Tensor) -> Tensor:
 
 
 def eigh_pushforward(
-    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: Options
+    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: Options, hermitian: bool = False
 ) -> tuple[Tensor, Tensor]:
     """Tangents ``(dw, dV)`` of ``eigh`` along ``dA`` (read from the ``uplo``
-    triangle): the transpose of :func:`eigh_pullback`, same cluster rule."""
+    triangle; ``hermitian``: through its Hermitian part, torch's convention):
+    the transpose of :func:`eigh_pullback`, same cluster rule."""
     # A V = V W gives dP = V^H dA_h V = Omega W - W Omega + dW with
     # Omega = V^H dV anti-Hermitian: dw = Re diag(dP) and, off the diagonal,
     # Omega_ij = dP_ij / (w_j - w_i), through the pullback's regularised
     # inverse, so 0 inside a degenerate cluster (and on the diagonal: no
     # phase rotation). No rounding cut (see svd_pushforward): dP is data.
-    dP = V.mH @ hermitian_from_triangle(dA, uplo) @ V
+    dH = hermitian_part(dA) if hermitian else hermitian_from_triangle(dA, uplo)
+    dP = V.mH @ dH @ V
     tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     dV = V @ (dP * gap_inverse(gap, tol, opts))

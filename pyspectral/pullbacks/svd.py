@@ -18,17 +18,22 @@ from .._second_order import (
     spectral_clusters,
 )
 from .._settings import Options
-from ..common.defaults import degeneracy_tol, eps34, separated
+from ..common.defaults import degeneracy_tol, eps34
 from ..common.gauge import check_gauge, policy_applied
 from ..common.safemethods import (
+    TRANSPOSE_COPY,
+    GapChecks,
     add_diagonal,
+    adjoint_sum_,
     column_rounding,
     cut_rounding,
+    cut_rounding_rows,
     divided_difference,
+    gap_checks,
     gap_inverse,
     max_abs,
     pair_rounding,
-    rounding_cut_needed,
+    with_adjoint,
     with_infinite_weights,
 )
 from .eigh import tangent_scale
@@ -44,7 +49,7 @@ __all__ = [
 
 
 def _skew(X: Tensor) -> Tensor:
-    return X - X.mH
+    return with_adjoint(X, -1.0)
 
 
 def svd_pullback(
@@ -97,47 +102,92 @@ def svd_pullback(
         gA = (U * gS.unsqueeze(-2)) @ Vh
         return _second_order_guard(gA, S, gS, None, complement, opts, A, U, Vh)
 
-    J = None if gU is None else U.mH @ gU
-    K = None if gVh is None else Vh @ gVh.mH
-    Ja = 0 if J is None else _skew(J)
-    Ka = 0 if K is None else _skew(K)
     # A numerator within its rounding error of 0 counts as 0: divided by a gap
     # just above the degeneracy tolerance, that noise would be the gradient of
-    # a loss that does not depend on the pair's rotation (safemethods).
-    # (A plain pullback at a well-separated spectrum skips it: it could change
-    # nothing there beyond eps**(3/4) relative; see rounding_cut_needed.)
+    # a loss that does not depend on the pair's rotation (safemethods). A
+    # plain pullback cuts only where a gap is small enough for it to matter
+    # (gap_checks: the differences, the trailing sums); the others always.
     is_plain = plain(U, S, Vh, gU, gS, gVh)
     m, n = U.shape[-2], Vh.shape[-1]
+    checks = gap_checks(S, opts.degeneracy_atol, m + n, True) if is_plain else None
+    if (
+        checks is not None
+        and checks.separated
+        and opts.broadening is None
+        and gauge_extra == 0
+    ):
+        return _pullback_separated(U, S, Vh, gU, gS, gVh, checks, middle_only, opts)
+    J, KH = _products(U, Vh, gU, gVh)
+    K = None if KH is None else KH.mH
+    Ja = 0 if J is None else _skew(J)
+    Ka = 0 if K is None else _skew(K)
     JKa, JKd = Ja + Ka, Ja - Ka
-    if not is_plain or rounding_cut_needed(S, m + n, descending=True):
+    if checks is None:
         r = _numerator_rounding(gU, gVh, m, n)
-        JKa, JKd = cut_rounding(JKa, r, is_plain), cut_rounding(JKd, r, is_plain)
-    M = None
-    if opts.broadening is None and gauge_extra == 0 and is_plain:
-        M = _middle_separated(S, JKa, JKd, gS, gU, gVh, opts)
-    if M is None:  # the general formula
-        tol = degeneracy_tol(S, opts.degeneracy_atol)
-        Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
-        gap = Sj - Si
-        blocks = _blocks(gU, gVh)
-        check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
-        M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + JKd * (
-            0.5 * gap_inverse(Sj + Si, tol, opts)
-        )
-        if gS is not None:
-            M = add_diagonal(M, gS)
+        JKa, JKd = cut_rounding(JKa, r, False), cut_rounding(JKd, r, False)
+    else:
+        if checks.cut_differences:
+            JKa = cut_rounding(JKa, _numerator_rounding(gU, gVh, m, n), True)
+        _cut_tail(JKd, gU, gVh, m, n, checks.tail)
+    # the general formula
+    tol = degeneracy_tol(S, opts.degeneracy_atol)
+    Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
+    gap = Sj - Si
+    blocks = _blocks(gU, gVh)
+    check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
+    M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + JKd * (
+        0.5 * gap_inverse(Sj + Si, tol, opts)
+    )
+    if gS is not None:
+        M = add_diagonal(M, gS)
     if middle_only:
         return M
     gA = U @ M @ Vh
-    tall, wide = U.shape[-2] > k and J is not None, Vh.shape[-1] > k and K is not None
-    if tall or wide:
-        tol = degeneracy_tol(S, opts.degeneracy_atol)
-        Sinv = gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
+    gA = _complement_terms(gA, U, S, Vh, gU, gVh, J, KH, opts)
+    return _second_order_guard(gA, S, gS, M, complement, opts, A, U, Vh, gU, gVh)
+
+
+def _complement_terms(
+    gA: Tensor,
+    U: Tensor,
+    S: Tensor,
+    Vh: Tensor,
+    gU: Tensor | None,
+    gVh: Tensor | None,
+    J: Tensor | None,
+    KH: Tensor | None,
+    opts: Options,
+) -> Tensor:
+    """``gA`` plus the one-sided terms of a thin tall (``(gU - U J) S^-1 Vh``)
+    or wide (``U S^-1 (gVh - K^H Vh)``) SVD; ``J = U^H gU``, ``KH = gVh V``."""
+    k = S.shape[-1]
+    tall, wide = U.shape[-2] > k and J is not None, Vh.shape[-1] > k and KH is not None
+    if not (tall or wide):
+        return gA
+    tol = degeneracy_tol(S, opts.degeneracy_atol)
+    Sinv = gap_inverse(S, tol.squeeze(-1), opts).unsqueeze(-2)
     if tall:
         gA = gA + ((gU - U @ J) * Sinv) @ Vh
     if wide:
-        gA = gA + (U * Sinv) @ (gVh - K.mH @ Vh)
-    return _second_order_guard(gA, S, gS, M, complement, opts, A, U, Vh, gU, gVh)
+        gA = gA + (U * Sinv) @ (gVh - KH @ Vh)
+    return gA
+
+
+def _cut_tail(
+    JKd: Tensor, gU: Tensor | None, gVh: Tensor | None, m: int, n: int, tail: int
+) -> None:
+    """The rounding cut of ``JKd`` (new) in place on its trailing block from
+    ``tail`` (the sums ``s_i + s_j`` in the window, ``GapChecks.tail``): off
+    its diagonal, and on it for complex input (real: ``JKd_ii = 0``)."""
+    k = JKd.shape[-1]
+    if k - tail > (0 if JKd.is_complex() else 1):
+        r = _numerator_rounding(
+            None if gU is None else gU[..., tail:],
+            None if gVh is None else gVh[..., tail:, :],
+            m,
+            n,
+        )
+        cut_rounding(JKd[..., tail:, tail:], r, True)
 
 
 def _second_order_guard(
@@ -178,17 +228,19 @@ def _second_order_guard(
 
 
 def _numerator_rounding(
-    gU: Tensor | None, gVh: Tensor | None, m: int, n: int
+    gU: Tensor | None, gVh: Tensor | None, m: int, n: int, out: Tensor | None = None
 ) -> Tensor:
     """``r_ij`` bounding the rounding error of ``(Ja +- Ka)_ij`` (``J = U^H gU``:
     ``m`` rows; ``K = V^H gV``: ``n`` rows, ``gV``'s columns are ``gVh``'s
-    rows; see ``column_rounding``)."""
+    rows; see ``column_rounding``), into ``out`` if given (a real buffer)."""
     if gU is None:
         c = column_rounding(gVh, n, dim=-1)
     else:
         c = column_rounding(gU, m)
         if gVh is not None:
             c = c.add_(column_rounding(gVh, n, dim=-1))
+    if out is not None and not out.is_complex():
+        return torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=out)
     return pair_rounding(c)
 
 
@@ -197,19 +249,34 @@ def _blocks(*cotangents: Tensor | None) -> tuple[Tensor, ...]:
     return tuple(g for g in cotangents if g is not None)
 
 
-def _middle_separated(
+def _products(
+    U: Tensor, Vh: Tensor, gU: Tensor | None, gVh: Tensor | None
+) -> tuple[Tensor | None, Tensor | None]:
+    """``J = U^H gU`` and ``KH = K^H = gVh V`` (None for a None cotangent)."""
+    # K^H = gVh V, not K = Vh gVh^H: both of those factors are column-major
+    # (LAPACK's Vh, the transpose of a C-ordered gVh), which torch's mm
+    # multiplies 1.7x slower (n = 256)
+    J = None if gU is None else U.mH @ gU
+    KH = None if gVh is None else gVh @ Vh.mH
+    return J, KH
+
+
+def _pullback_separated(
+    U: Tensor,
     S: Tensor,
-    JKa: Tensor,
-    JKd: Tensor,
-    gS: Tensor | None,
+    Vh: Tensor,
     gU: Tensor | None,
+    gS: Tensor | None,
     gVh: Tensor | None,
+    checks: GapChecks,
+    middle_only: bool,
     opts: Options,
-) -> Tensor | None:
-    """The middle matrix ``M`` of a plain (``plain``) pullback if no two
-    singular values are degenerate (``separated``; ``S >= 0`` descending, as
-    svd returns it), else None: the general formula's values, to rounding (it
-    divides where that multiplies by inverses), in fewer passes.
+) -> Tensor:
+    """:func:`svd_pullback` of a plain (``plain``) call where no two singular
+    values are degenerate (``GapChecks.separated``; ``S >= 0`` descending, as
+    svd returns it) and no broadening is asked for: the general formula's
+    values, to rounding (it divides where that multiplies by inverses), in
+    fewer passes and in place on the products (new).
 
     Off the diagonal no cutoff applies (``|s_j - s_i| > tol`` and
     ``s_j + s_i >= |s_j - s_i|``), so ``JKa / (2(s_j - s_i)) + JKd / (2(s_j +
@@ -218,31 +285,122 @@ def _middle_separated(
     is then overwritten with its value: ``gS`` plus, for complex input, the
     phase term ``JKd_ii / (4 s_i)`` cut where ``2 s_i <= tol`` (real input:
     ``JKd_ii = 0``). The gauge check is the diagonal's (real input: nothing).
+    The cut of the numerators where a gap is small, as in the general path.
     """
-    atol = opts.degeneracy_atol
-    if not separated(S, atol, descending=True):
-        return None
+    k = S.shape[-1]
+    m, n = U.shape[-2], Vh.shape[-1]
+    square = m == k and n == k
+    if (
+        square
+        and k >= TRANSPOSE_COPY
+        and gU is not None
+        and gVh is not None
+        and not (middle_only or U.is_complex())
+    ):
+        return _pullback_separated_large(U, S, Vh, gU, gS, gVh, checks)
+    J, KH = _products(U, Vh, gU, gVh)
+    JKa, JKd = _numerators(J, KH, inplace=square)
+    if checks.cut_differences and checks.rows is not None:  # a few of a batch
+        fU = None if gU is None else gU.reshape(-1, m, k)
+        fV = None if gVh is None else gVh.reshape(-1, k, n)
+
+        def bound(rows: Tensor) -> Tensor:
+            return _numerator_rounding(
+                None if fU is None else fU[rows], None if fV is None else fV[rows], m, n
+            )
+
+        cut_rounding_rows(JKa, checks.rows, bound)
+    elif checks.cut_differences:
+        JKa = cut_rounding(JKa, _numerator_rounding(gU, gVh, m, n), True)
+    _cut_tail(JKd, gU, gVh, m, n, checks.tail)
     S2 = S + S
     Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
-    gap = Si - Sj  # 2 (s_i - s_j), positive above the diagonal
-    M = torch.addcdiv(JKd / (Si + Sj), JKa, gap, value=-1)
+    M = JKd.div_(Si + Sj)  # its diagonal: JKd_ii / (4 s_i)
     diagonal = M.diagonal(dim1=-2, dim2=-1)
     if JKa.is_complex():
         violation = JKa.diagonal(dim1=-2, dim2=-1)
         check_gauge("svd", violation, None, _blocks(gU, gVh), opts)
-        # JKd_ii / (4 s_i), cut where 2 s_i <= tol, i.e. 4 s_i <= 2 tol
+        # cut where 2 s_i <= tol, i.e. 4 s_i <= 2 tol
+        atol = opts.degeneracy_atol
         if atol is None:  # 2 tol = max(2 S) eps**(3/4); max(S) = S[0] >= 0
             tol2 = S2[..., :1] * eps34(S.dtype)
         else:
             tol2 = S2.new_full((*S.shape[:-1], 1), 2 * atol)
-        S4 = S2 + S2
-        phase = torch.where(S4 > tol2, JKd.diagonal(dim1=-2, dim2=-1) / S4, 0.0)
-        diagonal.copy_(phase if gS is None else phase + gS)
-    elif gS is None:
-        diagonal.zero_()
+        phase = torch.where(S2 + S2 > tol2, diagonal, 0.0)
+        diagonal = phase if gS is None else phase + gS
     else:
-        diagonal.copy_(gS)
-    return M
+        diagonal = gS
+    M.addcdiv_(JKa, Si - Sj, value=-1)
+    _set_diagonal(M, diagonal)
+    if middle_only:
+        return M
+    return _complement_terms(U @ M @ Vh, U, S, Vh, gU, gVh, J, KH, opts)
+
+
+def _set_diagonal(M: Tensor, d: Tensor | None) -> None:
+    """The diagonal of ``M`` set to ``d`` (None: 0), in place."""
+    if d is None:
+        M.diagonal(dim1=-2, dim2=-1).zero_()
+    else:
+        M.diagonal(dim1=-2, dim2=-1).copy_(d)
+
+
+def _pullback_separated_large(
+    U: Tensor,
+    S: Tensor,
+    Vh: Tensor,
+    gU: Tensor,
+    gS: Tensor | None,
+    gVh: Tensor,
+    checks: GapChecks,
+) -> Tensor:
+    """:func:`_pullback_separated` for a real square ``k x k`` SVD from
+    ``TRANSPOSE_COPY`` on, with both vector cotangents: the same operations
+    in three fresh ``k x k`` buffers (the products and one more). Each fresh
+    buffer of that size costs more in page faults than a pass over it, so
+    every temporary goes into one of them, the transposes of the skew parts
+    and the rounding cut's ``|X| <= r`` included (as ``-r <= X <= r``)."""
+    k = S.shape[-1]
+    cut = checks.cut_differences
+    buf = torch.empty_like(gU)
+    if cut:  # (the squares for the bounds first: the buffer is free)
+        c = column_rounding(gU, k, out=buf)
+        c = c.add_(column_rounding(gVh, k, dim=-1, out=buf))
+    J, KH = _products(U, Vh, gU, gVh)
+    P = torch.sub(J, KH, out=buf)
+    Q = J.add_(KH)
+    JKa, JKd = adjoint_sum_(P, -1.0, KH), adjoint_sum_(Q, -1.0, KH)
+    spare = KH  # free from here on
+    if cut:
+        r = torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=spare)
+        small = JKa <= r
+        JKa.masked_fill_(small.logical_and_(JKa >= r.neg_()), 0)
+    _cut_tail(JKd, gU, gVh, k, k, checks.tail)
+    S2 = S + S
+    Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
+    M = JKd.div_(torch.add(Si, Sj, out=spare))
+    M.addcdiv_(JKa, torch.sub(Si, Sj, out=spare), value=-1)
+    _set_diagonal(M, gS)
+    return torch.matmul(torch.matmul(U, M, out=spare), Vh, out=JKa)
+
+
+def _numerators(
+    J: Tensor | None, KH: Tensor | None, inplace: bool
+) -> tuple[Tensor, Tensor]:
+    """``(JKa, JKd)``: ``JKa = Ja + Ka``, ``JKd = Ja - Ka`` (``Ja = J - J^H``,
+    ``Ka = K - K^H``, ``K = KH^H``; a None product is 0) as ``JKa = P - P^H``,
+    ``JKd = Q - Q^H`` with ``P = J - KH``, ``Q = J + KH``; ``inplace``: in
+    the buffers of ``J`` and ``KH`` where it can (new, not needed after)."""
+    if J is None or KH is None:
+        X = KH if J is None else J
+        skew = adjoint_sum_(X if inplace else X.clone(), -1.0)
+        other = skew.neg() if J is None else skew.clone()
+        return (other, skew) if J is None else (skew, other)
+    if not inplace:
+        return adjoint_sum_(J - KH, -1.0), adjoint_sum_(J + KH, -1.0)
+    P = torch.sub(J, KH)
+    Q = J.add_(KH)
+    return adjoint_sum_(P, -1.0, KH), adjoint_sum_(Q, -1.0, KH)
 
 
 def _fold_complement(
