@@ -549,6 +549,20 @@ end
     Y = PySpectral.cut_rounding(X, PySpectral.pair_rounding([1e-15, 0.0, 0.5e-15]))
     @test Y[1, 2] == 0 && Y[2, 1] == 0 && Y[2, 3] == 2e-15 && Y[1, 3] == 3.0
     @test isnan(Y[2, 2])
+
+    # Where the cut can matter (rounding_cut_window, window 10 eps^(1/4) max|x| here):
+    # some adjacent gap in it, and the trailing singular values whose double is in it.
+    window = PySpectral.rounding_cut_window
+    @test window([3.0, 2.0, 1.0], 6; descending=true) == (false, 4)
+    @test window([3.0, 2.0, 2.0 - 1e-9, 1e-6, 1e-7], 6; descending=true) == (true, 4)
+    @test window([1e-7, 1.0, 2.0], 6; descending=false) == (false, 4)
+    @test window([3.0, NaN, 1.0], 6; descending=true) == (true, 1)
+    @test window([1.0, 3.0, 2.0], 6; descending=true) == (true, 1)  # unsorted: all
+    @test window(Float64[], 6; descending=true) == (false, 1)
+    X = [0.0 1e-15 3.0; -1e-15 0.0 2e-16; 1.0 -2e-16 4.0]
+    Z = PySpectral.cut_trailing(X, fill(1e-15, 3, 3), 2)
+    @test Z[2, 3] == 0 && Z[3, 2] == 0 && Z[3, 3] == 4.0  # in the block
+    @test Z[1, 2] == 1e-15 && Z[2, 1] == -1e-15 && Z[3, 1] == 1.0  # outside it
 end
 
 @testset "matrix_function" begin

@@ -124,26 +124,44 @@ cut_rounding(X::AbstractMatrix, r::AbstractMatrix) =
 
 # The cut changes a result only where a gap is small: entry (i, j) of the middle matrix
 # by at most rᵢⱼ / (2 gap) <= eps (m + n + 4) g / gap (g the largest column norm of the
-# cotangents), against its natural scale g / maximum(S). Where every gap is at least
+# cotangents), against its natural scale g / maximum(S). Where a gap is at least
 # (m + n + 4) eps^(1/4) maximum(S) that is below eps^(3/4) relative, the package's
-# resolution, so the pullbacks skip the cut there (as pyspectral's plain pullbacks do).
+# resolution, so the pullbacks cut only where some gap is below that window: the
+# differences (all of them, if an adjacent one is) and, for singular values, the sums
+# sᵢ + sⱼ in the trailing block where 2 sᵢ is below it (as pyspectral's plain pullbacks).
 
 """
-    rounding_cut_needed(x, inner; descending) -> Bool
+    rounding_cut_window(x, inner; descending) -> (differences, tail)
 
-Whether the sorted spectrum `x` has a gap below `(inner + 4) eps^(1/4) maximum(abs, x)`:
-an adjacent difference or, for singular values (`descending = true`), the smallest sum
-`2 minimum(x)`. `inner`: `m + n` (svd), `n` (eigh). More than 64 values always take the
-cut, as in pyspectral/common/safemethods.py (where the test would cost as much as the
-cut). `NaN` needs the cut.
+Where the rounding cut can matter for the sorted spectrum `x`, the window being
+`(inner + 4) eps^(1/4) maximum(abs, x)` (`inner`: `m + n` for svd, `n` for eigh):
+`differences`, whether some adjacent gap is below it (the cut of `Jₐ + Kₐ`, `Kₐ`), and,
+for singular values (`descending = true`), `tail`, the first index `i` of the trailing
+block where `2 x[i]` is below it (the cut of `Jₐ - Kₐ`; `length(x) + 1`: none; `1` for
+an unsorted `x`). `NaN` takes every cut. Same rule as `gap_checks` in
+pyspectral/common/safemethods.py.
 """
-function rounding_cut_needed(x::AbstractVector, inner::Integer; descending::Bool)
-    length(x) > 64 && return true
-    isempty(x) && return false
+function rounding_cut_window(x::AbstractVector, inner::Integer; descending::Bool)
+    k = length(x)
+    k == 0 && return (false, 1)
+    any(isnan, x) && return (true, 1)
     y = descending ? reverse(x) : x  # ascending
-    tol = (inner + 4) * eps(real(float(eltype(x))))^(1 / 4) * max(abs(y[1]), abs(y[end]))
-    all(i -> y[i+1] - y[i] >= tol, 1:length(y)-1) || return true
-    return descending && !(2 * y[1] >= tol)
+    w = (inner + 4) * eps(real(float(eltype(x))))^(1 / 4) * max(abs(y[1]), abs(y[end]))
+    differences = !all(i -> y[i+1] - y[i] >= w, 1:k-1)
+    descending || return (differences, k + 1)
+    issorted(y) || return (differences, 1)
+    return (differences, k - count(v -> !(2 * v >= w), y) + 1)
+end
+
+"""
+    cut_trailing(X, r, tail) -> Matrix
+
+[`cut_rounding`](@ref) of the trailing block `X[tail:end, tail:end]` alone (elsewhere
+the bound is 0, which cuts only an exact 0). Not in place (differentiable).
+"""
+function cut_trailing(X::AbstractMatrix, r::AbstractMatrix, tail::Integer)
+    inblock = (axes(X, 1) .>= tail) .& (transpose(axes(X, 2)) .>= tail)
+    return cut_rounding(X, r .* inblock)
 end
 
 """

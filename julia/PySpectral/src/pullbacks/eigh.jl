@@ -55,7 +55,7 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     # Kₐᵢⱼ within its rounding error of 0 counts as 0 (see svd_middle)
     Kₐ = K - K'
     n = size(V, 1)
-    if rounding_cut_needed(λ, n; descending=false)
+    if first(rounding_cut_window(λ, n; descending=false))
         Kₐ = cut_rounding(Kₐ, pair_rounding(column_rounding(ΔV, n)))
     end
     if checks

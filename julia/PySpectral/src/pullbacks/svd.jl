@@ -116,13 +116,14 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
     # A numerator within its rounding error of 0 counts as 0: divided by a gap just
     # above the degeneracy tolerance, that noise would be the gradient of a loss that
     # does not depend on the pair's rotation (common/safemethods.jl).
-    # (A well-separated spectrum skips it: it could change nothing there beyond
-    # eps^(3/4) relative; see rounding_cut_needed.)
+    # (Only where a gap is small enough for it to matter; see rounding_cut_window.)
     m, n = size(U, 1), size(Vᴴ, 2)
     P, Q = _plus(Jₐ, Kₐ), _minus(Jₐ, Kₐ)
-    if rounding_cut_needed(S, m + n; descending=true)
+    differences, tail = rounding_cut_window(S, m + n; descending=true)
+    if differences || tail <= length(S)
         r = pair_rounding(_numerator_rounding(ΔU, ΔVᴴ, m, n))
-        P, Q = cut_rounding(P, r), cut_rounding(Q, r)
+        differences && (P = cut_rounding(P, r))
+        tail <= length(S) && (Q = cut_trailing(Q, r, tail))
     end
     if _checks_gauge(gauge)
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
