@@ -350,3 +350,35 @@ def test_column_rounding_never_cuts_everything_on_overflow() -> None:
     c = column_rounding(G, 2)
     assert torch.isfinite(c).all() and c[0] == 0 and c[1] > 0
     assert torch.isnan(column_rounding(torch.full((2, 1), float("nan")), 2)).all()
+
+
+@pytest.mark.parametrize("descending", [True, False])
+def test_cut_rounding_band_is_the_cut_near_the_diagonal(descending) -> None:
+    """The band cut of the large paths: the full cut on every pair within
+    its band (which holds the pairs whose values are closer than the window),
+    nothing outside it; a band wider than k / 8 leaves the matrix alone (the
+    caller then cuts all of it)."""
+    from pyspectral.common.safemethods import cut_rounding, cut_rounding_band
+
+    k, g = 200, torch.Generator().manual_seed(5)
+    x = torch.linspace(1, 100, k, dtype=torch.float64)  # gaps 0.5, window ~2.4
+    x = x.flip(0) if descending else x
+    X = torch.randn(k, k, dtype=torch.float64, generator=g) * 1e-14
+    X = X - X.mT  # exactly skew
+    c = torch.rand(k, dtype=torch.float64, generator=g) * 1e-14
+    full = cut_rounding(X.clone(), c.unsqueeze(-1) + c, True)
+    banded = X.clone()
+    assert cut_rounding_band(banded, c, x, 2 * k, descending)
+    i, j = torch.meshgrid(torch.arange(k), torch.arange(k), indexing="ij")
+    wide = (2 * k + 4) * eps34(torch.float64) ** (1 / 3) * 100  # eps**(1/4)
+    near = (x.unsqueeze(-1) - x).abs() < wide
+    band = int(((i - j).abs() * near).max())
+    assert 0 < band <= k // 8
+    inside = (i - j).abs() <= band
+    assert torch.equal(banded[inside], full[inside])  # the cut, in the band
+    assert torch.equal(banded[~inside], X[~inside])  # nothing, outside
+    assert (banded[near & (i != j)] == 0).sum() > 0  # (some entry was cut)
+    # a wide band (values 1000x closer): nothing done, False
+    dense = X.clone()
+    assert not cut_rounding_band(dense, c, x / 1000 + 1, 2 * k, descending)
+    assert torch.equal(dense, X)

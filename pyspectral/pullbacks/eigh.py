@@ -25,6 +25,7 @@ from ..common.safemethods import (
     adjoint_sum_,
     column_rounding,
     cut_rounding,
+    cut_rounding_band,
     cut_rounding_rows,
     gap_checks,
     gap_inverse,
@@ -193,7 +194,11 @@ def _pullback_separated(
         spare = torch.empty_like(K)
         c = column_rounding(gV, n, out=spare) if cut else None
         Ka = adjoint_sum_(K, -1.0, spare)
-        if c is not None:
+        # (the pairs in the window in a narrow band along the diagonal: only
+        # there; else the whole matrix)
+        if c is not None and not (
+            Ka.dim() == 2 and cut_rounding_band(Ka, c, w, n, descending=False)
+        ):
             r = torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=spare)
             small = Ka <= r
             Ka.masked_fill_(small.logical_and_(Ka >= r.neg_()), 0)

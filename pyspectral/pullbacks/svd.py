@@ -27,6 +27,7 @@ from ..common.safemethods import (
     adjoint_sum_,
     column_rounding,
     cut_rounding,
+    cut_rounding_band,
     cut_rounding_rows,
     divided_difference,
     gap_checks,
@@ -371,7 +372,11 @@ def _pullback_separated_large(
     Q = J.add_(KH)
     JKa, JKd = adjoint_sum_(P, -1.0, KH), adjoint_sum_(Q, -1.0, KH)
     spare = KH  # free from here on
-    if cut:
+    # (the pairs in the window in a narrow band along the diagonal: only there;
+    # else the whole matrix)
+    if cut and not (
+        JKa.dim() == 2 and cut_rounding_band(JKa, c, S, 2 * k, descending=True)
+    ):
         r = torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=spare)
         small = JKa <= r
         JKa.masked_fill_(small.logical_and_(JKa >= r.neg_()), 0)
