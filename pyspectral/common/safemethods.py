@@ -291,15 +291,49 @@ def cut_rounding(X: torch.Tensor, r: torch.Tensor, inplace: bool) -> torch.Tenso
 TRANSPOSE_COPY = 128
 
 
+def batch_rows(
+    G: torch.Tensor | None, rows: torch.Tensor | None
+) -> torch.Tensor | None:
+    """The matrices ``rows`` of the flattened batch ``G`` (None: all of ``G``;
+    ``G`` None: None), as :func:`cut_rounding_rows` selects them."""
+    if G is None or rows is None:
+        return G
+    return G.reshape(-1, *G.shape[-2:])[rows]
+
+
 def cut_rounding_rows(
-    X: torch.Tensor, rows: torch.Tensor, bound: Callable[..., torch.Tensor]
+    X: torch.Tensor, rows: torch.Tensor | None, bound: Callable[..., torch.Tensor]
 ) -> None:
     """:func:`cut_rounding` in place on the matrices ``rows`` of the batch
     ``X`` (new, contiguous; ``rows`` index its flattened batch, as
-    ``GapChecks.rows``) and on no other; ``bound(rows)``: their ``r``."""
+    ``GapChecks.rows``; None: every matrix) and on no other;
+    ``bound(rows)``: their ``r``."""
+    if rows is None:
+        cut_rounding(X, bound(None), True)
+        return
     Xf = X.view(-1, *X.shape[-2:])
     sub = Xf[rows]
     Xf[rows] = sub.masked_fill_(sub.abs() <= bound(rows), 0)
+
+
+def cut_rounding_large(
+    X: torch.Tensor,
+    c: torch.Tensor,
+    x: torch.Tensor,
+    inner: int,
+    descending: bool,
+    spare: torch.Tensor,
+) -> None:
+    """:func:`cut_rounding` in place on ``X`` (new, real, exactly
+    skew-symmetric, ``r_ij = c_i + c_j``) of the large in-place pullbacks,
+    without a fresh full-size buffer: on the band of :func:`cut_rounding_band`
+    where it is narrow, else on all of ``X`` with ``r`` in ``spare`` (a free
+    buffer of ``X``'s shape) and ``|X| <= r`` as ``-r <= X <= r``."""
+    if cut_rounding_band(X, c, x, inner, descending):
+        return
+    r = torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=spare)
+    small = X <= r
+    X.masked_fill_(small.logical_and_(X >= r.neg_()), 0)
 
 
 def cut_rounding_band(
@@ -312,15 +346,18 @@ def cut_rounding_band(
     eps**(1/4) max|x|``: elsewhere the cut changes nothing beyond the package's
     resolution (see above). Where the band is at most ``k / 8`` wide that costs
     ``O(k b)``, not the full cut's passes over ``k**2`` entries, and True is
-    returned; where it is wider, False (nothing done)."""
+    returned; where it is wider, or ``X`` is a batch or not C ordered, False
+    (nothing done)."""
     k = X.shape[-1]
+    if X.dim() != 2 or X.stride() != (k, 1):
+        return False
     a = (-x if descending else x).detach()  # ascending
     ends = a[[0, -1]].tolist()  # max|x| from the ends (sorted)
     wide = (inner + 4) * eps(x.dtype) ** 0.25 * max(abs(ends[0]), abs(ends[1]))
     # (a number, not a tensor: searchsorted is 9x slower on a + tensor)
     hi = torch.searchsorted(a, a + wide)  # the first j with a_j >= a_i + wide
     band = int((hi - torch.arange(k, device=x.device)).amax()) - 1  # (one sync)
-    if band > k // 8 or X.stride() != (k, 1):
+    if band > k // 8:
         return False
     if band <= 0:
         return True

@@ -23,9 +23,10 @@ from ..common.safemethods import (
     GapChecks,
     add_diagonal,
     adjoint_sum_,
+    batch_rows,
     column_rounding,
     cut_rounding,
-    cut_rounding_band,
+    cut_rounding_large,
     cut_rounding_rows,
     gap_checks,
     gap_inverse,
@@ -194,26 +195,16 @@ def _pullback_separated(
         spare = torch.empty_like(K)
         c = column_rounding(gV, n, out=spare) if cut else None
         Ka = adjoint_sum_(K, -1.0, spare)
-        # (the pairs in the window in a narrow band along the diagonal: only
-        # there; else the whole matrix)
-        if c is not None and not (
-            Ka.dim() == 2 and cut_rounding_band(Ka, c, w, n, descending=False)
-        ):
-            r = torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=spare)
-            small = Ka <= r
-            Ka.masked_fill_(small.logical_and_(Ka >= r.neg_()), 0)
+        if c is not None:
+            cut_rounding_large(Ka, c, w, n, descending=False, spare=spare)
     else:
         Ka, spare = K - K.mH, K
-        if cut and checks.rows is not None:  # a few matrices of a batch
-            flat = gV.reshape(-1, n, n)
+        if cut:  # (of a batch, only the matrices that need it)
 
-            def bound(rows: Tensor) -> Tensor:
-                return pair_rounding(column_rounding(flat[rows], n))
+            def bound(rows: Tensor | None) -> Tensor:
+                return pair_rounding(column_rounding(batch_rows(gV, rows), n))
 
             cut_rounding_rows(Ka, checks.rows, bound)
-        elif cut:
-            r = pair_rounding(column_rounding(gV, n))
-            Ka.masked_fill_(Ka.abs() <= r, 0)  # (cut_rounding in place)
     # (real buffers for the gaps: a complex one would divide slower)
     real = None if Ka.is_complex() else spare
     if Ka.is_complex():  # (real: the diagonal of Ka is exactly 0)

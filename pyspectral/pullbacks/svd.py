@@ -25,9 +25,10 @@ from ..common.safemethods import (
     GapChecks,
     add_diagonal,
     adjoint_sum_,
+    batch_rows,
     column_rounding,
     cut_rounding,
-    cut_rounding_band,
+    cut_rounding_large,
     cut_rounding_rows,
     divided_difference,
     gap_checks,
@@ -229,19 +230,17 @@ def _second_order_guard(
 
 
 def _numerator_rounding(
-    gU: Tensor | None, gVh: Tensor | None, m: int, n: int, out: Tensor | None = None
+    gU: Tensor | None, gVh: Tensor | None, m: int, n: int
 ) -> Tensor:
     """``r_ij`` bounding the rounding error of ``(Ja +- Ka)_ij`` (``J = U^H gU``:
     ``m`` rows; ``K = V^H gV``: ``n`` rows, ``gV``'s columns are ``gVh``'s
-    rows; see ``column_rounding``), into ``out`` if given (a real buffer)."""
+    rows; see ``column_rounding``)."""
     if gU is None:
         c = column_rounding(gVh, n, dim=-1)
     else:
         c = column_rounding(gU, m)
         if gVh is not None:
             c = c.add_(column_rounding(gVh, n, dim=-1))
-    if out is not None and not out.is_complex():
-        return torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=out)
     return pair_rounding(c)
 
 
@@ -301,18 +300,14 @@ def _pullback_separated(
         return _pullback_separated_large(U, S, Vh, gU, gS, gVh, checks)
     J, KH = _products(U, Vh, gU, gVh)
     JKa, JKd = _numerators(J, KH, inplace=square)
-    if checks.cut_differences and checks.rows is not None:  # a few of a batch
-        fU = None if gU is None else gU.reshape(-1, m, k)
-        fV = None if gVh is None else gVh.reshape(-1, k, n)
+    if checks.cut_differences:  # (of a batch, only the matrices that need it)
 
-        def bound(rows: Tensor) -> Tensor:
+        def bound(rows: Tensor | None) -> Tensor:
             return _numerator_rounding(
-                None if fU is None else fU[rows], None if fV is None else fV[rows], m, n
+                batch_rows(gU, rows), batch_rows(gVh, rows), m, n
             )
 
         cut_rounding_rows(JKa, checks.rows, bound)
-    elif checks.cut_differences:
-        JKa = cut_rounding(JKa, _numerator_rounding(gU, gVh, m, n), True)
     _cut_tail(JKd, gU, gVh, m, n, checks.tail)
     S2 = S + S
     Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
@@ -372,14 +367,8 @@ def _pullback_separated_large(
     Q = J.add_(KH)
     JKa, JKd = adjoint_sum_(P, -1.0, KH), adjoint_sum_(Q, -1.0, KH)
     spare = KH  # free from here on
-    # (the pairs in the window in a narrow band along the diagonal: only there;
-    # else the whole matrix)
-    if cut and not (
-        JKa.dim() == 2 and cut_rounding_band(JKa, c, S, 2 * k, descending=True)
-    ):
-        r = torch.add(c.unsqueeze(-1), c.unsqueeze(-2), out=spare)
-        small = JKa <= r
-        JKa.masked_fill_(small.logical_and_(JKa >= r.neg_()), 0)
+    if cut:
+        cut_rounding_large(JKa, c, S, 2 * k, descending=True, spare=spare)
     _cut_tail(JKd, gU, gVh, k, k, checks.tail)
     S2 = S + S
     Si, Sj = S2.unsqueeze(-1), S2.unsqueeze(-2)
@@ -398,7 +387,7 @@ def _numerators(
     the buffers of ``J`` and ``KH`` where it can (new, not needed after)."""
     if J is None or KH is None:
         X = KH if J is None else J
-        skew = adjoint_sum_(X if inplace else X.clone(), -1.0)
+        skew = adjoint_sum_(X, -1.0) if inplace else with_adjoint(X, -1.0)
         other = skew.neg() if J is None else skew.clone()
         return (other, skew) if J is None else (skew, other)
     if not inplace:
