@@ -1,11 +1,12 @@
-"""pyspectral: SVD, eigh and spectral matrix functions for PyTorch with correct,
-finite gradients at degenerate spectra."""
+"""pyspectral: SVD, eigh, spectral matrix functions, QR/LQ, polar and eig for
+PyTorch with correct, finite gradients at degenerate spectra."""
 
 # First: importing the Julia subpackage starts Julia before torch is loaded
 # when that is asked for (see pyspectral/julia/__init__.py).
 from . import julia
 from ._settings import defaults, get_defaults, set_defaults
 from .blocks import svd_blocks
+from .eig import EigResult, eig, eigvals
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,
@@ -24,6 +25,8 @@ from .exceptions import (
     UPLOError,
 )
 from .operator import LinearOperator, eigh_topk, svd_topk
+from .polar import PolarResult, polar
+from .qr import LQResult, QRResult, lq, qr
 from .split import SVDSplit, TruncatedSVDSplit
 from .svd import SVDResult, svd, svd_function, svdvals
 from .truncation import TruncatedEighResult, TruncatedSVDResult
@@ -36,15 +39,19 @@ __all__ = [
     "DerivativeError",
     "DomainError",
     "DtypeError",
+    "EigResult",
     "EighResult",
     "GaugeError",
     "GaugeWarning",
     "InputError",
     "InputTypeError",
     "JuliaError",
+    "LQResult",
     "LinearOperator",
     "NonFiniteError",
+    "PolarResult",
     "PySpectralError",
+    "QRResult",
     "SVDResult",
     "SVDSplit",
     "ShapeError",
@@ -54,12 +61,17 @@ __all__ = [
     "UPLOError",
     "__version__",
     "defaults",
+    "eig",
     "eigh",
     "eigh_topk",
+    "eigvals",
     "eigvalsh",
     "get_defaults",
     "julia",
+    "lq",
     "matrix_function",
+    "polar",
+    "qr",
     "set_defaults",
     "svd",
     "svd_blocks",

@@ -69,7 +69,16 @@ def demo(seed: int) -> int:
     return _demo.run(seed)
 
 
-BENCHMARKS = ("svd", "eigh", "topk", "truncation", "trg", "compile", "julia")
+BENCHMARKS = (
+    "svd",
+    "eigh",
+    "factorizations",
+    "topk",
+    "truncation",
+    "trg",
+    "compile",
+    "julia",
+)
 
 # bench_topk.py's own quick mode (its smallest sensible problems).
 TOPK_QUICK = ["--quick"]
@@ -170,10 +179,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     b = sub.add_parser(
         "bench",
         help="forward+backward time against torch.linalg, row by row: svd, eigh, "
-        "topk, truncation (rules against a fixed k), trg (the TRG example per "
-        "temperature point; --sizes are bond dimensions chi), compile (compiled "
-        "vs eager), julia or all "
-        "(needs a source checkout)",
+        "factorizations (qr, lq, eig), topk, truncation (rules against a fixed "
+        "k), trg (the TRG example per temperature point; --sizes are bond "
+        "dimensions chi), compile (compiled vs eager), julia or all (needs a "
+        "source checkout)",
     )
     b.add_argument("which", nargs="?", choices=(*BENCHMARKS, "all"), default="all")
     b.add_argument(
@@ -184,8 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--threads", type=int, help="torch threads (default: all)")
     b.add_argument(
         "--device",
-        help="svd, eigh, topk: cpu (default) or cuda (a GPU; its own default sizes, "
-        "n = 64 ... 4096, batches of 8x8 and 32x32, top-k at 8192^2)",
+        help="svd, eigh, factorizations, topk: cpu (default) or cuda (a GPU; its "
+        "own default sizes, n = 64 ... 4096, batches of 8x8 and 32x32, top-k at "
+        "8192^2)",
     )
     b.add_argument(
         "--blas",

@@ -31,8 +31,10 @@ from torch import Tensor
 
 from ._settings import GAUGE_POLICIES, Options, gradient_convention, options
 from ._validation import check_matrix
+from .pullbacks.eig import eig_pullback
 from .pullbacks.eigh import eigh_pullback, hermitian_part
 from .pullbacks.matfun import matrix_function_pullback
+from .pullbacks.qr import positive_gauge, qr_pullback
 from .pullbacks.svd import svd_function_pullback, svd_pullback
 
 __all__ = ["compiling"]
@@ -343,6 +345,130 @@ matrix_function.register_autograd(
 )
 
 
+# ------------------------------------------------------------------ qr, lq
+
+
+@torch.library.custom_op("pyspectral::qr", mutates_args=())
+def qr(
+    A: Tensor,
+    mode: str,
+    positive: bool,
+    gauge: Optional[str],
+    gauge_atol: Optional[float],
+) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.qr(A, mode)`` (``"reduced"`` or ``"complete"``), in the
+    positive gauge if asked, row-major outputs."""
+    check_matrix("qr", A)
+    Q, R = torch.linalg.qr(A, mode=mode)
+    if positive:
+        Q, R = positive_gauge(Q, R)
+    return Q.contiguous(), R.contiguous()
+
+
+@qr.register_fake
+def _(A, mode, positive, gauge, gauge_atol):
+    *batch, m, n = A.shape
+    k = m if mode == "complete" else min(m, n)
+    return A.new_empty((*batch, m, k)), A.new_empty((*batch, k, n))
+
+
+@torch.library.custom_op("pyspectral::qr_backward", mutates_args=())
+def qr_backward(
+    A: Tensor,
+    Q: Tensor,
+    R: Tensor,
+    gQ: Optional[Tensor],
+    gR: Optional[Tensor],
+    gauge: Optional[str],
+    gauge_atol: Optional[float],
+) -> Tensor:
+    opts = _opts(None, None, gauge, gauge_atol, "qr")
+    gA = qr_pullback(Q, R, gQ, gR, opts)
+    return torch.zeros_like(A) if gA is None else gA.contiguous()
+
+
+@qr_backward.register_fake
+def _(A, Q, R, gQ, gR, gauge, gauge_atol):
+    return torch.empty_like(A, memory_format=torch.contiguous_format)
+
+
+def _qr_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0], *output)
+    ctx.settings = inputs[3:]
+
+
+def _qr_backward(ctx, gQ, gR):
+    A, Q, R = ctx.saved_tensors
+    return (qr_backward(A, Q, R, gQ, gR, *ctx.settings), *(None,) * 4)
+
+
+qr.register_autograd(_qr_backward, setup_context=_qr_setup)
+
+
+# ----------------------------------------------------------------------- eig
+
+
+@torch.library.custom_op("pyspectral::eig", mutates_args=())
+def eig(
+    A: Tensor,
+    degeneracy_atol: Optional[float],
+    broadening: Optional[float],
+    gauge: Optional[str],
+    gauge_atol: Optional[float],
+) -> tuple[Tensor, Tensor]:
+    """``torch.linalg.eig(A)``, row-major eigenvectors."""
+    check_matrix("eig", A, square=True)
+    L, V = torch.linalg.eig(A)
+    return L.contiguous(), V.contiguous()
+
+
+@eig.register_fake
+def _(A, degeneracy_atol, broadening, gauge, gauge_atol):
+    dtype = (
+        torch.complex64
+        if A.dtype in (torch.float32, torch.complex64)
+        else (torch.complex128)
+    )
+    return A.new_empty(A.shape[:-1], dtype=dtype), A.new_empty(A.shape, dtype=dtype)
+
+
+@torch.library.custom_op("pyspectral::eig_backward", mutates_args=())
+def eig_backward(
+    A: Tensor,
+    L: Tensor,
+    V: Tensor,
+    gL: Optional[Tensor],
+    gV: Optional[Tensor],
+    degeneracy_atol: Optional[float],
+    broadening: Optional[float],
+    gauge: Optional[str],
+    gauge_atol: Optional[float],
+) -> Tensor:
+    opts = _opts(degeneracy_atol, broadening, gauge, gauge_atol, "eig")
+    gA = eig_pullback(L, V, gL, gV, opts)
+    if gA is None:
+        return torch.zeros_like(A)
+    return (gA if A.is_complex() else gA.real).contiguous()
+
+
+@eig_backward.register_fake
+def _(A, L, V, gL, gV, degeneracy_atol, broadening, gauge, gauge_atol):
+    return torch.empty_like(A, memory_format=torch.contiguous_format)
+
+
+def _eig_setup(ctx, inputs, output) -> None:
+    ctx.save_for_backward(inputs[0], *output)
+    ctx.settings = inputs[1:]
+
+
+def _eig_backward(ctx, gL, gV):
+    A, L, V = ctx.saved_tensors
+    return (eig_backward(A, L, V, gL, gV, *ctx.settings), *(None,) * 4)
+
+
+eig.register_autograd(_eig_backward, setup_context=_eig_setup)
+
+
 # ------------------------------------------------- the public calls routed
 
 
@@ -444,3 +570,35 @@ def _matfun_spec(f: object) -> Optional[tuple[str, float]]:
         if type(f[1]) in (int, float):
             return "pow", float(f[1])
     return None
+
+
+def call_qr(A, mode, positive, gauge, gauge_atol):
+    """``qr``'s ``(Q, R)`` (``mode="r"``: an empty ``Q``), or None."""
+    ok = _matrix_ok(A) and mode in ("reduced", "complete", "r")
+    if not (ok and type(positive) is bool and _settings_ok(gauge_atol, gauge=gauge)):
+        return None
+    (ga,) = _floats(gauge_atol)
+    Q, R = torch.ops.pyspectral.qr(A, "reduced" if mode == "r" else mode, positive,
+                                   gauge, ga)  # fmt: skip
+    return (A.new_empty(0), R) if mode == "r" else (Q, R)
+
+
+def call_lq(A, mode, positive, gauge, gauge_atol):
+    """``lq``'s ``(L, Q)``, as the QR of ``A^H``, or None."""
+    res = call_qr(
+        A.mH if isinstance(A, Tensor) else A, mode, positive, gauge, gauge_atol
+    )
+    if res is None:
+        return None
+    Q, R = res
+    return R.mH, Q if mode == "r" else Q.mH
+
+
+def call_eig(A, degeneracy_atol, broadening, gauge, gauge_atol):
+    """``eig``'s ``(L, V)``, or None."""
+    numbers = (degeneracy_atol, broadening, gauge_atol)
+    if not (_matrix_ok(A, square=True) and _settings_ok(*numbers, gauge=gauge)):
+        return None
+    return torch.ops.pyspectral.eig(
+        A, *_floats(*numbers)[:2], gauge, _floats(gauge_atol)[0]
+    )

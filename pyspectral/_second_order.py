@@ -74,10 +74,13 @@ class SecondOrderCheck:
         coupling here; the S-cotangent at the pullback's second-order call
         (:func:`check_second_order_cotangent`), less what the discarded
         clusters' exact term accounts for."""
-        if not self._coupling():
-            if self.discarded is not None:
-                self.offset = self.discarded.spectral_offset(R)
-            self.opts.state.second_order = self
+        if self._coupling():
+            # (measured: the pullback's next call is still a second-order one)
+            self.opts.state.second_order = _REPORTED
+            return
+        if self.discarded is not None:
+            self.offset = self.discarded.spectral_offset(R)
+        self.opts.state.second_order = self
 
     def forward(self, dgS: torch.Tensor | None, dA: torch.Tensor | None = None) -> None:
         """Forward over reverse: the coupling and the tangent of the
@@ -294,9 +297,15 @@ def _coupling(P: torch.Tensor, pairs: torch.Tensor, zeros: torch.Tensor) -> floa
 
 def check_second_order_cotangent(
     gS: torch.Tensor | None, scale: tuple[torch.Tensor | None, ...], opts: Options
-) -> None:
+) -> bool:
     """In the pullback's call after :class:`_SecondOrderGuard`'s backward (the
-    second-order one): the S-cotangent must be constant on the clusters."""
+    second-order one): the S-cotangent must be constant on the clusters.
+    Whether this is that call (the first-order checks then do not apply)."""
     check, opts.state.second_order = opts.state.second_order, None
-    if check is not None and gS is not None:
+    if check is not None and check is not _REPORTED and gS is not None:
         check.spectral(gS, (gS, *scale))
+    return check is not None
+
+
+# The second-order check of a call whose coupling was already reported.
+_REPORTED = object()

@@ -49,6 +49,8 @@ _REAL_KEYWORDS: dict[str, tuple[str, Callable[[float], bool]]] = {
     "degeneracy_atol": _TOLERANCE,
     "gauge_atol": _TOLERANCE,
     "hermitian_tol": _TOLERANCE,
+    # the rank of a QR / LQ (pullbacks/qr.py)
+    "rank_atol": _TOLERANCE,
     # the truncation tolerances of svd / eigh (forward/truncation.py)
     "atol": _TOLERANCE,
     "rtol": _TOLERANCE,
@@ -334,6 +336,19 @@ def require_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
         "(A + A.mH) / 2, or pass check_hermitian=False to read only the UPLO "
         "triangle"
     )
+
+
+def check_choice(op: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
+    """``value`` if it is one of the strings ``choices``, else ``InputError``
+    naming them (``InputTypeError`` for a non-string)."""
+    if not isinstance(value, str):
+        raise InputTypeError(
+            f"{op}: {name} must be a str, one of {choices}, got "
+            f"{type(value).__name__} {value!r}"
+        )
+    if value not in choices:
+        raise InputError(f"{op}: {name} must be one of {choices}, got {value!r}")
+    return value
 
 
 def check_flag(op: str, name: str, value: Any) -> bool:

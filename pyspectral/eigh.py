@@ -8,7 +8,6 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
-from torch._C._functorch import is_functorch_wrapped_tensor
 
 from . import _ops
 from ._autograd import (
@@ -18,7 +17,6 @@ from ._autograd import (
     check_not_nested_forward_mode,
     in_layout_of,
 )
-from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
     UserFunction,
@@ -27,14 +25,13 @@ from ._fns import (
     power_second,
     user_function,
 )
-from ._ops import compiling
+from ._route import compiled, on_julia, with_out
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, gradient_convention, options
 from ._validation import (
     check_flag,
     check_keywords,
     check_matrix,
-    check_out,
     check_top_k_keywords,
     check_truncation_method,
     check_uplo,
@@ -151,9 +148,9 @@ class _EighJulia(torch.autograd.Function):
             return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
         if gw is None and gV is None:
             return None, None, None
-        check_second_order_cotangent(gw, (gV,), ctx.opts)  # as eigh_pullback
+        second = check_second_order_cotangent(gw, (gV,), ctx.opts)  # as native
         gA = jeigh.eigh_pullback(
-            ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts
+            ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts, not second
         )
         return gA, None, None
 
@@ -452,13 +449,13 @@ def _hermitian_input(A: Tensor, hermitian: bool) -> Tensor:
 
 
 def _decompose(
-    A: Tensor, uplo: str, opts: Options, julia: bool, hermitian: bool
+    A: Tensor, uplo: str, opts: Options, backend: str, hermitian: bool
 ) -> tuple[Tensor, Tensor]:
     """``(w, V)`` of the whole ``eigh`` with derivatives under the convention
-    (``hermitian``): the native Function applies it in its pullback (no extra
-    operation), the Julia one, which computes the triangle-true gradient,
-    through :class:`_HermitianPart`."""
-    if not julia:
+    (``hermitian``), on the backend that runs the call: the native Function
+    applies it in its pullback (no extra operation), the Julia one, which
+    computes the triangle-true gradient, through :class:`_HermitianPart`."""
+    if not on_julia("eigh", backend, A):
         return apply(_Eigh, A, uplo, opts, hermitian)
     return apply(_EighJulia, _hermitian_input(A, hermitian), uplo, opts)
 
@@ -644,26 +641,15 @@ def eigh(
         >>> w.round(decimals=10)
         tensor([1., 3.], dtype=torch.float64)
     """
-    if compiling():
-        others = (atol, rtol, error_atol, error_rtol, min_rank, out, hermitian_tol)
-        others += (oversample, n_iter, backward_rtol)
-        fixed = (
-            multiplets == "cut" and return_error is False and backward_maxiter == 500
-        )
-        plain = check_hermitian is False and by == "value"
-        if (
-            fixed
-            and plain
-            and backend in ("auto", "torch")
-            and method in ("auto", "full")
-            and all(x is None for x in others)
-        ):
-            res = _ops.call_eigh(
-                A, UPLO, k, largest, degeneracy_atol, broadening, gauge, gauge_atol,
-                gradient,
-            )  # fmt: skip
-            if res is not None:
-                return EighResult(*res)
+    others = (atol, rtol, error_atol, error_rtol, min_rank, out, hermitian_tol)
+    others += (oversample, n_iter, backward_rtol)
+    static = multiplets == "cut" and return_error is False and backward_maxiter == 500
+    static = static and check_hermitian is False and by == "value"
+    static = static and method in ("auto", "full") and all(x is None for x in others)
+    settings = (degeneracy_atol, broadening, gauge, gauge_atol, gradient)
+    res = compiled(backend, static, _ops.call_eigh, A, UPLO, k, largest, *settings)
+    if res is not None:
+        return EighResult(*res)
     # The common call, every keyword at its default (what the checks below
     # would find): A, UPLO and the convention are all there is to check.
     if (
@@ -684,6 +670,63 @@ def eigh(
         hermitian = gradient_convention(gradient, "eigh") == "hermitian"
         return EighResult(*apply(_Eigh, A, UPLO, options(op="eigh"), hermitian))
     # Every argument is validated before a backend is chosen (and Julia started).
+    call = _check_eigh(
+        A, UPLO, gradient, check_hermitian, hermitian_tol, degeneracy_atol, broadening,
+        gauge, gauge_atol, k, largest, by, atol, rtol, error_atol, error_rtol,
+        multiplets, min_rank, return_error, method, oversample, n_iter, backward_rtol,
+        backward_maxiter,
+    )  # fmt: skip
+    res = with_out("eigh", out, backend, A, lambda: torch.linalg.eigh(
+        A, UPLO=call.uplo, out=out), call.rule)  # fmt: skip
+    if res is not None:
+        return EighResult(*res)
+    if call.magnitude:
+        return _eigh_by_magnitude(A, call, backend, return_error)
+    if call.rule is None:
+        return EighResult(*_decompose(A, call.uplo, call.opts, backend, call.hermitian))
+    return _truncated(A, call, method, backend, return_error)
+
+
+class _EighCall(NamedTuple):
+    """The checked arguments of one :func:`eigh` call."""
+
+    uplo: str
+    kw: dict
+    rule: Any
+    opts: Options
+    hermitian: bool
+    largest: bool
+    magnitude: bool
+
+
+def _check_eigh(
+    A: Any,
+    UPLO: Any,
+    gradient: Any,
+    check_hermitian: Any,
+    hermitian_tol: Any,
+    degeneracy_atol: Any,
+    broadening: Any,
+    gauge: Any,
+    gauge_atol: Any,
+    k: Any,
+    largest: Any,
+    by: Any,
+    atol: Any,
+    rtol: Any,
+    error_atol: Any,
+    error_rtol: Any,
+    multiplets: Any,
+    min_rank: Any,
+    return_error: Any,
+    method: Any,
+    oversample: Any,
+    n_iter: Any,
+    backward_rtol: Any,
+    backward_maxiter: Any,
+) -> _EighCall:
+    """Every argument of :func:`eigh` checked (``_validation``), ``A``'s
+    hermiticity if asked, and the call's options and truncation rule."""
     UPLO = _check("eigh", A, UPLO)
     kw = check_keywords(
         "eigh",
@@ -731,19 +774,21 @@ def eigh(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh"
     )
     hermitian = gradient_convention(gradient, "eigh") == "hermitian"
-    if check_out("eigh", out, backend, A, rule):
-        return EighResult(*torch.linalg.eigh(A, UPLO=UPLO, out=out))
-    if magnitude:
-        return _eigh_by_magnitude(A, UPLO, rule, backend, return_error, opts, hermitian)
-    if rule is None:
-        julia = resolve_backend("eigh", backend, A) == "julia"
-        return EighResult(*_decompose(A, UPLO, opts, julia, hermitian))
+    return _EighCall(UPLO, kw, rule, opts, hermitian, largest, magnitude)
+
+
+def _truncated(
+    A: Tensor, call: _EighCall, method: str, backend: str, return_error: bool
+) -> EighResult | TruncatedEighResult:
+    """The truncated eigh: the iterative top-k path or the whole
+    decomposition, cut at each matrix's rank (``truncation.py``)."""
+    rule, opts, largest, UPLO = call.rule, call.opts, call.largest, call.uplo
     n = A.shape[-1]
     cap = n if rule.k is None else min(rule.k, n)
-    path, cfg = truncation_path("eigh", A, rule, cap, method, kw)
-    julia = resolve_backend("eigh", backend, A) == "julia"
+    path, cfg = truncation_path("eigh", A, rule, cap, method, call.kw)
+    julia = on_julia("eigh", backend, A)
     if path == "iterative":
-        A = _hermitian_input(A, hermitian)
+        A = _hermitian_input(A, call.hermitian)
         at_cap = rule._replace(k=cap)
         if julia:
             w, V, block = apply(EighTopKJulia, A, cap, largest, UPLO, cfg, opts)
@@ -759,7 +804,7 @@ def eigh(
         H = hermitian_from_triangle(A, UPLO) if return_error else None
         fields = truncated_eigh(H, w, V, r, cap, largest, return_error)
     else:
-        w, V = _decompose(A, UPLO, opts, julia, hermitian)
+        w, V = _decompose(A, UPLO, opts, backend, call.hermitian)
         r, tails = eigh_ranks(w, rule, largest, opts, julia, errors=return_error)
         fields = truncated_eigh(None, w, V, r, cap, largest, return_error, tails)
     return fields if return_error else EighResult(*fields)
@@ -786,24 +831,19 @@ def _check_by(by: Any, largest: bool, method: str) -> bool:
 
 
 def _eigh_by_magnitude(
-    A: Tensor,
-    UPLO: str,
-    rule: Any,
-    backend: str,
-    return_error: bool,
-    opts: Options,
-    hermitian: bool,
+    A: Tensor, call: _EighCall, backend: str, return_error: bool
 ) -> EighResult | TruncatedEighResult:
     """The truncation by magnitude: the whole decomposition, its eigenpairs
     ranked by ``|lambda|`` (descending), the rules on that ranking."""
+    rule = call.rule
     if rule is None or not rule.truncates:
         raise InputError(
             "eigh: by='magnitude' orders a truncation, but none is asked for; pass "
             "k or a tolerance (atol, rtol, error_atol, error_rtol), or drop by"
         )
-    julia = resolve_backend("eigh", backend, A) == "julia"
-    w, V = _decompose(A, UPLO, opts, julia, hermitian)
-    fields = truncated_eigh_by_magnitude(w, V, rule, opts, julia, return_error)
+    w, V = _decompose(A, call.uplo, call.opts, backend, call.hermitian)
+    julia = on_julia("eigh", backend, A)
+    fields = truncated_eigh_by_magnitude(w, V, rule, call.opts, julia, return_error)
     return fields if return_error else EighResult(*fields)
 
 
@@ -849,25 +889,21 @@ def eigvalsh(
         >>> torch.allclose(A.grad, torch.eye(2, dtype=torch.float64))
         True
     """
-    if compiling() and out is None and backend in ("auto", "torch"):
-        res = _ops.call_eigh(A, UPLO, None, True, None, None, None, None, gradient)
-        if res is not None:
-            return res[0]
+    res = compiled(backend, out is None, _ops.call_eigh, A, UPLO, None, True, None,
+                   None, None, None, gradient)  # fmt: skip
+    if res is not None:
+        return res[0]
     UPLO = _check("eigvalsh", A, UPLO)
     hermitian = gradient_convention(gradient, "eigvalsh") == "hermitian"
-    if check_out("eigvalsh", out, backend, A):
-        return torch.linalg.eigvalsh(A, UPLO=UPLO, out=out)
-    julia = resolve_backend("eigvalsh", backend, A) == "julia"
+    res = with_out("eigvalsh", out, backend, A, lambda: torch.linalg.eigvalsh(
+        A, UPLO=UPLO, out=out))  # fmt: skip
+    if res is not None:
+        return res
     # torch's own eigvalsh only without autograd: its derivatives read both
     # triangles (a forward-AD dual tensor does not require grad)
-    plain = not (
-        A.requires_grad
-        or is_functorch_wrapped_tensor(A)
-        or torch.autograd.forward_ad.unpack_dual(A).tangent is not None
-    )
-    if plain and not julia:
+    if not differentiated(A) and not on_julia("eigvalsh", backend, A):
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
-    return _decompose(A, UPLO, options(op="eigvalsh"), julia, hermitian)[0]
+    return _decompose(A, UPLO, options(op="eigvalsh"), backend, hermitian)[0]
 
 
 def matrix_function(
@@ -964,11 +1000,11 @@ def matrix_function(
         >>> torch.allclose(I3.grad, torch.eye(3, dtype=torch.float64))
         True
     """
-    if compiling() and backend in ("auto", "torch") and check_hermitian is False:
-        if hermitian_tol is None:
-            Y = _ops.call_matrix_function(A, f, UPLO, degeneracy_atol, gradient)
-            if Y is not None:
-                return Y
+    static = check_hermitian is False and hermitian_tol is None
+    Y = compiled(backend, static, _ops.call_matrix_function, A, f, UPLO,
+                 degeneracy_atol, gradient)  # fmt: skip
+    if Y is not None:
+        return Y
     UPLO = _check("matrix_function", A, UPLO)
     kw = check_keywords(
         "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol
@@ -979,7 +1015,7 @@ def matrix_function(
     fn = _matfun(f) if user is None else None
     opts = options(kw["degeneracy_atol"], None, None, None, op="matrix_function")
     A = _with_gradient("matrix_function", A, gradient)
-    julia = resolve_backend("matrix_function", backend, A) == "julia"
+    julia = on_julia("matrix_function", backend, A)
     if fn is None:
         return _user_matrix_function(A, user, UPLO, opts, julia)
     if julia:

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
-from torch._C._functorch import is_functorch_wrapped_tensor
 
 from . import _ops
 from ._autograd import (
@@ -19,7 +18,6 @@ from ._autograd import (
     check_not_nested_forward_mode,
     in_layout_of,
 )
-from ._backend import resolve_backend
 from ._fns import (
     SpectralFn,
     UserFunction,
@@ -28,7 +26,7 @@ from ._fns import (
     power_second,
     user_function,
 )
-from ._ops import compiling
+from ._route import Functions, compiled, decompose, on_julia, with_out
 from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
 from ._validation import (
@@ -36,12 +34,11 @@ from ._validation import (
     check_flag,
     check_keywords,
     check_matrix,
-    check_out,
     check_top_k_keywords,
     check_truncation_method,
     truncation_rule,
 )
-from ._values import ValuesOp, apply_values
+from ._values import ValuesOp, apply_values, differentiated
 from .common.defaults import degeneracy_tol, peek
 from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
@@ -141,8 +138,10 @@ class _SVDJulia(torch.autograd.Function):
             return gA, None, None
         if gU is None and gS is None and gVh is None:
             return None, None, None
-        check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as svd_pullback
-        gA = jsvd.svd_pullback(ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts)
+        second = check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as native
+        gA = jsvd.svd_pullback(
+            ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts, weights=not second
+        )
         return gA, None, None
 
     @staticmethod
@@ -245,6 +244,9 @@ class _SVDFunction(torch.autograd.Function):
         maps = _svd_function_maps(ctx.fn, ctx.opts)
         dY = LinearInA.apply(A, dA, maps, False, U, S, Vh)
         return dY, None, None, None
+
+
+_FUNCTIONS = Functions(_SVD, _SVDJulia)
 
 
 def _svd_function_maps(fn: SpectralFn, opts: Options) -> SpectralMaps:
@@ -556,23 +558,14 @@ def svd(
         >>> bool(torch.dist(torch.linalg.matrix_norm(R), err) < 1e-12), int(r)
         (True, 2)
     """
-    if compiling():
-        others = (atol, rtol, error_atol, error_rtol, min_rank, absorb, out)
-        others += (oversample, n_iter, backward_rtol)
-        fixed = (
-            multiplets == "cut" and return_error is False and backward_maxiter == 500
-        )
-        if (
-            fixed
-            and backend in ("auto", "torch")
-            and method in ("auto", "full")
-            and all(x is None for x in others)
-        ):
-            res = _ops.call_svd(
-                A, full_matrices, k, degeneracy_atol, broadening, gauge, gauge_atol
-            )
-            if res is not None:
-                return SVDResult(*res)
+    others = (atol, rtol, error_atol, error_rtol, min_rank, absorb, out)
+    others += (oversample, n_iter, backward_rtol)
+    static = multiplets == "cut" and return_error is False and backward_maxiter == 500
+    static = static and method in ("auto", "full") and all(x is None for x in others)
+    res = compiled(backend, static, _ops.call_svd, A, full_matrices, k,
+                   degeneracy_atol, broadening, gauge, gauge_atol)  # fmt: skip
+    if res is not None:
+        return SVDResult(*res)
     # The common call, every keyword at its default (what the checks below
     # would find): A is all there is to check. (Their cost is a few percent
     # of a 64 x 64 SVD's forward and backward.)
@@ -591,6 +584,63 @@ def svd(
         check_matrix("svd", A)
         return SVDResult(*apply(_SVD, A, full_matrices, options(op="svd")))
     # Every argument is validated before a backend is chosen (and Julia started).
+    call = _check_svd(
+        A, full_matrices, k, atol, rtol, error_atol, error_rtol, multiplets, min_rank,
+        absorb, return_error, degeneracy_atol, broadening, gauge, gauge_atol, method,
+        oversample, n_iter, backward_rtol, backward_maxiter, out,
+    )  # fmt: skip
+    res = with_out("svd", out, backend, A, lambda: torch.linalg.svd(
+        A, full_matrices=call.full_matrices, out=out), call.rule)  # fmt: skip
+    if res is not None:
+        return SVDResult(*res)
+    if call.rule is None:
+        args = (call.full_matrices, call.opts)
+        res = SVDResult(*decompose("svd", _FUNCTIONS, A, backend, *args))
+    else:  # (a split needs each matrix's rank, which the result with its error has)
+        errors = return_error or absorb is not None
+        res = _truncated(A, call.rule, method, call.kw, call.opts, backend, errors)
+    if call.absorb is None:
+        return res
+    julia = on_julia("svd", backend, A)
+    return split(A, res, call.absorb, call.opts, return_error and call.rule is not None,
+                 julia)  # fmt: skip
+
+
+class _SVDCall(NamedTuple):
+    """The checked arguments of one :func:`svd` call."""
+
+    full_matrices: bool
+    kw: dict
+    rule: Any
+    opts: Options
+    absorb: str | None
+
+
+def _check_svd(
+    A: Any,
+    full_matrices: Any,
+    k: Any,
+    atol: Any,
+    rtol: Any,
+    error_atol: Any,
+    error_rtol: Any,
+    multiplets: Any,
+    min_rank: Any,
+    absorb: Any,
+    return_error: Any,
+    degeneracy_atol: Any,
+    broadening: Any,
+    gauge: Any,
+    gauge_atol: Any,
+    method: Any,
+    oversample: Any,
+    n_iter: Any,
+    backward_rtol: Any,
+    backward_maxiter: Any,
+    out: Any,
+) -> _SVDCall:
+    """Every argument of :func:`svd` checked (``_validation``), and the call's
+    options, truncation rule and split."""
     check_matrix("svd", A)
     kw = check_keywords(
         "svd",
@@ -623,24 +673,12 @@ def svd(
         kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd"
     )
     absorb = check_absorb("svd", absorb, full_matrices, out)
-    if check_out("svd", out, backend, A, rule):
-        return SVDResult(*torch.linalg.svd(A, full_matrices=full_matrices, out=out))
-    if rule is None:
-        julia = resolve_backend("svd", backend, A) == "julia"
-        res = SVDResult(*apply(_SVDJulia if julia else _SVD, A, full_matrices, opts))
-        return res if absorb is None else split(A, res, absorb, opts, False, julia)
-    if full_matrices:
+    if rule is not None and full_matrices:
         raise InputError(
             "svd: k (top-k triplets) or a truncation rule cannot be combined with "
             "full_matrices=True; pass one of them"
         )
-    # (a split needs each matrix's rank, which the result with its error has)
-    errors = return_error or absorb is not None
-    res = _truncated(A, rule, method, kw, opts, backend, errors)
-    if absorb is not None:
-        julia = resolve_backend("svd", backend, A) == "julia"
-        return split(A, res, absorb, opts, return_error, julia)
-    return res
+    return _SVDCall(full_matrices, kw, rule, opts, absorb)
 
 
 def _truncated(
@@ -657,7 +695,7 @@ def _truncated(
     K = min(A.shape[-2:])
     cap = K if rule.k is None else min(rule.k, K)
     path, cfg = truncation_path("svd", A, rule, cap, method, kw)
-    julia = resolve_backend("svd", backend, A) == "julia"
+    julia = on_julia("svd", backend, A)
     if path == "iterative":
         if julia:
             U, S, Vh, block = apply(SVDTopKJulia, A, cap, cfg, opts)
@@ -668,7 +706,7 @@ def _truncated(
         r, _ = svd_ranks(block, at_cap, opts, julia, complete=block.shape[-1] == K)
         fields = truncated_svd(A, U, S, Vh, r, cap, return_error, full=False)
     else:
-        U, S, Vh = apply(_SVDJulia if julia else _SVD, A, False, opts)
+        U, S, Vh = decompose("svd", _FUNCTIONS, A, backend, False, opts)
         r, tails = svd_ranks(S, rule, opts, julia, complete=True, errors=return_error)
         fields = truncated_svd(A, U, S, Vh, r, cap, return_error, True, tails)
     return fields if return_error else SVDResult(*fields)
@@ -709,20 +747,18 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
         >>> torch.allclose(A.grad, UVh)
         True
     """
-    if compiling() and out is None and backend in ("auto", "torch"):
-        res = _ops.call_svd(A, False, None, None, None, None, None)
-        if res is not None:
-            return res[1]
+    res = compiled(backend, out is None, _ops.call_svd, A, False, None, None, None,
+                   None, None)  # fmt: skip
+    if res is not None:
+        return res[1]
     check_matrix("svdvals", A)
-    if check_out("svdvals", out, backend, A):
-        return torch.linalg.svdvals(A, out=out)
-    julia = resolve_backend("svdvals", backend, A) == "julia"
-    # a forward-AD dual tensor does not require grad, but needs the tangent
-    dual = torch.autograd.forward_ad.unpack_dual(A).tangent is not None
-    if not (A.requires_grad or dual or is_functorch_wrapped_tensor(A)):
+    res = with_out("svdvals", out, backend, A, lambda: torch.linalg.svdvals(A, out=out))
+    if res is not None:
+        return res
+    if not differentiated(A):  # the values alone: no singular vectors
+        julia = on_julia("svdvals", backend, A)
         return jsvd.svdvals(A) if julia else torch.linalg.svdvals(A)
-    impl = _SVDJulia if julia else _SVD
-    return apply(impl, A, False, options(op="svdvals"))[1]
+    return decompose("svdvals", _FUNCTIONS, A, backend, False, options(op="svdvals"))[1]
 
 
 def svd_function(
@@ -839,12 +875,11 @@ def svd_function(
         >>> torch.allclose(B.grad.diagonal(), one_one_zero)
         True
     """
-    if compiling() and backend in ("auto", "torch"):
-        rule = (k, atol, rtol, error_atol, error_rtol, min_rank)
-        if multiplets == "cut" and all(x is None for x in rule):
-            Y = _ops.call_svd_function(A, f, degeneracy_atol, gauge)
-            if Y is not None:
-                return Y
+    rule = (k, atol, rtol, error_atol, error_rtol, min_rank)
+    static = multiplets == "cut" and all(x is None for x in rule)
+    Y = compiled(backend, static, _ops.call_svd_function, A, f, degeneracy_atol, gauge)
+    if Y is not None:
+        return Y
     check_matrix("svd_function", A)
     trunc = dict(k=k, atol=atol, rtol=rtol, error_atol=error_atol)
     trunc.update(error_rtol=error_rtol, min_rank=min_rank)
@@ -860,7 +895,7 @@ def svd_function(
             "change; use svd_function(A, ('pow', 1), k=...) / ps.svdvals(A)[..., :1]"
         )
     opts = options(kw["degeneracy_atol"], None, gauge, None, op="svd_function")
-    julia = resolve_backend("svd_function", backend, A) == "julia"
+    julia = on_julia("svd_function", backend, A)
     if rule is not None:
         return _truncated_svd_function(A, user, fn, rule, opts, julia)
     if user is not None:
@@ -870,7 +905,8 @@ def svd_function(
             # no singular value to divide by; an empty result, as A / s_max
             # broadcast over the batch would give (it cannot: (3, 0) / (0, 1))
             return A.clone()
-        smax = apply(_SVDJulia if julia else _SVD, A, False, opts)[1][..., :1, None]
+        smax = decompose("svd_function", _FUNCTIONS, A, backend, False, opts)[1]
+        smax = smax[..., :1, None]
         if bool((peek(smax) == 0).any()):
             raise DomainError(
                 "svd_function: 'normalize' divides by the largest singular value, "

@@ -71,6 +71,8 @@ from pyspectral.forward.truncation import (
     truncation_rank,
 )
 from pyspectral.julia import _bridge, _convert
+from pyspectral.polar import _native as native_polar
+from pyspectral.pullbacks.eig import eig_pullback, eig_pushforward
 from pyspectral.pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
@@ -81,6 +83,7 @@ from pyspectral.pullbacks.matfun import (
     matrix_function_pullback,
     matrix_function_pushforward,
 )
+from pyspectral.pullbacks.qr import positive_gauge, qr_pullback, qr_pushforward
 from pyspectral.pullbacks.split import svd_split_pullback, svd_split_pushforward
 from pyspectral.pullbacks.svd import (
     svd_function_pullback,
@@ -318,6 +321,12 @@ def _t(x: np.ndarray | None, b: int) -> torch.Tensor | None:
 
 
 _GAUGE_TEXT = re.compile(r"^(\w+): .*measured (\S+) > gauge_atol (\S+)\)", re.DOTALL)
+# A rank-deficient QR / LQ: Julia records it as "op:rank"
+_RANK_TEXT = re.compile(
+    r"^(\w+): A is rank deficient.*measured (\S+) > gauge_atol (\S+)\)", re.DOTALL
+)
+# Unequal weights on a cluster: Julia records them as "op:weights"
+_WEIGHTS_TEXT = re.compile(r"^(\w+): .*\(spread (\S+) > allowed (\S+)\)", re.DOTALL)
 
 
 class _GaugeRecorder:
@@ -339,9 +348,17 @@ class _GaugeRecorder:
         self._catch.__exit__(*exc)
         for w in self._caught:
             gauge = _GAUGE_TEXT.match(str(w.message))
-            if issubclass(w.category, GaugeWarning) and gauge:
+            weights = _WEIGHTS_TEXT.match(str(w.message))
+            rank = _RANK_TEXT.match(str(w.message))
+            if issubclass(w.category, GaugeWarning) and rank:
+                op, measured, tol = rank.groups()
+                self.records.append((f"{op}:rank", float(measured), float(tol)))
+            elif issubclass(w.category, GaugeWarning) and gauge:
                 op, measured, tol = gauge.groups()
                 self.records.append((op, float(measured), float(tol)))
+            elif issubclass(w.category, GaugeWarning) and weights:
+                op, measured, tol = weights.groups()
+                self.records.append((f"{op}:weights", float(measured), float(tol)))
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
@@ -1236,6 +1253,175 @@ class FakeJulia:
         return tuple(tangents)
 
     # --------------------------------------------------------------- eigh
+
+    # ------------------------------------------------------- QR, LQ
+
+    def lq_batched(self, At: Any, full: bool, positive: bool) -> tuple:
+        """Julia's ``lq`` of each matrix (our QR of its transpose)."""
+        At = self._wrap(At)
+        Ls, Qs = [], []
+        for b in range(At.shape[2]):
+            Q, R = torch.linalg.qr(_t(At, b).mH, mode="complete" if full else "reduced")
+            if positive:
+                Q, R = positive_gauge(Q, R)
+            Ls.append(R.mH.resolve_conj().numpy())
+            Qs.append(Q.mH.resolve_conj().numpy())
+        return _stack(Ls), _stack(Qs)
+
+    def qr_batched(self, At: Any, full: bool, positive: bool) -> tuple:
+        """Julia's ``qr`` of each matrix (our LQ of its transpose)."""
+        At = self._wrap(At)
+        Qs, Rs = [], []
+        for b in range(At.shape[2]):
+            Q, R = torch.linalg.qr(_t(At, b), mode="complete" if full else "reduced")
+            if positive:
+                Q, R = positive_gauge(Q, R)
+            Qs.append(Q.numpy())
+            Rs.append(R.numpy())
+        return _stack(Qs), _stack(Rs)
+
+    def lq_pullback_batched_b(
+        self, dAt, L, Q, dL, dQ, rank_atol, degeneracy_atol, broadening, gauge,
+        gauge_atol,
+    ) -> tuple:  # fmt: skip
+        """Julia's LQ pullback (of our QR: its messages name "qr")."""
+        dAt, dL, dQ = map(self._wrap, (dAt, dL, dQ))
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            for b in range(dAt.shape[2]):
+                gL, gQ = _t(dL, b), _t(dQ, b)
+                g = qr_pullback(
+                    _t(Q, b).mH, _t(L, b).mH, None if gQ is None else gQ.mH,
+                    None if gL is None else gL.mH, opts, rank_atol, "qr",
+                )  # fmt: skip
+                dAt[:, :, b] = 0 if g is None else g.mH.resolve_conj().numpy()
+        return tuple(recorder.records)
+
+    def qr_pullback_batched_b(
+        self, dAt, Q, R, dQ, dR, rank_atol, degeneracy_atol, broadening, gauge,
+        gauge_atol,
+    ) -> tuple:  # fmt: skip
+        """Julia's QR pullback (of our LQ: its messages name "lq")."""
+        dAt, dQ, dR = map(self._wrap, (dAt, dQ, dR))
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            for b in range(dAt.shape[2]):
+                g = qr_pullback(
+                    _t(Q, b), _t(R, b), _t(dQ, b), _t(dR, b), opts, rank_atol, "lq"
+                )
+                dAt[:, :, b] = 0 if g is None else g.numpy()
+        return tuple(recorder.records)
+
+    def lq_pushforward_batched(self, L, Q, dAt, rank_atol) -> tuple:
+        dAt = self._wrap(dAt)
+        dLs, dQs = [], []
+        for b in range(dAt.shape[2]):
+            dQq, dR = qr_pushforward(_t(Q, b).mH, _t(L, b).mH, _t(dAt, b).mH, rank_atol)
+            dLs.append(dR.mH.resolve_conj().numpy())
+            dQs.append(dQq.mH.resolve_conj().numpy())
+        return _stack(dLs), _stack(dQs)
+
+    def qr_pushforward_batched(self, Q, R, dAt, rank_atol) -> tuple:
+        dAt = self._wrap(dAt)
+        out = [qr_pushforward(_t(Q, b), _t(R, b), _t(dAt, b), rank_atol)
+               for b in range(dAt.shape[2])]  # fmt: skip
+        return tuple(
+            _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(2)
+        )
+
+    # ---------------------------------------------------------- eig
+
+    def eig_batched(self, At: Any) -> tuple:
+        """Julia's ``eigen`` of each matrix itself (the transpose of what it
+        reads), complex, in LAPACK's order."""
+        At = self._wrap(At)
+        Ls, Vs = [], []
+        for b in range(At.shape[2]):
+            L, V = torch.linalg.eig(_t(At, b).mT)
+            Ls.append(L.numpy())
+            Vs.append(V.numpy())
+        return _stack(Ls), _stack(Vs)
+
+    def eigvals_batched(self, At: Any) -> np.ndarray:
+        At = self._wrap(At)
+        return _stack([torch.linalg.eigvals(_t(At, b).mT).numpy()
+                       for b in range(At.shape[2])])  # fmt: skip
+
+    def eig_pullback_batched_b(
+        self, dAt, w, V, dw, dV, degeneracy_atol, broadening, gauge, gauge_atol
+    ) -> tuple:
+        dAt, dw, dV = map(self._wrap, (dAt, dw, dV))
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            for b in range(dAt.shape[2]):
+                g = eig_pullback(_t(w, b), _t(V, b), _t(dw, b), _t(dV, b), opts)
+                g = 0 if g is None else g.mT
+                if not np.iscomplexobj(dAt) and isinstance(g, torch.Tensor):
+                    g = g.real
+                dAt[:, :, b] = g if isinstance(g, int) else g.numpy()
+        return tuple(recorder.records)
+
+    def eig_pushforward_batched(self, w, V, dAt, degeneracy_atol, broadening) -> tuple:
+        dAt = self._wrap(dAt)
+        opts = Options(degeneracy_atol, broadening)
+        out = [
+            eig_pushforward(_t(w, b), _t(V, b), _t(dAt, b).mT, opts)
+            for b in range(dAt.shape[2])
+        ]
+        return tuple(
+            _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(2)
+        )
+
+    # --------------------------------------------------------- polar
+
+    def polar_batched(self, At: Any, side: str, degeneracy_atol: Any) -> tuple:
+        """Julia's ``polar`` of each matrix: ``(W, P, U, S, Vt)``."""
+        At = self._wrap(At)
+        opts = Options(degeneracy_atol)
+        outs = []
+        for b in range(At.shape[2]):
+            X = _t(At, b)
+            W, P = native_polar(X, side, opts)
+            U, S, Vh = torch.linalg.svd(X, full_matrices=False)
+            outs.append(tuple(t.resolve_conj().numpy() for t in (W, P, U, S, Vh)))
+        return tuple(_stack([o[i] for o in outs]) for i in range(5))
+
+    def polar_pullback_batched_b(
+        self, dAt, W, P, U, S, Vt, dW, dP, side, degeneracy_atol
+    ) -> tuple:
+        dAt, dW, dP = map(self._wrap, (dAt, dW, dP))
+        opts = Options(degeneracy_atol)
+        for b in range(dAt.shape[2]):
+            A = ((_t(U, b) * _t(S, b).to(_t(U, b).dtype)) @ _t(Vt, b)).requires_grad_()
+            with torch.enable_grad():
+                Wb, Pb = native_polar(A, side, opts)
+                pairs = [(t, g) for t, g in ((Wb, _t(dW, b)), (Pb, _t(dP, b)))
+                         if g is not None]  # fmt: skip
+                (g,) = torch.autograd.grad(
+                    [t for t, _ in pairs], A, [g for _, g in pairs]
+                )
+            dAt[:, :, b] = g.numpy()
+        return ()
+
+    def polar_pushforward_batched(
+        self, W, P, U, S, Vt, dAt, side, degeneracy_atol
+    ) -> tuple:
+        dAt = self._wrap(dAt)
+        opts = Options(degeneracy_atol)
+        outs = []
+        for b in range(dAt.shape[2]):
+            A = (_t(U, b) * _t(S, b).to(_t(U, b).dtype)) @ _t(Vt, b)
+            _, (dWb, dPb) = torch.func.jvp(
+                lambda X: native_polar(X, side, opts), (A,), (_t(dAt, b),)
+            )
+            outs.append((dWb.resolve_conj().numpy(), dPb.resolve_conj().numpy()))
+        return tuple(_stack([o[i] for o in outs]) for i in range(2))
 
     def eigh_batched(self, At: Any, uplo: str) -> tuple:
         At = self._wrap(At)

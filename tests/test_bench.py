@@ -103,7 +103,7 @@ def test_bench_command_parses_every_benchmark(which, monkeypatch):
 
 def test_bench_command_rejects_an_unknown_benchmark(capsys):
     with pytest.raises(SystemExit) as exit_:
-        cli.main(["bench", "qr"])
+        cli.main(["bench", "lu"])
     assert exit_.value.code == 2
     assert "invalid choice" in capsys.readouterr().err
 
@@ -130,9 +130,9 @@ def test_bench_arguments_per_benchmark():
 
 
 def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
-    """``bench all`` loads benchmarks/bench_<name>.py for svd, eigh, topk,
-    truncation, trg, compile and julia (stand-in scripts here) and calls main with their
-    arguments."""
+    """``bench all`` loads benchmarks/bench_<name>.py for svd, eigh,
+    factorizations, topk, truncation, trg, compile and julia (stand-in
+    scripts here) and calls main with their arguments."""
     for name in cli.BENCHMARKS:
         (tmp_path / f"bench_{name}.py").write_text(
             f"def main(argv):\n    print('ran {name}', list(argv))\n"
@@ -143,6 +143,7 @@ def test_bench_all_runs_each_benchmark_in_order(tmp_path, monkeypatch, capsys):
     assert out.out.splitlines() == [
         "ran svd ['--quick']",
         "ran eigh ['--quick']",
+        "ran factorizations ['--quick']",
         f"ran topk {cli.TOPK_QUICK}",
         "ran truncation ['--quick']",
         "ran trg ['--quick']",

@@ -54,6 +54,21 @@ CASES = {
     "svd_function polar": ("A", "(ps.svd_function(X, 'polar') * W).sum()"),
     "matrix_function sqrt": ("H", "(ps.matrix_function(X, 'sqrt') * W).sum()"),
     "matrix_function pow": ("H", "(ps.matrix_function(X, ('pow', -0.5)) * W).sum()"),
+    "qr positive": (
+        "A",
+        "(lambda Q, R: (Q * W).sum() + R.pow(2).sum())(*ps.qr(X, positive=True))",
+    ),
+    "qr r": ("A", "ps.qr(X, 'r').R.pow(3).sum()"),
+    "lq": ("A", "(lambda L, Q: (L * W).sum() + Q.sum())(*ps.lq(X))"),
+    "eig": (
+        "H",
+        "(lambda L, V: L.real.pow(3).sum() + (V.abs() ** 2 * W).sum())(*ps.eig(X))",
+    ),
+    "eigvals": ("H", "ps.eigvals(X).real.pow(2).sum()"),
+    "polar left": (
+        "A",
+        "(lambda U, P: (U * W).sum() + P.pow(2).sum())(*ps.polar(X, 'left'))",
+    ),
 }
 
 CHILD = """
@@ -139,8 +154,10 @@ def _args():
             torch.ops.pyspectral.matrix_function,
             lambda A, H: (H, "sqrt", 0.0, "U", None, "triangle"),
         ),
+        (torch.ops.pyspectral.qr, lambda A, H: (A, "complete", True, None, None)),
+        (torch.ops.pyspectral.eig, lambda A, H: (H, None, None, "warn", None)),
     ],
-    ids=["svd", "svd full", "eigh", "svd_function", "matrix_function"],
+    ids=["svd", "svd full", "eigh", "svd_function", "matrix_function", "qr", "eig"],
 )
 def test_the_operators_pass_opcheck(op, make):
     args = make(*_args())

@@ -131,6 +131,8 @@ def test_the_gallery_has_my_examples():
     names = {p.stem for p in scripts()}
     assert {
         "covariance_pooling",
+        "mps_canonical_form",
+        "mps_correlation_length",
         "orthogonal_procrustes",
         "topk_operator",
         "julia_rule",
@@ -163,6 +165,41 @@ def test_orthogonal_procrustes():
     # Adam reaches the closed-form solution polar(A^T B)
     assert ps_["dist"] < 1e-3
     assert ps_["last"] == pytest.approx(r["optimum"], rel=1e-4)
+
+
+def test_mps_correlation_length():
+    """The AKLT values (xi = 1/ln 3, amplitude -4/9) exactly; the gradients
+    through ps.eig against finite differences (xi's is 0 there, by symmetry)
+    and d xi / dt against its closed form along the family; torch.linalg.eig
+    gives NaN for the amplitude's gradient at the repeated eigenvalues."""
+    example = load("mps_correlation_length")
+    r = example.main(ts=(1.2, 1.45), verbose=False)
+    check_figure(example, r)
+    aklt = r["aklt"]
+    assert aklt["xi"] == pytest.approx(1 / math.log(3), rel=1e-14)
+    assert aklt["amplitude"] == pytest.approx(-4 / 9, rel=1e-12)
+    assert aklt["pyspectral dxi"] < 1e-12 and aklt["fd dxi"] < 1e-8
+    assert aklt["pyspectral damplitude"] < 1e-8
+    assert math.isnan(aklt["torch.linalg.eig damplitude"])
+    for row in r["family"]:
+        assert row["xi"] == pytest.approx(row["xi_exact"], rel=1e-13)
+        assert row["dxi"] == pytest.approx(row["dxi_exact"], rel=1e-8)
+        assert row["pyspectral"] < 1e-8
+        assert math.isnan(row["torch.linalg.eig"])
+
+
+def test_mps_canonical_form():
+    """The gradient through the positive-gauge QR sweep against finite
+    differences and against the QR-free <H>/<psi|psi> (gauge invariance);
+    the canonical tensors continuous where torch.linalg.qr's sign flips a
+    column; the optimised energy above, and close to, the exact one."""
+    example = load("mps_canonical_form")
+    r = example.main(n=6, D=4, steps=150, lr=0.1)
+    check_figure(example, r)
+    assert r["fd_error"] < 1e-7
+    assert r["direct_error"] < 1e-12
+    assert r["jumps"]["ps.qr"] < 0.05 < 1.0 < r["jumps"]["torch.linalg.qr"]
+    assert r["exact"] <= r["final"] < r["exact"] + 0.05
 
 
 def test_topk_operator():

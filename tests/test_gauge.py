@@ -16,8 +16,10 @@ from pyspectral.common.defaults import eps34
 from pyspectral.common.gauge import (
     apply_gauge_records,
     check_gauge,
+    check_weights,
     gauge_message,
     policy_applied,
+    weights_message,
 )
 
 F64 = torch.float64
@@ -96,3 +98,64 @@ def test_the_message_names_the_op_the_values_and_the_remedy() -> None:
     assert text.startswith("eigh: ")
     assert "measured 0.25 > gauge_atol 1e-12" in text
     assert "svd_function / matrix_function" in text
+
+
+# ------------------------------------------------ unequal weights on a cluster
+
+
+def test_weights_measured_only_on_cluster_pairs() -> None:
+    """check_weights: the spread of g over pairs within the degeneracy
+    tolerance; a spread between separated values is no concern."""
+    S = torch.tensor([3.0, 2.0, 2.0, 1.0], dtype=F64)
+    tol = torch.full((1, 1), 1e-9, dtype=F64)
+    apart = torch.tensor([0.0, 1.0, 1.0, 5.0], dtype=F64)  # equal on the pair
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.GaugeWarning)
+        check_weights("svd", apart, S, tol, Options())
+    unequal = torch.tensor([1.0, 0.3, 0.7, 1.0], dtype=F64)
+    with pytest.warns(ps.GaugeWarning, match=r"spread 0\.4 > allowed") as record:
+        check_weights("svd", unequal, S, tol, Options())
+    assert len(record) == 1
+    with pytest.raises(ps.GaugeError, match="unequally"):
+        check_weights("svd", unequal, S, tol, Options(gauge="raise"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.GaugeWarning)
+        check_weights("svd", unequal, S, tol, Options(gauge="ignore"))
+
+
+def test_weights_allow_what_a_symmetric_function_spreads_at_a_near_degenerate_pair():
+    """Values within the tolerance but apart: a symmetric function's weights
+    differ by about f'' times the gap (sum S**4: 12 s**2 gap), which the
+    allowance admits; a spread of the weights' own size is refused."""
+    gap = 1e-12
+    S = torch.tensor([1.0 + gap, 1.0, 0.5], dtype=F64)
+    tol = torch.full((1, 1), 2 * gap, dtype=F64)
+    quartic = 4 * S**3  # d/ds sum(S**4)
+    assert float(quartic[1] - quartic[2]) > eps34(F64) * float(quartic.abs().max())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.GaugeWarning)
+        check_weights("svd", quartic, S, tol, Options())
+        check_weights("eigh", torch.log(S).reciprocal(), S, tol, Options())
+    with pytest.warns(ps.GaugeWarning, match="eigenvalues weights the members"):
+        check_weights(
+            "eigh", torch.tensor([1.0, 0.0, 0.0], dtype=F64), S, tol, Options()
+        )
+
+
+def test_weights_message_names_the_exact_route() -> None:
+    assert "svd_function" in weights_message("svd", 1.0, 1e-12)
+    assert "absorb=" in weights_message("svd", 1.0, 1e-12)
+    assert "matrix_function" in weights_message("eigh", 1.0, 1e-12)
+    assert "symmetric function" in weights_message("eig", 1.0, 1e-12)
+
+
+def test_julia_weights_records_keep_julias_verdict() -> None:
+    """A weights record carries Julia's per-pair allowance: it is reported as
+    recorded (the largest spread), not against the batch tolerance."""
+    records = [("svd:weights", 0.25, 1e-12), ("svd:weights", 0.5, 2e-12)]
+    with pytest.warns(ps.GaugeWarning) as record:
+        apply_gauge_records(records, (torch.ones(2, dtype=F64),), Options())
+    assert [str(r.message) for r in record] == [weights_message("svd", 0.5, 2e-12)]
+    with pytest.warns(ps.GaugeWarning, match="qr: A is rank deficient"):
+        apply_gauge_records([("qr:rank", 1.0, 0.0)], (torch.ones(2, dtype=F64),),
+                            Options())  # fmt: skip

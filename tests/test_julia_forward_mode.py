@@ -945,6 +945,10 @@ def test_pushforwards_mirror_julia():
         "dense_truncated_svd_pushforward",
         "dense_truncated_eigh_pushforward",
         "svd_split_pushforward",
+        "qr_pushforward",
+        "lq_pushforward",
+        "polar_pushforward",
+        "eig_pushforward",
     }
     pkg = Path(ps.__file__).parent / "pullbacks"
     for jl in sorted((src / "pullbacks").glob("*.jl")):

@@ -31,13 +31,16 @@ def inv_safe(x: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
 
 
 def inv_lorentz(x: torch.Tensor, width: float) -> torch.Tensor:
-    """Lorentzian-broadened inverse ``x / (x**2 + width**2)`` (smooth, signed).
+    """Lorentzian-broadened inverse ``x / (x**2 + width**2)`` (smooth, signed;
+    for a complex gap ``conj(x) / (|x|**2 + width**2)``).
 
     Evaluated in units of ``m = max(|x|, width)``, the same value for every
     ``m > 0``: squaring ``x`` and ``width`` directly underflows to ``0 / 0``
     for widths below ``sqrt(tiny)`` (1e-154 in float64)."""
     m = torch.clamp(x.abs(), min=width)
     xm = x / m
+    if xm.is_complex():
+        return xm.conj() / ((xm.abs().square() + (width / m) ** 2) * m)
     return xm / ((xm * xm + (width / m) ** 2) * m)
 
 

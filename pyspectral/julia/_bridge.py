@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from ..common.gauge import apply_gauge_records
+from ..common.gauge import WEIGHTS, apply_gauge_records
 from ..exceptions import (
     BackendError,
     DomainError,
@@ -157,6 +157,19 @@ GLUE_FUNCTIONS = (
     "truncation_ranks_batched",
     "svd_split_pullback_batched!",
     "svd_split_pushforward_batched",
+    "qr_batched",
+    "qr_pullback_batched!",
+    "qr_pushforward_batched",
+    "lq_batched",
+    "lq_pullback_batched!",
+    "lq_pushforward_batched",
+    "polar_batched",
+    "polar_pullback_batched!",
+    "polar_pushforward_batched",
+    "eig_batched",
+    "eigvals_batched",
+    "eig_pullback_batched!",
+    "eig_pushforward_batched",
     "user_eval",
     "user_include",
     "function_forward",
@@ -316,14 +329,26 @@ def present(*cotangents: Any) -> tuple[torch.Tensor, ...]:
 
 
 def pullback(
-    op: str, name: str, scale: tuple, opts: Any, *args: Any, elements: int
+    op: str,
+    name: str,
+    scale: tuple,
+    opts: Any,
+    *args: Any,
+    elements: int,
+    weights: bool = True,
 ) -> None:
     """Run a pullback glue function, then the gauge policy on the violations
     ``(op, measured, tol)`` it returns, recorded by this call alone (``scale``:
-    the cotangents that set the gauge tolerance, as natively)."""
+    the cotangents that set the gauge tolerance, as natively). ``weights``:
+    whether the first-order check of unequal weights on a cluster applies
+    (not in a second-order call, which checks its own)."""
     records = call(op, name, *args, elements=elements)
-    if len(records):
-        recorded = [(str(o), float(v), float(t)) for o, v, t in records]
+    recorded = [
+        (str(o), float(v), float(t))
+        for o, v, t in records
+        if weights or not str(o).endswith(WEIGHTS)
+    ]
+    if recorded:
         apply_gauge_records(recorded, scale, opts)
 
 

@@ -47,8 +47,16 @@ def eigh(A: torch.Tensor, uplo: str) -> tuple:
 
 
 def eigh_pullback(
-    shape_dtype: tuple, handles: tuple, gw: Any, gV: Any, uplo: str, opts: Any
+    shape_dtype: tuple,
+    handles: tuple,
+    gw: Any,
+    gV: Any,
+    uplo: str,
+    opts: Any,
+    weights: bool = True,
 ) -> torch.Tensor:
+    """``weights``: the first-order check of unequal weights applies (see
+    ``_bridge.pullback``)."""
     wj, Vj = handles
     gA, keep = gradient_buffer(shape_dtype), []
     pullback(
@@ -64,6 +72,7 @@ def eigh_pullback(
         _SWAP[uplo],
         *options(opts),
         elements=elements(gA),
+        weights=weights,
     )
     return gA
 

@@ -46,8 +46,16 @@ def svd(A: torch.Tensor, full_matrices: bool) -> tuple:
 
 
 def svd_pullback(
-    shape_dtype: tuple, handles: tuple, gU: Any, gS: Any, gVh: Any, opts: Any
+    shape_dtype: tuple,
+    handles: tuple,
+    gU: Any,
+    gS: Any,
+    gVh: Any,
+    opts: Any,
+    weights: bool = True,
 ) -> torch.Tensor:
+    """``weights``: the first-order check of unequal weights applies (see
+    ``_bridge.pullback``)."""
     Uj, Sj, Vtj = handles
     gA, keep = gradient_buffer(shape_dtype), []
     pullback(
@@ -64,6 +72,7 @@ def svd_pullback(
         None if gU is None else to_julia(gU, keep),  # cotangent of Julia's Vt = U^T
         *options(opts),
         elements=elements(gA),
+        weights=weights,
     )
     return gA
 

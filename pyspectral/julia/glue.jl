@@ -382,6 +382,121 @@ function svd_split_pushforward_batched(U, S, Vt, kept, absorb::AbstractString, �
                                            wrap(ΔVt), degeneracy_atol))
 end
 
+# ------------------------------------------------------------ qr, lq
+
+# Python's QR of A is the LQ of the transpose Julia reads (Aᵀ = Rᵀ Qᵀ), Python's LQ the
+# QR: `lq_batched` returns (L, Q) of each Aᵀ, which Python reads as (R, Q) without a
+# copy, `qr_batched` (Q, R), read as (Q, L). Each pullback names Python's op in its gauge
+# records (`op`), and writes into Python's zeroed buffer ΔAt.
+function _factor_batch(f, At::Array{T,3}, full::Bool, positive::Bool) where {T}
+    Fs = [f(view(At, :, :, b); full, positive) for b in axes(At, 3)]
+    return batch([F[1] for F in Fs]), batch([F[2] for F in Fs])
+end
+lq_batched(At, full::Bool, positive::Bool) =
+    outs(_factor_batch(PySpectral.lq, wrap(At), full, positive))
+qr_batched(At, full::Bool, positive::Bool) =
+    outs(_factor_batch(PySpectral.qr, wrap(At), full, positive))
+
+function _factor_pullback!(pullback!, op, ΔAt, X, Y, ΔX, ΔY, rank_atol, degeneracy_atol,
+                           broadening, gauge::Bool, gauge_atol)
+    opts, recorder = pullback_options(degeneracy_atol, broadening, gauge, gauge_atol)
+    ΔAt, ΔX, ΔY = wrap(ΔAt), wrap(ΔX), wrap(ΔY)
+    for b in axes(ΔAt, 3)
+        pullback!(slice(ΔAt, b), slice(X, b), slice(Y, b), slice(ΔX, b), slice(ΔY, b);
+                  rank_atol, gauge=opts.gauge, gauge_atol=opts.gauge_atol, op)
+    end
+    return records(recorder)
+end
+function lq_pullback_batched!(ΔAt, L, Q, ΔL, ΔQ, rank_atol, degeneracy_atol, broadening,
+                              gauge::Bool, gauge_atol)
+    return _factor_pullback!(PySpectral.lq_pullback!, :qr, ΔAt, L, Q, ΔL, ΔQ, rank_atol,
+                             degeneracy_atol, broadening, gauge, gauge_atol)
+end
+function qr_pullback_batched!(ΔAt, Q, R, ΔQ, ΔR, rank_atol, degeneracy_atol, broadening,
+                              gauge::Bool, gauge_atol)
+    return _factor_pullback!(PySpectral.qr_pullback!, :lq, ΔAt, Q, R, ΔQ, ΔR, rank_atol,
+                             degeneracy_atol, broadening, gauge, gauge_atol)
+end
+
+function _factor_pushforward(pushforward, X, Y, ΔAt, rank_atol)
+    Δs = [pushforward(slice(X, b), slice(Y, b), slice(ΔAt, b); rank_atol)
+          for b in axes(ΔAt, 3)]
+    return batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs])
+end
+lq_pushforward_batched(L, Q, ΔAt, rank_atol) =
+    outs(_factor_pushforward(PySpectral.lq_pushforward, L, Q, wrap(ΔAt), rank_atol))
+qr_pushforward_batched(Q, R, ΔAt, rank_atol) =
+    outs(_factor_pushforward(PySpectral.qr_pushforward, Q, R, wrap(ΔAt), rank_atol))
+
+# ----------------------------------------------------------------- polar
+
+# Python's right polar decomposition of A is the left one of the transpose Julia reads
+# (Aᵀ = Pᵀ Wᵀ); the bridge swaps the side. Returns (W, P, U, S, Vt) of each Aᵀ, the SVD
+# being what the pullback reads.
+function polar_core(At::Array{T,3}, side::Symbol, degeneracy_atol) where {T}
+    out3 = [PySpectral._polar(view(At, :, :, b), side, degeneracy_atol)
+            for b in axes(At, 3)]
+    return batch([o[1] for o in out3]), batch([o[2] for o in out3]),
+           batch([o[3].U for o in out3]), batch([o[3].S for o in out3]),
+           batch([o[3].Vt for o in out3])
+end
+polar_batched(At, side::AbstractString, degeneracy_atol) =
+    outs(polar_core(wrap(At), Symbol(side), degeneracy_atol))
+
+function polar_pullback_batched!(ΔAt, W, P, U, S, Vt, ΔW, ΔP, side::AbstractString,
+                                 degeneracy_atol)
+    ΔAt, ΔW, ΔP = wrap(ΔAt), wrap(ΔW), wrap(ΔP)
+    for b in axes(ΔAt, 3)
+        PySpectral.polar_pullback!(slice(ΔAt, b), slice(W, b), slice(P, b), slice(U, b),
+                                   slice(S, b), slice(Vt, b), slice(ΔW, b), slice(ΔP, b);
+                                   side=Symbol(side), degeneracy_atol)
+    end
+    return ()
+end
+
+function polar_pushforward_batched(W, P, U, S, Vt, ΔAt, side::AbstractString,
+                                   degeneracy_atol)
+    ΔAt = wrap(ΔAt)
+    Δs = [PySpectral.polar_pushforward(slice(W, b), slice(P, b), slice(U, b), slice(S, b),
+                                       slice(Vt, b), slice(ΔAt, b); side=Symbol(side),
+                                       degeneracy_atol) for b in axes(ΔAt, 3)]
+    return outs((batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs])))
+end
+
+# ------------------------------------------------------------------- eig
+
+# An eigendecomposition does not transpose into one of the same kind (Aᵀ has A's left
+# eigenvectors), so Julia decomposes A itself, the transpose of the Aᵀ it reads (LAPACK
+# overwrites its input: Julia copies it either way). The eigenvectors return with their
+# own indexing (column-major), the gradient of A is written transposed into ΔAt.
+function eig_core(At::Array{T,3}) where {T}
+    Es = [PySpectral.eig(transpose(view(At, :, :, b))) for b in axes(At, 3)]
+    return batch([E.values for E in Es]), batch([E.vectors for E in Es])
+end
+eig_batched(At) = outs(eig_core(wrap(At)))
+function eigvals_batched(At)
+    At = wrap(At)
+    return out(batch([PySpectral.eigvals(transpose(view(At, :, :, b))) for b in axes(At, 3)]))
+end
+
+function eig_pullback_batched!(ΔAt, λ, V, Δλ, ΔV, degeneracy_atol, broadening,
+                               gauge::Bool, gauge_atol)
+    opts, recorder = pullback_options(degeneracy_atol, broadening, gauge, gauge_atol)
+    ΔAt, Δλ, ΔV = wrap(ΔAt), wrap(Δλ), wrap(ΔV)
+    for b in axes(ΔAt, 3)
+        PySpectral.eig_pullback!(transpose(slice(ΔAt, b)), slice(λ, b), slice(V, b),
+                                 slice(Δλ, b), slice(ΔV, b); opts...)
+    end
+    return records(recorder)
+end
+
+function eig_pushforward_batched(λ, V, ΔAt, degeneracy_atol, broadening)
+    ΔAt = wrap(ΔAt)
+    Δs = [PySpectral.eig_pushforward(slice(λ, b), slice(V, b), transpose(slice(ΔAt, b));
+                                     degeneracy_atol, broadening) for b in axes(ΔAt, 3)]
+    return outs((batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs])))
+end
+
 # ------------------------------------------------------------ truncation
 
 # The rank of each spectrum, a column of X (descending from the wanted end: singular

@@ -16,8 +16,8 @@ from .._second_order import (
     spectral_clusters,
 )
 from .._settings import Options
-from ..common.defaults import degeneracy_tol
-from ..common.gauge import check_gauge
+from ..common.defaults import degeneracy_tol, peek, separated
+from ..common.gauge import check_gauge, check_weights
 from ..common.safemethods import (
     TRANSPOSE_COPY,
     GapChecks,
@@ -102,13 +102,15 @@ def eigh_pullback(
     #   G = V (Ka / (2 (w_j - w_i)) + diag(gw)) V^H,   Ka = K - K^H.
     # Inside a degenerate cluster (diagonal included: complex phases) the
     # quotient is 0/0; a gauge-invariant loss has Ka = 0 there.
-    if not middle_only:
-        # A second derivative through this pullback: its w-cotangent is checked
-        # (see _second_order.second_order_guard).
-        check_second_order_cotangent(gw, (gV,), opts)
+    # A second derivative through this pullback: its w-cotangent is checked
+    # (see _second_order.second_order_guard); a first-order one must weight
+    # each degenerate cluster equally (check_weights).
+    first = middle_only or not check_second_order_cotangent(gw, (gV,), opts)
     if gV is None:
         if gw is None:
             return None
+        if first and not separated(peek(w), opts.degeneracy_atol, False):
+            check_weights("eigh", gw, w, degeneracy_tol(w, opts.degeneracy_atol), opts)
         if plain(w, V, gw):
             if hermitian:  # Y + Y^H, Y = V diag(gw / 2) V^H
                 Y = (V * (gw * 0.5).unsqueeze(-2).to(V.dtype)) @ V.mH
@@ -132,6 +134,8 @@ def eigh_pullback(
     tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
     check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
+    if first:
+        check_weights("eigh", gw, w, tol, opts)
     M = Ka * (0.5 * gap_inverse(gap, tol, opts))
     if gw is not None:
         M = add_diagonal(M, gw)

@@ -109,8 +109,10 @@ def svd_split_pullback(
     ``(*, k, n)``, either may be None) at the kept triplets ``U, S, Vh``
     (``keep``: ``(*, k)`` bool, False on a batch's padding): ``(gA, gU, gS,
     gVh)``, where ``gU, gS, gVh`` are the cotangents of the triplets (for the
-    SVD's own pullback) and ``gA`` the kept-cluster term that pullback
-    cannot know (see the module's docstring). Never modifies its inputs."""
+    SVD's own pullback; ``gS`` averaged over each kept cluster, which its
+    weights check reads as a symmetric function) and ``gA`` the kept-cluster
+    term that pullback cannot know (see the module's docstring), with the
+    rest of ``gS``. Never modifies its inputs."""
     if gL is None and gR is None:
         return None, None, None, None
     g, dg, h, dh = split_weights(S, absorb)
@@ -128,7 +130,27 @@ def svd_split_pullback(
         gS = gS + _times(dh, Y.diagonal(dim1=-2, dim2=-1).real)
         C = C + _cluster_term(S, keep, h, dh, Y, opts)
     gS = torch.where(keep, gS, torch.zeros_like(gS))
-    return U @ C @ Vh, gU, gS, gVh
+    # The SVD's pullback takes a cluster's mean of gS (a symmetric function's
+    # weights: its check_weights), the split's term the rest, on the diagonal
+    # of C: the same sum U (C + diag(gS)) Vh, whatever the spectrum.
+    mean = _kept_cluster_mean(S, keep, gS, opts)
+    C = C + torch.diag_embed(gS - mean).to(C.dtype)
+    return U @ C @ Vh, gU, mean, gVh
+
+
+def _kept_cluster_mean(S: Tensor, keep: Tensor, g: Tensor, opts: Options) -> Tensor:
+    """``g`` averaged over each run of kept singular values (descending) whose
+    adjacent gaps are within the degeneracy tolerance (0 where not kept)."""
+    tol = degeneracy_tol(S, opts.degeneracy_atol)[..., 0]
+    both = keep[..., 1:] & keep[..., :-1]
+    joined = both & (S[..., :-1] - S[..., 1:] <= tol)
+    label = torch.cat([torch.zeros_like(S[..., :1]), (~joined).to(S.dtype)], -1)
+    label = label.cumsum(-1).long()
+    kept = keep.to(g.dtype)
+    sums = torch.zeros_like(g).scatter_add(-1, label, g * kept)
+    counts = torch.zeros_like(g).scatter_add(-1, label, kept)
+    mean = sums.gather(-1, label) / counts.gather(-1, label).clamp(min=1)
+    return torch.where(keep, mean, torch.zeros_like(mean))
 
 
 def svd_split_pushforward(

@@ -18,8 +18,8 @@ from .._second_order import (
     spectral_clusters,
 )
 from .._settings import Options
-from ..common.defaults import degeneracy_tol, eps34
-from ..common.gauge import check_gauge, policy_applied
+from ..common.defaults import degeneracy_tol, eps34, peek, separated
+from ..common.gauge import check_gauge, check_weights, policy_applied
 from ..common.safemethods import (
     TRANSPOSE_COPY,
     GapChecks,
@@ -91,16 +91,18 @@ def svd_pullback(
     k = S.shape[-1]
     complement = U.shape[-2] > k or Vh.shape[-1] > k
     if U.shape[-1] > k or Vh.shape[-2] > k:
-        U, gU = _fold_complement("svd", U, gU, k, opts)
-        V, gV = _fold_complement("svd", Vh.mH, None if gVh is None else gVh.mH, k, opts)
+        U, gU = fold_complement("svd", U, gU, k, opts)
+        V, gV = fold_complement("svd", Vh.mH, None if gVh is None else gVh.mH, k, opts)
         Vh, gVh = V.mH, None if gV is None else gV.mH
-    if not middle_only:
-        # A second derivative through this pullback: its S-cotangent is checked
-        # (see _second_order.second_order_guard).
-        check_second_order_cotangent(gS, (gU, gVh), opts)
+    # A second derivative through this pullback: its S-cotangent is checked
+    # (see _second_order.second_order_guard); a first-order one must weight
+    # each degenerate cluster equally (check_weights).
+    first = middle_only or not check_second_order_cotangent(gS, (gU, gVh), opts)
     if gU is None and gVh is None:
         if gS is None:
             return None
+        if first and not separated(peek(S), opts.degeneracy_atol, True):
+            check_weights("svd", gS, S, degeneracy_tol(S, opts.degeneracy_atol), opts)
         gA = (U * gS.unsqueeze(-2)) @ Vh
         return _second_order_guard(gA, S, gS, None, complement, opts, A, U, Vh)
 
@@ -137,6 +139,8 @@ def svd_pullback(
     gap = Sj - Si
     blocks = _blocks(gU, gVh)
     check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
+    if first:
+        check_weights("svd", gS, S, tol, opts)
     M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + JKd * (
         0.5 * gap_inverse(Sj + Si, tol, opts)
     )
@@ -397,7 +401,7 @@ def _numerators(
     return adjoint_sum_(P, -1.0, KH), adjoint_sum_(Q, -1.0, KH)
 
 
-def _fold_complement(
+def fold_complement(
     op: str, U: Tensor, gU: Tensor | None, k: int, opts: Options
 ) -> tuple[Tensor, Tensor | None]:
     """Fold the cotangent of the complement columns ``U[..., k:]`` of a full
@@ -517,7 +521,7 @@ def svd_pushforward(
 def _complement_tangent(U: Tensor, Uk: Tensor, dUk: Tensor) -> Tensor:
     """Append the tangent ``-U_k (dU_k^H U_perp)`` of the complement columns of
     a full SVD: the least motion that keeps ``[U_k, U_perp]`` unitary (no
-    rotation inside the complement), the transpose of ``_fold_complement``."""
+    rotation inside the complement), the transpose of ``fold_complement``."""
     k = Uk.shape[-1]
     if U.shape[-1] == k:
         return dUk

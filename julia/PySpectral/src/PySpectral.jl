@@ -8,8 +8,9 @@ pyspectral README). Forward functions return plain arrays; `src/pullbacks` holds
 pullbacks (and their transposes, the pushforwards) as plain functions; `src/rrules.jl`
 and `src/frules.jl` are the ChainRulesCore glue.
 
-`PySpectral.svd` and `PySpectral.svdvals` are not `LinearAlgebra.svd`/`svdvals` and
-are not exported (that would clash with LinearAlgebra's exports): call them qualified.
+`PySpectral.svd`, `svdvals`, `qr`, `lq` and `eigvals` are not LinearAlgebra's functions
+of those names and are not exported (that would clash with LinearAlgebra's exports):
+call them qualified.
 """
 module PySpectral
 
@@ -20,6 +21,7 @@ using PrecompileTools: @compile_workload, @setup_workload
 using Random: Random
 
 export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
+export eig, polar
 export tsvd, teigh, truncation_rank, truncation_error, svd_split
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
@@ -27,6 +29,8 @@ export svd_trunc_pullback!, eigh_trunc_pullback!, dense_truncated_svd_pullback!,
     dense_truncated_eigh_pullback!, svd_split_pullback!, svd_split_pushforward
 export svd_pushforward, svd_function_pushforward, eigh_pushforward,
     matrix_function_pushforward
+export qr_pullback!, lq_pullback!, polar_pullback!, eig_pullback!, qr_pushforward,
+    lq_pushforward, polar_pushforward, eig_pushforward
 export truncated_svd_pushforward, truncated_eigh_pushforward,
     dense_truncated_svd_pushforward, dense_truncated_eigh_pushforward
 export GaugeError, GaugeRecorder
@@ -39,11 +43,18 @@ include("forward/truncation.jl")
 include("forward/svd.jl")
 include("forward/eigh.jl")
 include("forward/topk.jl")
+include("forward/qr.jl")
+include("forward/eig.jl")
+include("forward/polar.jl")
 include("pullbacks/svd.jl")
 include("pullbacks/eigh.jl")
 include("pullbacks/matfun.jl")
 include("pullbacks/truncated.jl")
 include("pullbacks/split.jl")
+include("pullbacks/qr.jl")
+include("pullbacks/lq.jl")
+include("pullbacks/polar.jl")
+include("pullbacks/eig.jl")
 include("rrules.jl")
 include("frules.jl")
 include("precompile.jl")

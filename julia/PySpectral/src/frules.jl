@@ -182,3 +182,50 @@ function ChainRulesCore.frule((_, ΔA, _), ::typeof(eigh_topk), A::AbstractMatri
                                         rtol, maxiter, degeneracy_atol, broadening)
     return E, Tangent{typeof(E)}(; values=Δλ, vectors=ΔV)
 end
+
+# ------------------------------------------------------ qr, lq, polar, eig
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(qr), A::AbstractMatrix; full::Bool=false,
+                              positive::Bool=false, rank_atol=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    QR = qr(A; full, positive, rank_atol, gauge, gauge_atol)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return QR, ΔA
+    return QR, Tangent{typeof(QR)}(qr_pushforward(QR..., ΔA; rank_atol)...)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(lq), A::AbstractMatrix; full::Bool=false,
+                              positive::Bool=false, rank_atol=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    LQ = lq(A; full, positive, rank_atol, gauge, gauge_atol)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return LQ, ΔA
+    return LQ, Tangent{typeof(LQ)}(lq_pushforward(LQ..., ΔA; rank_atol)...)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(polar), A::AbstractMatrix;
+                              side::Symbol=:right, degeneracy_atol=nothing)
+    W, P, F = _polar(A, side, degeneracy_atol)
+    WP = (W, P)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return WP, ΔA
+    ΔW, ΔP = polar_pushforward(W, P, F.U, F.S, F.Vt, ΔA; side, degeneracy_atol)
+    return WP, Tangent{typeof(WP)}(ΔW, ΔP)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(eig), A::AbstractMatrix;
+                              degeneracy_atol=nothing, broadening=nothing, gauge=:warn,
+                              gauge_atol=nothing)
+    E = eig(A; degeneracy_atol, broadening, gauge, gauge_atol)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return E, ΔA
+    Δλ, ΔV = eig_pushforward(E.values, E.vectors, ΔA; degeneracy_atol, broadening)
+    return E, Tangent{typeof(E)}(; values=Δλ, vectors=ΔV)
+end
+
+function ChainRulesCore.frule((_, ΔA), ::typeof(eigvals), A::AbstractMatrix)
+    E = eig(A)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return E.values, ΔA
+    return E.values, first(eig_pushforward(E.values, E.vectors, ΔA))
+end

@@ -350,10 +350,10 @@ end
         # gauge=:raise asserts that no gauge dependence is detected.
         for (m, n) in ((4, 3), (3, 4))
             W = randn(T, m, n)
-            polar(X) = (F = PySpectral.svd(X; gauge=:raise); real(dot(W, F.U * F.Vt)) + sum(F.S))
+            polar_loss(X) = (F = PySpectral.svd(X; gauge=:raise); real(dot(W, F.U * F.Vt)) + sum(F.S))
             for s in ([3.0, 2.0, 2.0], [3.0, 2.0 + 1e-9, 2.0], [3.0, 2.0 + 1e-13, 2.0],
                       [2.0, 2.0, 2.0])
-                test_grad(polar, with_singular_values(T, m, n, s); rtol=1e-5)
+                test_grad(polar_loss, with_singular_values(T, m, n, s); rtol=1e-5)
             end
         end
 
@@ -501,9 +501,9 @@ end
         top, pair = indicator(1.5, 10.0), indicator(1.5, 2.5)
 
         # the issue's polar factor, and the same through the top-3 triplets
-        polar(X) = (F = PySpectral.svd(X); real(dot(W, F.U * F.Vt)))
+        polar_loss(X) = (F = PySpectral.svd(X); real(dot(W, F.U * F.Vt)))
         polar_exact(X) = real(dot(W, PySpectral.svd_function(X, :polar)))
-        @test worst(polar, polar_exact, svds) < 1e-8
+        @test worst(polar_loss, polar_exact, svds) < 1e-8
         top3(X) = (F = PySpectral.svd(X; k=3); real(dot(W, F.U * F.Vt)))
         top3_exact(X) = real(dot(W, PySpectral.svd_function(X, top)))
         @test worst(top3, top3_exact, svds) < 1e-8
@@ -524,7 +524,7 @@ end
         # gradient 1e-12 / gap would be lost if it were cut.
         W2, τ = randn(T, 6, 4), 1e-12
         basis(X) = (F = PySpectral.svd(X); τ * real(dot(W2, F.U[:, 2] * F.Vt[2:2, :])))
-        total(X) = polar(X) + basis(X)
+        total(X) = polar_loss(X) + basis(X)
         for A in svds[7:9]  # gaps 1e-11 … 1e-10
             g_basis = only(Zygote.gradient(basis, A))
             g_rest = only(Zygote.gradient(total, A)) - only(Zygote.gradient(polar_exact, A))
@@ -1590,11 +1590,11 @@ end
 function test_svd_topk_is_full(A, ΔA, k; kw...)
     F, ΔF = frule((NoTangent(), ΔA, NoTangent()), svd_topk, A, k; kw...)
     F0, ΔF0 = frule((NoTangent(), ΔA), PySpectral.svd, A; k)
-    polar(G, ΔG) = ΔG.U * G.Vt + G.U * ΔG.Vt
+    polar_tangent(G, ΔG) = ΔG.U * G.Vt + G.U * ΔG.Vt
     PU(G, ΔG) = projector_tangent(G.U, ΔG.U, 1:k)
     PV(G, ΔG) = projector_tangent(Matrix(G.Vt'), Matrix(ΔG.Vt'), 1:k)
     @test ΔF.S ≈ ΔF0.S rtol = 1e-9
-    @test polar(F, ΔF) ≈ polar(F0, ΔF0) rtol = 1e-9
+    @test polar_tangent(F, ΔF) ≈ polar_tangent(F0, ΔF0) rtol = 1e-9
     @test PU(F, ΔF) ≈ PU(F0, ΔF0) rtol = 1e-9
     @test PV(F, ΔF) ≈ PV(F0, ΔF0) rtol = 1e-9
 end
@@ -2061,6 +2061,149 @@ end
             @test Δ[2] ≈ fd rtol = 1e-6
         end
     end
+end
+
+@testset "unequal weights on a cluster" begin
+    # A loss that weights a degenerate cluster's values unequally (U S Vᴴ rebuilt from the
+    # triplets) has no exact gradient through the factors: the pullback says so; a
+    # symmetric function of the cluster, and the split, are silent.
+    Random.seed!(40)
+    for T in (Float64, ComplexF64)
+        A = with_singular_values(T, 5, 4, [3.0, 2.0, 2.0, 0.5])
+        W = randn(T, 5, 4)
+        rebuilt(X) = (F = PySpectral.svd(X); real(dot(W, F.U * Diagonal(F.S) * F.Vt)))
+        @test_logs (:warn, r"svd: .*unequally.*svd_function") Zygote.gradient(rebuilt, A)
+        @test_throws GaugeError Zygote.gradient(
+            X -> (F = PySpectral.svd(X; gauge=:raise); real(dot(W, F.U * Diagonal(F.S) * F.Vt))), A)
+        values_only(X) = PySpectral.svdvals(X)[2]
+        @test_logs (:warn, r"unequally") Zygote.gradient(values_only, A)
+        @test_logs Zygote.gradient(X -> sum(abs2, PySpectral.svd(X).S) + sum(PySpectral.svd(X).S), A)
+        L = randn(T, 5, 4)
+        @test_logs Zygote.gradient(X -> real(dot(L, first(svd_split(X; absorb=:both)))), A)
+        H = with_eigenvalues(T, [1.0, 2.0, 2.0, 3.0])
+        sqrt_rebuilt(X) = (E = eigh(X); real(sum(E.vectors * Diagonal(sqrt.(E.values)) * E.vectors')))
+        @test_logs (:warn, r"eigh: .*unequally.*matrix_function") Zygote.gradient(sqrt_rebuilt, H)
+        @test_logs Zygote.gradient(X -> sum(exp, eigh(X).values), H)
+    end
+    # what the recorder gets (pyspectral's bridge applies the policy)
+    rec = GaugeRecorder()
+    PySpectral.check_weights(:svd, [1.0, 0.3, 0.7], [3.0, 2.0, 2.0], 1e-9, rec)
+    @test length(rec.records) == 1 && first(rec.records[1]) === Symbol("svd:weights")
+    @test rec.records[1][2] ≈ 0.4
+    # a near-degenerate pair: a symmetric function's weights differ by f″ gap, allowed
+    S = [1.0 + 1e-12, 1.0, 0.5]
+    rec = GaugeRecorder()
+    PySpectral.check_weights(:svd, 4 .* S .^ 3, S, 2e-12, rec)
+    @test isempty(rec.records)
+end
+
+@testset "qr and lq rrules" begin
+    Random.seed!(41)
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (4, 4), (3, 5)), positive in (false, true)
+        A = randn(T, m, n)
+        Q, R = PySpectral.qr(A; positive)
+        @test Q isa Matrix{T} && R isa Matrix{T} && Q * R ≈ A && istriu(R)
+        @test Q' * Q ≈ I
+        positive && @test all(real(R[i, i]) >= 0 && isreal(R[i, i]) for i in 1:min(m, n))
+        test_rrule(PySpectral.qr, A; fkwargs=(; positive), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        test_frule(PySpectral.qr, A; fkwargs=(; positive), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        L, Ql = PySpectral.lq(A; positive)
+        @test istril(L) && L * Ql ≈ A && Ql * Ql' ≈ I
+        test_rrule(PySpectral.lq, A; fkwargs=(; positive), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        test_frule(PySpectral.lq, A; fkwargs=(; positive), check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+    end
+    # complete: losses of the complement through its projector, exact and silent
+    for T in (Float64, ComplexF64)
+        A, W, G = randn(T, 6, 3), randn(T, 6, 6), randn(T, 6, 3)
+        function complement(X)
+            Q, R = PySpectral.qr(X; full=true, positive=true, gauge=:raise)
+            Q2 = Q[:, 4:6]
+            return real(dot(W, Q2 * Q2')) + real(dot(G, Q[:, 1:3])) + sum(abs2, R)
+        end
+        test_grad(complement, A)
+        function lq_complement(X)
+            L, Q = PySpectral.lq(X; full=true, positive=true, gauge=:raise)
+            Q2 = Q[4:6, :]
+            return real(dot(W, Q2' * Q2)) + sum(abs2, L)
+        end
+        test_grad(lq_complement, Matrix(A'))
+        @test_logs (:warn, r"qr: the incoming gradient depends") Zygote.gradient(
+            X -> real(sum(PySpectral.qr(X; full=true)[1][:, 5])), A)
+    end
+    # rank deficient: exact for the first r columns of Q and rows of R, the rest warns
+    for T in (Float64, ComplexF64), (m, n, r) in ((6, 4, 2), (4, 4, 3), (3, 5, 2))
+        A = randn(T, m, r) * randn(T, r, n)
+        @test PySpectral.qr_rank(PySpectral.qr(A)[2]) == r
+        G1, G2 = randn(T, m, r), randn(T, r, n)
+        determined(X) = (QR = PySpectral.qr(X; positive=true, gauge=:raise);
+                         real(dot(G1, QR[1][:, 1:r])) + real(dot(G2, QR[2][1:r, :])))
+        test_grad(determined, A; rtol=1e-5)
+        @test_logs (:warn, r"qr: A is rank deficient") Zygote.gradient(
+            X -> real(sum(PySpectral.qr(X)[1])), A)
+        rec = GaugeRecorder()
+        Q, R = PySpectral.qr(A)
+        qr_pullback!(zeros(T, m, n), Q, R, ones(T, size(Q)), nothing; gauge=rec)
+        @test first(rec.records[1]) === Symbol("qr:rank")
+    end
+end
+
+@testset "polar" begin
+    Random.seed!(42)
+    for T in (Float64, ComplexF64), (m, n) in ((5, 3), (4, 4), (3, 5)), side in (:right, :left)
+        A = randn(T, m, n)
+        W, P = polar(A; side)
+        @test (side === :right ? W * P : P * W) ≈ A && P == P' && isposdef(P + 1e-12I)
+        test_rrule(polar, A; fkwargs=(; side), check_inferred=false, rtol=RTOL, atol=ATOL)
+        test_frule(polar, A; fkwargs=(; side), check_inferred=false, rtol=RTOL, atol=ATOL)
+        # repeated singular values: both factors exact
+        k = min(m, n)
+        B = with_singular_values(T, m, n, [2.0, 2.0, 2.0, 1.0][1:k])
+        W0, P0 = randn(T, m, n), randn(T, size(P)...)
+        both(X) = (WP = polar(X; side); real(dot(W0, WP[1])) + real(dot(P0, WP[2])))
+        test_grad(both, B)
+    end
+    @test_throws DomainError polar(with_singular_values(Float64, 4, 3, [2.0, 1.0, 0.0]))
+    @test_throws ArgumentError polar(randn(3, 3); side=:up)
+end
+
+@testset "eig rrules" begin
+    Random.seed!(43)
+    for T in (Float64, ComplexF64)
+        A = randn(T, 5, 5)
+        E = eig(A)
+        @test E.values isa Vector{complex(T)} && E.vectors isa Matrix{complex(T)}
+        @test A * E.vectors ≈ E.vectors * Diagonal(E.values)
+        @test all(norm(v) ≈ 1 for v in eachcol(E.vectors))
+        @test PySpectral.eigvals(A) ≈ E.values
+        test_rrule(PySpectral.eigvals, A; check_inferred=false, rtol=RTOL, atol=ATOL)
+        test_frule(PySpectral.eigvals, A; check_inferred=false, rtol=RTOL, atol=ATOL)
+        W = randn(ComplexF64, 5, 5)
+        projector(X) = (E = eig(X); c = [1, 2]; real(dot(W, E.vectors[:, c] * inv(E.vectors)[c, :])))
+        test_grad(projector, A)
+        # a repeated eigenvalue of a non-normal diagonalizable matrix: the cluster's
+        # projector and a symmetric function of its eigenvalues, exact and silent
+        S = randn(T, 5, 5)
+        B = S * Diagonal(T[1, 2, 2, 2, -0.5]) / S
+        function cluster(X)
+            E = eig(X; gauge=:raise)
+            c = abs.(E.values .- 2) .< 0.3
+            P = E.vectors[:, c] * inv(E.vectors)[c, :]
+            return real(dot(W, P)) + real(sum(E.values[c])^2) + real(sum(E.values[.!c] .^ 3))
+        end
+        test_grad(cluster, B; rtol=1e-5)
+        ΔB = randn(T, 5, 5)
+        (_, ΔE) = frule((NoTangent(), ΔB), eig, B)
+        @test real(dot(only(Zygote.gradient(cluster, B)), ΔB)) ≈
+              FiniteDifferences.jvp(central_fdm(5, 1), cluster, (B, ΔB)) rtol = 1e-5
+        @test_logs (:warn, r"eig: .*unequally") Zygote.gradient(
+            X -> real(eig(X).values[findfirst(v -> abs(v - 2) < 0.3, eig(X).values)]), B)
+    end
+    J = [2.0 1.0 0.0; 0.0 2.0 0.0; 0.0 0.0 1.0]
+    @test_throws DomainError Zygote.gradient(X -> real(sum(PySpectral.eigvals(X))), J)
 end
 
 # Script runs: close the outer testset (see the top of the file); throws if any failed.

@@ -87,3 +87,79 @@ function (r::GaugeRecorder)(op, viol, tol)
     push!(r.records, (Symbol(op), Float64(viol), Float64(tol)))
     return nothing
 end
+
+# --------------------------------------------------- unequal weights on a cluster
+
+# A symmetric function of a cluster's values has equal partial derivatives where the
+# values are equal; at values within the degeneracy tolerance but apart, its weights
+# differ by about f″ times the gap. The allowance for that is this multiple of the
+# relative gap times the weights' size (a power sᵖ has the factor p - 1, a logarithm 1);
+# a loss that weights a cluster unequally differs by the size of its weights instead.
+# Same constant as WEIGHT_SLOPE in pyspectral/common/gauge.py.
+const WEIGHT_SLOPE = 16
+
+# What each op's message offers instead of its plain pullback (as in Python).
+const EXACT_ROUTES = Dict(
+    :svd => "svd_function(A, f) for U f(S) Vh (('pow', 1) for U diag(S) Vh, " *
+            "'polar', truncations) or svd(A, absorb=...) for the two factors",
+    :eigh => "matrix_function(A, f) for V f(w) V^H",
+    :eig => "a symmetric function of each cluster's eigenvalues (their sum, " *
+            "product or mean) or its spectral projector")
+
+# Same text as pyspectral.common.gauge.weights_message.
+function weights_message(op, measured, limit)
+    values = op === :svd ? "singular values" : "eigenvalues"
+    return string(op, ": the incoming gradient of the ", values, " weights the members ",
+        "of a degenerate cluster unequally (spread ", round(measured; sigdigits=3),
+        " > allowed ", round(limit; sigdigits=3), "): the loss is not a symmetric ",
+        "function of the cluster (it reads the values through the basis inside it, as ",
+        "U diag(S) Vh does), and the part of the gradient that needs is not in the ",
+        "cotangents, so this gradient depends on the basis LAPACK returned and is not ",
+        "exact. Use ", get(EXACT_ROUTES, op, EXACT_ROUTES[:eig]),
+        ": exact at every spectrum.")
+end
+
+"""
+    check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing) -> nothing
+
+Apply the gauge `policy` where the cotangent `Δλ` of the spectrum `λ` (singular values,
+eigenvalues, complex eigenvalues) weights the members of a degenerate cluster
+(`|λᵢ - λⱼ| <= tol`) unequally. The pullback of the factors at a cluster is exact only
+for a loss that is a symmetric function of the cluster's values, whose weights are
+equal there; otherwise the loss reads the values through the basis inside the cluster
+(`U Diagonal(S) Vᴴ`) and the part of the gradient that needs is not in the cotangents.
+Tolerance per pair: `gauge_atol` (default `eps^(3/4) maximum(abs, Δλ)`) plus
+`WEIGHT_SLOPE` times the relative gap times `|Δλᵢ| + |Δλⱼ|`. A recording policy
+receives `Symbol(op, ":weights")`, the largest spread and its pair's allowance.
+"""
+function check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing)
+    (iszerotangent(Δλ) || !_checks_gauge(policy) || length(λ) < 2) && return nothing
+    T = real(float(eltype(Δλ)))
+    base = gauge_atol === nothing ? _eps34(T) * _maxabs(Δλ) : gauge_atol
+    measured, limit = zero(T), zero(T)
+    for j in eachindex(λ), i in eachindex(λ)
+        i == j && continue
+        gap = abs(λ[i] - λ[j])
+        gap <= tol || continue
+        spread = abs(Δλ[i] - Δλ[j])
+        allowed = WEIGHT_SLOPE * (abs(Δλ[i]) + abs(Δλ[j])) *
+                  (gap / max(abs(λ[i]) + abs(λ[j]), tol)) + base
+        if spread > allowed && spread > measured
+            measured, limit = T(spread), T(allowed)
+        end
+    end
+    measured > 0 || return nothing
+    return apply_gauge_policy(policy, Symbol(op, ":weights"), measured, limit,
+                              weights_message(op, measured, limit))
+end
+
+# Same text as pyspectral.common.gauge.undetermined_message: a rank-deficient QR / LQ.
+function undetermined_message(op, measured, tol)
+    q, r, t = op === :qr ? ("columns", "rows", "R") : ("rows", "columns", "L")
+    return string(op, ": A is rank deficient (a pivot |", t, "_ii| at or below ",
+        "rank_atol); Q's ", q, " and ", t, "'s ", r, " past the rank are not determined ",
+        "by A, and the incoming gradient depends on them (measured ",
+        round(measured; sigdigits=3), " > gauge_atol ", round(tol; sigdigits=3),
+        "); that part is dropped, so this gradient is not exact. Use a loss of Q's ", q,
+        " and ", t, "'s ", r, " up to the rank, or a full-rank A.")
+end

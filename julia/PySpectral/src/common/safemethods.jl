@@ -44,6 +44,20 @@ The inverse used for every gap `sⱼ - sᵢ`, `sⱼ + sᵢ` and `sᵢ`: [`inv_sa
 gap_inverse(x::Real, tol::Real, ::Nothing) = inv_safe(x, tol)
 gap_inverse(x::Real, tol::Real, broadening::Real) = inv_lorentz(x, broadening)
 
+# A complex gap λⱼ - λᵢ (eig): the cutoff on its modulus, and the Lorentzian
+# conj(x) / (|x|² + η²), in units of m = max(|x|, η) as for a real gap.
+inv_safe(x::Complex, tol::Real) = abs(x) > tol ? inv(x) : zero(float(x))
+function inv_lorentz(x::Complex, η::Real)
+    x = float(x)
+    η = real(typeof(x))(η)
+    m = max(abs(x), η)
+    iszero(m) && return zero(x)
+    xm, ηm = x / m, η / m
+    return conj(xm) / ((abs2(xm) + ηm * ηm) * m)
+end
+gap_inverse(x::Complex, tol::Real, ::Nothing) = inv_safe(x, tol)
+gap_inverse(x::Complex, tol::Real, broadening::Real) = inv_lorentz(x, broadening)
+
 """
     divdiff(a, b, fa, fb, da, db)
 

@@ -35,7 +35,9 @@ eigenvalues `λ` (ascending), eigenvectors `V` and their cotangents (either may 
 `inv` = [`gap_inverse`](@ref) (0 inside a cluster `|λᵢ - λⱼ| <= degeneracy_atol`; an
 entry of `Kₐ` within its rounding error of 0, [`cut_rounding`](@ref), counts as 0), then
 [`fold_triangle!`](@ref). `Kₐ` inside clusters (diagonal included: complex phases) is
-gauge dependent and dropped; above `gauge_atol` the `gauge` policy applies.
+gauge dependent and dropped; above `gauge_atol` the `gauge` policy applies, as it does
+where `Δλ` weights a cluster's members unequally ([`check_weights`](@ref): use
+[`matrix_function`](@ref) for `V f(Λ) Vᴴ`).
 """
 function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatrix, Δλ, ΔV;
                         uplo::Symbol=:L, degeneracy_atol=nothing, broadening=nothing,
@@ -46,11 +48,12 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     # gauge-invariant loss has Kₐ = 0 there.
     uplo = _check_uplo("eigh", uplo)
     checks = _checks_gauge(gauge)
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
     if iszerotangent(ΔV)
         iszerotangent(Δλ) && return ΔA
+        check_weights(:eigh, real.(Δλ), λ, tol, gauge; gauge_atol)
         return fold_triangle!(ΔA, (V .* transpose(real.(Δλ))) * V', uplo)
     end
-    tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
     K = V' * ΔV
     # Kₐᵢⱼ within its rounding error of 0 counts as 0 (see svd_middle)
     Kₐ = K - K'
@@ -61,6 +64,7 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     if checks
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔV) : gauge_atol
         check_gauge(:eigh, _cluster_max(Kₐ, λ, tol), gtol, gauge)
+        iszerotangent(Δλ) || check_weights(:eigh, real.(Δλ), λ, tol, gauge; gauge_atol)
     end
     ginv(x) = gap_inverse(x, tol, broadening)
     M = Kₐ .* (ginv.(transpose(λ) .- λ) ./ 2)

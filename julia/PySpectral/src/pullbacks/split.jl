@@ -64,7 +64,9 @@ The pullback of the split `(L, R) = (U g(S), h(S) Vᴴ)` (see [`split_weights`](
 the triplets `U` (m×k), `S`, `Vᴴ` (k×n), of which the first `r` are kept (the rest are a
 batch's padding): adds to `ΔA` the kept-cluster term that no pullback of `U, S, V`
 alone knows, and returns the cotangents of the triplets, `ΔU = ΔL g`, `ΔVᴴ = h ΔR`,
-`ΔS = g′ Re diag(Uᴴ ΔL) + h′ Re diag(ΔR V)`, for the SVD's own pullback. `ΔL` or `ΔR` may
+`ΔS = g′ Re diag(Uᴴ ΔL) + h′ Re diag(ΔR V)` averaged over each kept cluster (the rest
+of it is in the term: the SVD pullback's weights check sees a symmetric function), for
+the SVD's own pullback. `ΔL` or `ΔR` may
 be `nothing`. The sum is exact for every loss invariant under `L → L Q`, `R → Qᴴ R` (`Q`
 unitary on a degenerate cluster), at every spectrum.
 """
@@ -90,8 +92,31 @@ function svd_split_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::Abstract
         C .+= _cluster_term(S, r, h, dh, Y, tol)
     end
     ΔS[r+1:end] .= 0
+    # The SVD's pullback takes a cluster's mean of ΔS (a symmetric function's weights:
+    # its check_weights), this term the rest, on the diagonal of C: the same sum
+    # U (C + Diagonal(ΔS)) Vᴴ, whatever the spectrum.
+    mean = _kept_cluster_mean(S, r, ΔS, tol)
+    for i in 1:k
+        C[i, i] += ΔS[i] - mean[i]
+    end
     ΔA .+= U * C * Vᴴ
-    return ΔU, ΔS, ΔVᴴ
+    return ΔU, mean, ΔVᴴ
+end
+
+# x averaged over each run of the first r values (descending) whose adjacent gaps are
+# within tol; 0 past r (pyspectral/pullbacks/split.py's _kept_cluster_mean).
+function _kept_cluster_mean(S, r, x, tol)
+    mean = zero(x)
+    i = 1
+    while i <= r
+        j = i
+        while j < r && S[j] - S[j+1] <= tol
+            j += 1
+        end
+        mean[i:j] .= sum(view(x, i:j)) / (j - i + 1)
+        i = j + 1
+    end
+    return mean
 end
 
 """

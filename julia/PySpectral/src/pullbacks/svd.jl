@@ -56,7 +56,9 @@ a cluster, pseudo-inverse at zero singular values) and an entry of `Jₐ ± Kₐ
 rounding error of 0 ([`cut_rounding`](@ref)) counts as 0. The part of `Jₐ + Kₐ` inside
 clusters (diagonal included: complex phases) is gauge dependent and dropped; when it
 exceeds `gauge_atol` (default [`default_gauge_atol`](@ref)) the `gauge` policy applies
-(see [`check_gauge`](@ref)). For full factors the extra columns are folded in first,
+(see [`check_gauge`](@ref)), as it does where `ΔS` weights a cluster's members
+unequally ([`check_weights`](@ref): the loss is then not a symmetric function of the
+cluster, e.g. `U Diagonal(S) Vᴴ`, and its gradient needs [`svd_function`](@ref)). For full factors the extra columns are folded in first,
 `ΔU_k -= Up (ΔUpᴴ U_k)` (likewise `V`). For the top `k` triplets, pass the full thin
 SVD with zero cotangent columns for the discarded ones.
 """
@@ -82,12 +84,13 @@ function svd_pullback!(ΔA::AbstractMatrix, U::AbstractMatrix, S::AbstractVector
                                  checks)
         Vᴴ, ΔVᴴ = V', _adjoint_matrix(ΔV)
     end
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(S) : degeneracy_atol
     if iszerotangent(ΔU) && iszerotangent(ΔVᴴ)
         iszerotangent(ΔS) && return ΔA
+        check_weights(:svd, real.(ΔS), S, tol, gauge; gauge_atol)
         return _addmul!(ΔA, U .* transpose(real.(ΔS)), Vᴴ)
     end
 
-    tol = degeneracy_atol === nothing ? default_degeneracy_atol(S) : degeneracy_atol
     M, J, K = svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening, gauge, gauge_atol)
     _addmul!(ΔA, U, M * Vᴴ)
     ginv(x) = gap_inverse(x, tol, broadening)
@@ -128,6 +131,7 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
     if _checks_gauge(gauge)
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
         check_gauge(:svd, max(_cluster_max(P, S, tol), gauge_extra), gtol, gauge)
+        iszerotangent(ΔS) || check_weights(:svd, real.(ΔS), S, tol, gauge; gauge_atol)
     end
     ginv(x) = gap_inverse(x, tol, broadening)
     Sⱼ = transpose(S)
@@ -149,7 +153,7 @@ end
 # loss that is exact here sees it through its span; its cotangent then acts on U_k
 # only through orthogonality, ΔU_k -= Up (ΔUpᴴ U_k). The basis-dependent part,
 # skew(Upᴴ ΔUp), is measured like any gauge dependence. Returns plain matrices.
-function _fold_complement(U, ΔU, k, gauge, gauge_atol, checks)
+function _fold_complement(U, ΔU, k, gauge, gauge_atol, checks; op::Symbol=:svd)
     Uk = Matrix(view(U, :, 1:k))
     iszerotangent(ΔU) && return Uk, nothing
     size(ΔU, 2) == k && return Uk, ΔU
@@ -157,7 +161,7 @@ function _fold_complement(U, ΔU, k, gauge, gauge_atol, checks)
     if checks
         B = Up' * ΔUp
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU) : gauge_atol
-        check_gauge(:svd, _maxabs(B - B'), gtol, gauge)
+        check_gauge(op, _maxabs(B - B'), gtol, gauge)
     end
     return Uk, ΔU[:, 1:k] - Up * (ΔUp' * Uk)
 end

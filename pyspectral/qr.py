@@ -1,0 +1,394 @@
+"""QR and LQ decompositions with exact gradients, the positive gauge
+(``diag(R) >= 0``) and the rank-deficient rule: ``qr`` and ``lq``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from . import _ops
+from ._autograd import check_not_nested_forward_mode, in_layout_of
+from ._route import Functions, compiled, decompose, with_out
+from ._settings import Options, options
+from ._validation import check_choice, check_flag, check_keywords, check_matrix
+from .exceptions import InputError
+from .julia import _qr as jqr
+from .pullbacks.lq import lq_pullback, lq_pushforward
+from .pullbacks.qr import positive_gauge, qr_pullback, qr_pushforward
+
+__all__ = ["LQResult", "QRResult", "lq", "qr"]
+
+MODES = ("reduced", "complete", "r")
+
+
+class QRResult(NamedTuple):
+    """The result of :func:`qr`: ``A = Q R``, ``Q: (*, m, k)`` with
+    orthonormal columns and ``R: (*, k, n)`` upper triangular, ``k =
+    min(m, n)`` (``mode="complete"``: ``k = m``; ``mode="r"``: ``Q`` empty).
+
+    Example::
+
+        >>> A = torch.tensor([[0.0, 1.0], [2.0, 0.0]], dtype=torch.float64)
+        >>> Q, R = qr(A, positive=True)
+        >>> R.diagonal()
+        tensor([2., 1.], dtype=torch.float64)
+    """
+
+    Q: Tensor
+    R: Tensor
+
+
+class LQResult(NamedTuple):
+    """The result of :func:`lq`: ``A = L Q``, ``L: (*, m, k)`` lower
+    triangular and ``Q: (*, k, n)`` with orthonormal rows, ``k = min(m, n)``
+    (``mode="complete"``: ``k = n``; ``mode="r"``: ``Q`` empty).
+
+    Example::
+
+        >>> A = torch.tensor([[0.0, 2.0], [1.0, 0.0]], dtype=torch.float64)
+        >>> L, Q = lq(A, positive=True)
+        >>> L.diagonal()
+        tensor([2., 1.], dtype=torch.float64)
+    """
+
+    L: Tensor
+    Q: Tensor
+
+
+# ----------------------------------------------------- autograd functions
+
+
+class _QR(torch.autograd.Function):
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: Tensor, mode: str, positive: bool, rank_atol: Any, opts: Options
+    ) -> tuple[Tensor, Tensor]:
+        Q, R = torch.linalg.qr(A, mode=mode)
+        return positive_gauge(Q, R) if positive else (Q, R)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        ctx.rank_atol, ctx.opts = inputs[3:]
+        ctx.save_for_backward(*output)
+        ctx.save_for_forward(*output)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def backward(ctx: Any, gQ: Tensor, gR: Tensor) -> tuple:
+        Q, R = ctx.saved_tensors
+        gA = qr_pullback(Q, R, gQ, gR, ctx.opts, ctx.rank_atol)
+        return gA, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        check_not_nested_forward_mode("qr")
+        Q, R = ctx.saved_tensors
+        dQ, dR = qr_pushforward(Q, R, dA, ctx.rank_atol)
+        return in_layout_of(dQ, Q), in_layout_of(dR, R)
+
+
+class _QRJulia(torch.autograd.Function):
+    """``_QR`` on the Julia backend (same formulas, ``src/pullbacks/qr.jl``);
+    under ``create_graph`` and for a differentiable tangent the native
+    formula, which is differentiable, runs on Julia's factors."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, A: Tensor, mode: str, positive: bool, rank_atol: Any, opts: Options
+    ) -> tuple[Tensor, Tensor]:
+        Q, R, ctx.handles = jqr.qr(A, mode, positive)
+        ctx.rank_atol, ctx.opts, ctx.shape_dtype = rank_atol, opts, (A.shape, A.dtype)
+        ctx.save_for_backward(Q, R)
+        ctx.save_for_forward(Q, R)
+        ctx.set_materialize_grads(False)
+        return Q, R
+
+    @staticmethod
+    def backward(ctx: Any, gQ: Tensor, gR: Tensor) -> tuple:
+        Q, R = ctx.saved_tensors
+        if torch.is_grad_enabled():
+            gA = qr_pullback(Q, R, gQ, gR, ctx.opts, ctx.rank_atol)
+        elif gQ is None and gR is None:
+            gA = None
+        else:
+            gA = jqr.qr_pullback(
+                ctx.shape_dtype, ctx.handles, gQ, gR, ctx.opts, ctx.rank_atol
+            )
+        return gA, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        Q, R = ctx.saved_tensors
+        if torch.is_grad_enabled() and (dA.requires_grad or Q.requires_grad):
+            dQ, dR = qr_pushforward(Q, R, dA, ctx.rank_atol)
+            return in_layout_of(dQ, Q), in_layout_of(dR, R)
+        return jqr.qr_pushforward(ctx.handles, dA, ctx.rank_atol)
+
+
+class _LQ(torch.autograd.Function):
+    """``A = L Q`` as the QR of ``A^H`` (``L = R^H``, ``Q = Q_qr^H``), whose
+    pullback and pushforward ``pullbacks/lq.py`` transposes."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(
+        A: Tensor, mode: str, positive: bool, rank_atol: Any, opts: Options
+    ) -> tuple[Tensor, Tensor]:
+        Q, R = _QR.forward(A.mH, mode, positive, rank_atol, opts)
+        return R.mH, Q.mH
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        _QR.setup_context(ctx, inputs, output)
+
+    @staticmethod
+    def backward(ctx: Any, gL: Tensor, gQ: Tensor) -> tuple:
+        L, Q = ctx.saved_tensors
+        gA = lq_pullback(L, Q, gL, gQ, ctx.opts, ctx.rank_atol)
+        return gA, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        check_not_nested_forward_mode("lq")
+        L, Q = ctx.saved_tensors
+        dL, dQ = lq_pushforward(L, Q, dA, ctx.rank_atol)
+        return in_layout_of(dL, L), in_layout_of(dQ, Q)
+
+
+class _LQJulia(torch.autograd.Function):
+    """``_LQ`` on the Julia backend (``src/pullbacks/lq.jl``), as ``_QRJulia``."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, A: Tensor, mode: str, positive: bool, rank_atol: Any, opts: Options
+    ) -> tuple[Tensor, Tensor]:
+        L, Q, ctx.handles = jqr.lq(A, mode, positive)
+        ctx.rank_atol, ctx.opts, ctx.shape_dtype = rank_atol, opts, (A.shape, A.dtype)
+        ctx.save_for_backward(L, Q)
+        ctx.save_for_forward(L, Q)
+        ctx.set_materialize_grads(False)
+        return L, Q
+
+    @staticmethod
+    def backward(ctx: Any, gL: Tensor, gQ: Tensor) -> tuple:
+        if torch.is_grad_enabled():
+            return _LQ.backward(ctx, gL, gQ)
+        if gL is None and gQ is None:
+            return None, None, None, None, None
+        gA = jqr.lq_pullback(
+            ctx.shape_dtype, ctx.handles, gL, gQ, ctx.opts, ctx.rank_atol
+        )
+        return gA, None, None, None, None
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
+        L, _ = ctx.saved_tensors
+        if torch.is_grad_enabled() and (dA.requires_grad or L.requires_grad):
+            return _LQ.jvp(ctx, dA)
+        return jqr.lq_pushforward(ctx.handles, dA, ctx.rank_atol)
+
+
+_QR_FUNCTIONS = Functions(_QR, _QRJulia)
+_LQ_FUNCTIONS = Functions(_LQ, _LQJulia)
+
+
+# ------------------------------------------------------------ public API
+
+
+def qr(
+    A: Tensor,
+    mode: str = "reduced",
+    *,
+    positive: bool = False,
+    backend: str = "auto",
+    rank_atol: float | None = None,
+    gauge: str | None = None,
+    gauge_atol: float | None = None,
+    out: tuple[Tensor, Tensor] | None = None,
+) -> QRResult:
+    r"""qr(A, mode="reduced", *, positive=False, backend="auto", ...) -> (Q, R)
+
+    QR decomposition with exact gradients, also for ``mode="complete"`` and
+    at rank deficiency.
+
+    .. math::
+        A = Q R, \qquad Q^{H} Q = I, \quad R \text{ upper triangular}
+
+    ``A`` has shape ``(*, m, n)`` where ``*`` is zero or more batch dimensions,
+    dtype float32, float64, complex64 or complex128; ``Q`` and ``R`` have its
+    dtype. Same results as ``torch.linalg.qr(A, mode)``: ``mode="reduced"``
+    (default) gives ``Q: (*, m, k)``, ``R: (*, k, n)``, ``k = min(m, n)``;
+    ``"complete"`` ``Q: (*, m, m)``, ``R: (*, m, n)``; ``"r"`` an empty ``Q``
+    and ``R`` (differentiable here, where torch raises). ``diag(R)`` is real
+    (LAPACK's Householder convention, with the signs it chooses);
+    ``positive=True`` flips signs (phases) so that ``diag(R) >= 0``, the gauge
+    of tensor-network codes and MatrixAlgebraKit.jl, which makes ``Q, R``
+    unique at full rank.
+
+    .. warning:: Gradients are exact at full rank. With ``mode="complete"``
+        and ``m > n`` the last ``m - n`` columns of ``Q`` are a basis of the
+        complement of ``A``'s range: a loss must see them through their span
+        (their projector), else the ``gauge`` policy applies. At rank
+        ``r < min(m, n)`` (``r``: the number of leading ``|R_ii| >
+        rank_atol``, default ``eps**(3/4) max|R|``) only ``Q[..., :r]`` and
+        ``R[..., :r, :]`` are determined by ``A``; their losses get exact
+        gradients, a loss that reaches the rest triggers the ``gauge`` policy
+        (``"warn"``: a :class:`GaugeWarning`, ``"raise"``, ``"ignore"``).
+
+    Forward mode, ``torch.func`` and second derivatives follow the same
+    rules; ``backend="julia"`` runs the same formulas in Julia (CPU tensors,
+    see docs/guide/julia.md). ``out=(Q, R)`` as in ``torch.linalg.qr`` (no
+    autograd, native backend, ``positive=False``). :func:`lq` is the QR of
+    ``A^H``.
+
+    Returns:
+        ``(Q, R)``, a named tuple (:class:`QRResult`).
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor, ``mode`` not a string or
+            ``positive`` not a bool.
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions.
+        NonFiniteError: ``A`` has NaN or Inf entries.
+        InputError: an unknown ``mode`` or ``gauge``, a negative
+            ``rank_atol`` / ``gauge_atol``, or ``out=`` with ``positive=True``
+            or ``backend="julia"``.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call.
+        GaugeError: in the backward, under ``gauge="raise"``, where the loss
+            depends on what ``A`` does not determine (see above).
+
+    Example::
+
+        >>> g = torch.Generator().manual_seed(0)
+        >>> A = torch.randn(5, 3, dtype=torch.float64, generator=g)
+        >>> Q, R = qr(A, positive=True)
+        >>> bool(torch.dist(Q @ R, A) < 1e-12), bool((R.diagonal() > 0).all())
+        (True, True)
+    """
+    eligible = out is None and rank_atol is None
+    res = compiled(
+        backend, eligible, _ops.call_qr, A, mode, positive, gauge, gauge_atol
+    )
+    if res is not None:
+        return QRResult(*res)
+    mode, positive, rank_atol, opts = _check("qr", A, mode, positive, rank_atol, gauge,
+                                             gauge_atol, out)  # fmt: skip
+    res = with_out("qr", out, backend, A, lambda: torch.linalg.qr(A, mode, out=out))
+    if res is not None:
+        return QRResult(*res)
+    return QRResult(*_decompose("qr", A, mode, positive, rank_atol, opts, backend))
+
+
+def lq(
+    A: Tensor,
+    mode: str = "reduced",
+    *,
+    positive: bool = False,
+    backend: str = "auto",
+    rank_atol: float | None = None,
+    gauge: str | None = None,
+    gauge_atol: float | None = None,
+) -> LQResult:
+    r"""lq(A, mode="reduced", *, positive=False, backend="auto", ...) -> (L, Q)
+
+    LQ decomposition with exact gradients: the QR of ``A^H``, transposed.
+
+    .. math::
+        A = L Q, \qquad Q Q^{H} = I, \quad L \text{ lower triangular}
+
+    ``A`` has shape ``(*, m, n)``; ``mode="reduced"`` gives ``L: (*, m, k)``,
+    ``Q: (*, k, n)``, ``k = min(m, n)``; ``"complete"`` ``L: (*, m, n)``,
+    ``Q: (*, n, n)``; ``"r"`` ``L`` and an empty ``Q``. ``positive=True``:
+    ``diag(L) >= 0``. Gradients, the rank rule (rows of ``Q`` and columns
+    of ``L`` past the rank ``r``, from ``|L_ii|``), the complement of a
+    complete ``Q``, forward mode and second derivatives, backends and
+    errors: as :func:`qr`, read transposed (tensor-network codes use it for
+    right-canonical forms).
+
+    Returns:
+        ``(L, Q)``, a named tuple (:class:`LQResult`).
+
+    Raises:
+        InputTypeError: ``A`` is not a tensor, ``mode`` not a string or
+            ``positive`` not a bool.
+        DtypeError: ``A`` is not float32, float64, complex64 or complex128.
+        ShapeError: ``A`` has fewer than 2 dimensions.
+        NonFiniteError: ``A`` has NaN or Inf entries.
+        InputError: an unknown ``mode`` or ``gauge``, a negative
+            ``rank_atol`` / ``gauge_atol``.
+        BackendError: an unknown ``backend``, or ``backend="julia"`` where
+            Julia cannot run the call.
+        GaugeError: in the backward, under ``gauge="raise"``, where the loss
+            depends on what ``A`` does not determine (as in :func:`qr`).
+
+    Example::
+
+        >>> g = torch.Generator().manual_seed(0)
+        >>> A = torch.randn(3, 5, dtype=torch.complex128, generator=g)
+        >>> L, Q = lq(A, positive=True)
+        >>> eye = torch.eye(3, dtype=A.dtype)
+        >>> bool(torch.dist(L @ Q, A) < 1e-12), bool(torch.dist(Q @ Q.mH, eye) < 1e-12)
+        (True, True)
+    """
+    res = compiled(backend, rank_atol is None, _ops.call_lq, A, mode, positive, gauge,
+                   gauge_atol)  # fmt: skip
+    if res is not None:
+        return LQResult(*res)
+    mode, positive, rank_atol, opts = _check("lq", A, mode, positive, rank_atol, gauge,
+                                             gauge_atol, None)  # fmt: skip
+    return LQResult(*_decompose("lq", A, mode, positive, rank_atol, opts, backend))
+
+
+def _check(
+    op: str,
+    A: Any,
+    mode: Any,
+    positive: Any,
+    rank_atol: Any,
+    gauge: Any,
+    gauge_atol: Any,
+    out: Any,
+) -> tuple[str, bool, float | None, Options]:
+    """The arguments of :func:`qr` / :func:`lq` checked, and the call's options."""
+    check_matrix(op, A)
+    mode = check_choice(op, "mode", mode, MODES)
+    positive = check_flag(op, "positive", positive)
+    if positive and out is not None:
+        raise InputError(
+            f"{op}: out= runs torch.linalg.qr's forward, which has no positive "
+            "gauge; drop out= or positive=True"
+        )
+    kw = check_keywords(op, A, rank_atol=rank_atol, gauge_atol=gauge_atol)
+    return (
+        mode,
+        positive,
+        kw["rank_atol"],
+        options(None, None, gauge, kw["gauge_atol"], op=op),
+    )
+
+
+def _decompose(
+    op: str,
+    A: Tensor,
+    mode: str,
+    positive: bool,
+    rank_atol: float | None,
+    opts: Options,
+    backend: str,
+) -> tuple[Tensor, Tensor]:
+    """``(Q, R)`` (``op="qr"``) or ``(L, Q)`` (``"lq"``) of ``A``; for
+    ``mode="r"`` an empty ``Q`` (the reduced decomposition runs, so that the
+    triangular factor is differentiable)."""
+    functions = _QR_FUNCTIONS if op == "qr" else _LQ_FUNCTIONS
+    run = "reduced" if mode == "r" else mode
+    X, Y = decompose(op, functions, A, backend, run, positive, rank_atol, opts)
+    if mode != "r":
+        return X, Y
+    return (A.new_empty(0), Y) if op == "qr" else (X, A.new_empty(0))
