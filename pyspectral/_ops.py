@@ -424,11 +424,7 @@ def eig(
 
 @eig.register_fake
 def _(A, degeneracy_atol, broadening, gauge, gauge_atol):
-    dtype = (
-        torch.complex64
-        if A.dtype in (torch.float32, torch.complex64)
-        else (torch.complex128)
-    )
+    dtype = torch.promote_types(A.dtype, torch.complex64)
     return A.new_empty(A.shape[:-1], dtype=dtype), A.new_empty(A.shape, dtype=dtype)
 
 

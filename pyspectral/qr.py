@@ -80,16 +80,11 @@ class _QR(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, gQ: Tensor, gR: Tensor) -> tuple:
-        Q, R = ctx.saved_tensors
-        gA = qr_pullback(Q, R, gQ, gR, ctx.opts, ctx.rank_atol)
-        return gA, None, None, None, None
+        return _native_backward(ctx, qr_pullback, gQ, gR)
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        check_not_nested_forward_mode("qr")
-        Q, R = ctx.saved_tensors
-        dQ, dR = qr_pushforward(Q, R, dA, ctx.rank_atol)
-        return in_layout_of(dQ, Q), in_layout_of(dR, R)
+        return _native_jvp(ctx, "qr", qr_pushforward, dA)
 
 
 class _QRJulia(torch.autograd.Function):
@@ -98,36 +93,16 @@ class _QRJulia(torch.autograd.Function):
     formula, which is differentiable, runs on Julia's factors."""
 
     @staticmethod
-    def forward(
-        ctx: Any, A: Tensor, mode: str, positive: bool, rank_atol: Any, opts: Options
-    ) -> tuple[Tensor, Tensor]:
-        Q, R, ctx.handles = jqr.qr(A, mode, positive)
-        ctx.rank_atol, ctx.opts, ctx.shape_dtype = rank_atol, opts, (A.shape, A.dtype)
-        ctx.save_for_backward(Q, R)
-        ctx.save_for_forward(Q, R)
-        ctx.set_materialize_grads(False)
-        return Q, R
+    def forward(ctx: Any, A: Tensor, *args: Any) -> tuple[Tensor, Tensor]:
+        return _julia_forward(ctx, jqr.qr, A, *args)
 
     @staticmethod
     def backward(ctx: Any, gQ: Tensor, gR: Tensor) -> tuple:
-        Q, R = ctx.saved_tensors
-        if torch.is_grad_enabled():
-            gA = qr_pullback(Q, R, gQ, gR, ctx.opts, ctx.rank_atol)
-        elif gQ is None and gR is None:
-            gA = None
-        else:
-            gA = jqr.qr_pullback(
-                ctx.shape_dtype, ctx.handles, gQ, gR, ctx.opts, ctx.rank_atol
-            )
-        return gA, None, None, None, None
+        return _julia_backward(ctx, qr_pullback, jqr.qr_pullback, gQ, gR)
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        Q, R = ctx.saved_tensors
-        if torch.is_grad_enabled() and (dA.requires_grad or Q.requires_grad):
-            dQ, dR = qr_pushforward(Q, R, dA, ctx.rank_atol)
-            return in_layout_of(dQ, Q), in_layout_of(dR, R)
-        return jqr.qr_pushforward(ctx.handles, dA, ctx.rank_atol)
+        return _julia_jvp(ctx, "qr", qr_pushforward, jqr.qr_pushforward, dA)
 
 
 class _LQ(torch.autograd.Function):
@@ -149,49 +124,75 @@ class _LQ(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, gL: Tensor, gQ: Tensor) -> tuple:
-        L, Q = ctx.saved_tensors
-        gA = lq_pullback(L, Q, gL, gQ, ctx.opts, ctx.rank_atol)
-        return gA, None, None, None, None
+        return _native_backward(ctx, lq_pullback, gL, gQ)
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        check_not_nested_forward_mode("lq")
-        L, Q = ctx.saved_tensors
-        dL, dQ = lq_pushforward(L, Q, dA, ctx.rank_atol)
-        return in_layout_of(dL, L), in_layout_of(dQ, Q)
+        return _native_jvp(ctx, "lq", lq_pushforward, dA)
 
 
 class _LQJulia(torch.autograd.Function):
     """``_LQ`` on the Julia backend (``src/pullbacks/lq.jl``), as ``_QRJulia``."""
 
     @staticmethod
-    def forward(
-        ctx: Any, A: Tensor, mode: str, positive: bool, rank_atol: Any, opts: Options
-    ) -> tuple[Tensor, Tensor]:
-        L, Q, ctx.handles = jqr.lq(A, mode, positive)
-        ctx.rank_atol, ctx.opts, ctx.shape_dtype = rank_atol, opts, (A.shape, A.dtype)
-        ctx.save_for_backward(L, Q)
-        ctx.save_for_forward(L, Q)
-        ctx.set_materialize_grads(False)
-        return L, Q
+    def forward(ctx: Any, A: Tensor, *args: Any) -> tuple[Tensor, Tensor]:
+        return _julia_forward(ctx, jqr.lq, A, *args)
 
     @staticmethod
     def backward(ctx: Any, gL: Tensor, gQ: Tensor) -> tuple:
-        if torch.is_grad_enabled():
-            return _LQ.backward(ctx, gL, gQ)
-        if gL is None and gQ is None:
-            return None, None, None, None, None
-        gA = jqr.lq_pullback(
-            ctx.shape_dtype, ctx.handles, gL, gQ, ctx.opts, ctx.rank_atol
-        )
-        return gA, None, None, None, None
+        return _julia_backward(ctx, lq_pullback, jqr.lq_pullback, gL, gQ)
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
-        L, _ = ctx.saved_tensors
-        if torch.is_grad_enabled() and (dA.requires_grad or L.requires_grad):
-            return _LQ.jvp(ctx, dA)
-        return jqr.lq_pushforward(ctx.handles, dA, ctx.rank_atol)
+        return _julia_jvp(ctx, "lq", lq_pushforward, jqr.lq_pushforward, dA)
+
+
+def _native_backward(ctx: Any, pullback: Any, gX: Any, gY: Any) -> tuple:
+    X, Y = ctx.saved_tensors
+    gA = pullback(X, Y, gX, gY, ctx.opts, ctx.rank_atol)
+    return gA, None, None, None, None
+
+
+def _native_jvp(ctx: Any, op: str, pushforward: Any, dA: Tensor) -> tuple:
+    check_not_nested_forward_mode(op)
+    X, Y = ctx.saved_tensors
+    dX, dY = pushforward(X, Y, dA, ctx.rank_atol)
+    return in_layout_of(dX, X), in_layout_of(dY, Y)
+
+
+def _julia_forward(
+    ctx: Any,
+    factor: Any,
+    A: Tensor,
+    mode: str,
+    positive: bool,
+    rank_atol: Any,
+    opts: Options,
+) -> tuple[Tensor, Tensor]:
+    X, Y, ctx.handles = factor(A, mode, positive)
+    ctx.rank_atol, ctx.opts, ctx.shape_dtype = rank_atol, opts, (A.shape, A.dtype)
+    ctx.save_for_backward(X, Y)
+    ctx.save_for_forward(X, Y)
+    ctx.set_materialize_grads(False)
+    return X, Y
+
+
+def _julia_backward(ctx: Any, native: Any, julia: Any, gX: Any, gY: Any) -> tuple:
+    # The native formula is differentiable, Julia's is not: it takes the
+    # create_graph case (on Julia's factors).
+    if torch.is_grad_enabled():
+        return _native_backward(ctx, native, gX, gY)
+    if gX is None and gY is None:
+        return None, None, None, None, None
+    gA = julia(ctx.shape_dtype, ctx.handles, gX, gY, ctx.opts, ctx.rank_atol)
+    return gA, None, None, None, None
+
+
+def _julia_jvp(ctx: Any, op: str, native: Any, julia: Any, dA: Tensor) -> tuple:
+    X, _ = ctx.saved_tensors
+    if torch.is_grad_enabled() and (dA.requires_grad or X.requires_grad):
+        return _native_jvp(ctx, op, native, dA)
+    return julia(ctx.handles, dA, ctx.rank_atol)
 
 
 _QR_FUNCTIONS = Functions(_QR, _QRJulia)

@@ -259,6 +259,66 @@ def test_matrix_function(f, dtype, device, elsewhere) -> None:
     check(fn, spd, dtype, device, matrix_loss, same, elsewhere)
 
 
+# --------------------------------------------------- qr, lq, polar, eig
+
+
+def qr_loss(out, W):
+    X, Y = out  # (Q, R) or (L, Q)
+    return inner(X, W[..., : X.shape[-2], : X.shape[-1]]) + (Y.abs() ** 2).sum()
+
+
+@dtypes
+@pytest.mark.parametrize("op", ["qr", "lq"])
+def test_qr_lq(op, dtype, device, elsewhere) -> None:
+    def fn(X):
+        return getattr(ps, op)(X, positive=True)
+
+    check(fn, rect, dtype, device, qr_loss, lambda out: tuple(out), elsewhere)
+
+
+@dtypes
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_polar(side, dtype, device, elsewhere) -> None:
+    def fn(X):
+        return ps.polar(X, side)
+
+    def loss(out, W):
+        return inner(out.W, W) + (out.P.abs() ** 2).sum()
+
+    check(fn, rect, dtype, device, loss, lambda out: tuple(out), elsewhere)
+
+
+def nonnormal(dtype: torch.dtype) -> torch.Tensor:
+    """A batch of two non-normal 4 x 4 matrices with distinct real eigenvalues."""
+    S = matrix_with_spectrum((3.0, 2.0, 1.0, 0.5), 4, 4, dtype=dtype, seed=7)
+    w = torch.tensor([1.0, 2.0, -0.5, 3.0], dtype=dtype)
+    T = matrix_with_spectrum((2.0, 1.5, 1.0, 0.8), 4, 4, dtype=dtype, seed=8)
+    v = torch.tensor([0.5, -1.0, 2.5, 1.5], dtype=dtype)
+    return torch.stack(
+        [
+            S @ torch.diag(w) @ torch.linalg.inv(S),
+            T @ torch.diag(v) @ torch.linalg.inv(T),
+        ]
+    )
+
+
+def eig_seen(out):
+    """Sorted eigenvalues and the projector onto the first one (gauge free),
+    as real tensors (eig's results are complex also for a real input)."""
+    L, V = out
+    P = V[..., :, :1] @ torch.linalg.inv(V)[..., :1, :]
+    return torch.sort(L.real, -1).values, P.real, P.imag
+
+
+@dtypes
+def test_eig(dtype, device, elsewhere) -> None:
+    def loss(out, W):
+        L, V = out
+        return (L.real**2).sum() + inner(eig_seen(out)[1], W.real)
+
+    check(ps.eig, nonnormal, dtype, device, loss, eig_seen, elsewhere)
+
+
 # ----------------------------------------------------------------- top-k
 
 
@@ -318,6 +378,9 @@ JVP_CASES = {
     "svd_function": (rect, lambda X: (ps.svd_function(X, ("pow", 2)),)),
     "eigh": (spd, lambda X: (lambda o: (o[0], spectral(o)))(ps.eigh(X))),
     "matrix_function": (spd, lambda X: (ps.matrix_function(X, "sqrt"),)),
+    "qr": (rect, lambda X: tuple(ps.qr(X, positive=True))),
+    "polar": (rect, lambda X: tuple(ps.polar(X))),
+    "eig": (nonnormal, lambda X: eig_seen(ps.eig(X))),
 }
 
 
@@ -341,7 +404,19 @@ def test_jvp(op, dtype, device, elsewhere) -> None:
 # ------------------------------------------------------------------ Julia
 
 
-JULIA_OPS = ["svd", "svdvals", "svd_function", "eigh", "eigvalsh", "matrix_function"]
+JULIA_OPS = [
+    "svd",
+    "svdvals",
+    "svd_function",
+    "eigh",
+    "eigvalsh",
+    "matrix_function",
+    "qr",
+    "lq",
+    "polar",
+    "eig",
+    "eigvals",
+]
 
 
 @pytest.mark.parametrize("op", JULIA_OPS)
@@ -393,6 +468,14 @@ JULIA_CALLS = {  # name: (input, call with keywords, loss)
         gapped_hermitian,
         lambda X, **kw: ps.eigh(X, k=3, method="randomized", **kw),
         eigh_loss,
+    ),
+    "qr": (rect, lambda X, **kw: ps.qr(X, positive=True, **kw), qr_loss),
+    "lq": (rect, lambda X, **kw: ps.lq(X, positive=True, **kw), qr_loss),
+    "polar": (rect, lambda X, **kw: ps.polar(X, **kw), qr_loss),
+    "eig": (
+        nonnormal,
+        lambda X, **kw: ps.eig(X, **kw),
+        lambda out, W: (out[0].real ** 2).sum() + inner(eig_seen(out)[1], W),
     ),
 }
 
@@ -465,7 +548,7 @@ def benchmark(name: str):
     return module
 
 
-@pytest.mark.parametrize("name", ["svd", "eigh"])
+@pytest.mark.parametrize("name", ["svd", "eigh", "factorizations"])
 def test_sweep_benchmarks_run_on_the_device(name, device, capsys) -> None:
     """``--device``: the tensors, the synchronised timing and the table's
     title (the GPU's name on cuda)."""

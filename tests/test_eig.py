@@ -191,3 +191,22 @@ def test_both_backends_agree(backend, dtype):
         assert abs(float(t) - float((g0.conj() * D).real.sum())) < 1e-8 * float(
             g0.norm()
         )
+
+
+def test_torch_func_vmap_grad_and_hessian():
+    """vmap, grad and hessian (forward over reverse) through eig agree with
+    the batched call, autograd's Jacobian and double backward."""
+    A = randn(3, 4, 4, seed=14)
+    assert torch.allclose(torch.func.vmap(ps.eigvals)(A), ps.eigvals(A))
+
+    def f(X):
+        return ps.eig(X).eigenvalues.real.pow(3).sum()
+
+    g = torch.func.vmap(torch.func.grad(f))(A)
+    assert torch.allclose(g, torch.stack([grad(f, a) for a in A]))
+    H = torch.func.hessian(f)(A[0])
+    X = A[0].clone().requires_grad_()
+    (gx,) = torch.autograd.grad(f(X), X, create_graph=True)
+    D = randn(4, 4, seed=15)
+    (hd,) = torch.autograd.grad((gx * D).sum(), X)
+    assert torch.allclose((H * D).sum((-2, -1)), hd)

@@ -187,6 +187,90 @@ def test_matrix_function_agrees(dtype, uplo, f):
 # ------------------------------------------------------------- gradients
 
 
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_qr_lq_polar_agree(dtype, shape, batch):
+    """Julia's QR / LQ (both gauges, both modes) and polar factors are the
+    native ones (the positive gauge makes them unique; LAPACK's signs are the
+    same LAPACK's)."""
+    A = randn(*batch, *shape, dtype=dtype)
+    for op in ("qr", "lq"):
+        for mode in ("reduced", "complete"):
+            for positive in (False, True):
+                got = getattr(ps, op)(A, mode, positive=positive, backend="julia")
+                ref = getattr(ps, op)(A, mode, positive=positive)
+                for x, y in zip(got, ref):
+                    assert x.shape == y.shape and x.dtype == y.dtype
+                    torch.testing.assert_close(x, y, atol=tol(dtype) * 10, rtol=0)
+    for side in ("right", "left"):
+        for x, y in zip(ps.polar(A, side, backend="julia"), ps.polar(A, side)):
+            torch.testing.assert_close(x, y, atol=tol(dtype) * 10, rtol=0)
+
+
+@pytest.mark.parametrize("batch", [(), (2,)], ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_eig_agrees(dtype, batch):
+    """Eigenvalues in LAPACK's order, the same on both backends; eigenvectors
+    up to their phases (the projector onto each is the same)."""
+    A = randn(*batch, 5, 5, dtype=dtype)
+    L, V = ps.eig(A, backend="julia")
+    L0, V0 = ps.eig(A)
+    assert L.dtype == L0.dtype and V.dtype == V0.dtype
+    torch.testing.assert_close(L, L0, atol=tol(dtype) * 10, rtol=0)
+    torch.testing.assert_close(
+        ps.eigvals(A, backend="julia"), L0, atol=tol(dtype) * 10, rtol=0
+    )
+    torch.testing.assert_close(V.abs(), V0.abs(), atol=tol(dtype) * 100, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_factorization_gradients_agree(dtype):
+    """Gradients through Julia's rules (qr/lq at full rank and at rank 2, the
+    complement of a complete Q, polar at a repeated singular value, eig at a
+    triple eigenvalue) are the native ones; both silent."""
+    A = randn(2, 5, 3, dtype=dtype)
+    B = randn(5, 2, dtype=dtype) @ randn(2, 4, dtype=dtype, seed=3)  # rank 2
+    Wq = randn(5, 5, dtype=dtype, seed=4)
+    S = randn(5, 5, dtype=dtype, seed=5)
+    E = (
+        S
+        @ torch.diag(torch.tensor([1.0, 2.0, 2.0, 2.0, -0.5], dtype=dtype))
+        @ torch.linalg.inv(S)
+    )
+
+    def qr_loss(X, backend):
+        Q, R = ps.qr(X, "complete", positive=True, backend=backend)
+        Q2 = Q[..., 3:]
+        return (Q2 @ Q2.mH * Wq).real.sum() + R.abs().pow(2).sum()
+
+    def rank_loss(X, backend):
+        L, Q = ps.lq(X.mH, positive=True, backend=backend)
+        return L[:, :2].abs().pow(2).sum() + (Q[:2] * Wq[:2, :5]).real.sum()
+
+    def polar_loss(X, backend):
+        U, P = ps.polar(X, "left", backend=backend)
+        return (U * A[0]).real.sum() + P.abs().pow(3).sum()
+
+    def eig_loss(X, backend):
+        L, V = ps.eig(X, backend=backend)
+        c = (L.detach() - 2).abs() < 0.3
+        P = V[:, c] @ torch.linalg.inv(V)[c, :]
+        return (P * Wq).real.sum() + L[c].sum().real ** 2
+
+    repeated = with_spectrum(5, 3, [2.0, 2.0, 1.0], dtype=dtype)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.GaugeWarning)
+        for loss, X in (
+            (qr_loss, A),
+            (rank_loss, B),
+            (polar_loss, repeated),
+            (eig_loss, E),
+        ):
+            g, g0 = both(loss, X)
+            torch.testing.assert_close(g, g0, atol=1e-9, rtol=1e-9)
+
+
 def svd_loss(A, backend, full=False, k=None):
     U, S, Vh = ps.svd(A, full_matrices=full, k=k, backend=backend)
     r = min(A.shape[-2:])
@@ -550,11 +634,55 @@ def _svd_function_case(batch, dtype):
     )
 
 
+def _qr_case(batch, dtype, op="qr"):
+    X = randn(*batch, 5, 3, dtype=dtype)
+    W = randn(*batch, 5, 3, dtype=dtype, seed=1)
+
+    def loss(out):
+        F, G = out  # (Q, R) or (L, Q)
+        return (F * W[..., : F.shape[-2], : F.shape[-1]]).real.sum() + G.abs().pow(
+            2
+        ).sum()
+
+    return X, lambda A, b: tuple(getattr(ps, op)(A, positive=True, backend=b)), loss
+
+
+def _polar_case(batch, dtype):
+    X = randn(*batch, 5, 3, dtype=dtype)
+    W = randn(*batch, 5, 3, dtype=dtype, seed=1)
+
+    def loss(out):
+        U, P = out
+        return (U * W).real.sum() + P.abs().pow(2).sum()
+
+    return X, lambda A, b: tuple(ps.polar(A, backend=b)), loss
+
+
+def _eig_case(batch, dtype):
+    X = randn(*batch, 4, 4, dtype=dtype)
+    W = randn(*batch, 4, 4, dtype=torch.complex128, seed=1).to(
+        torch.complex64
+        if dtype in (torch.float32, torch.complex64)
+        else torch.complex128
+    )
+
+    def loss(out):
+        L, V = out  # the projector onto the first eigenvector: phase free
+        P = V[..., :1] @ torch.linalg.inv(V)[..., :1, :]
+        return (L.real**2).sum() + (P * W).real.sum()
+
+    return X, lambda A, b: tuple(ps.eig(A, backend=b)), loss
+
+
 CASES = {
     "svd": _svd_case,
     "eigh": _eigh_case,
     "matrix_function": _matrix_function_case,
     "svd_function": _svd_function_case,
+    "qr": _qr_case,
+    "lq": lambda batch, dtype: _qr_case(batch, dtype, "lq"),
+    "polar": _polar_case,
+    "eig": _eig_case,
 }
 
 
@@ -563,7 +691,9 @@ CASES = {
 
 @pytest.mark.parametrize("batch", [(), (2, 3)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("op", ["svd", "eigh", "matrix_function"])
+@pytest.mark.parametrize(
+    "op", ["svd", "eigh", "matrix_function", "qr", "lq", "polar", "eig"]
+)
 def test_zero_copy_as_julia_sees_it(spy, op, dtype, batch):
     """Both ways, against Julia's own ``pointer``: the array the glue makes of
     what it receives (its ``wrap``: ``unsafe_wrap``, a plain ``Array``) is the

@@ -244,3 +244,18 @@ def test_both_backends_agree(backend, dtype):
         with warnings.catch_warnings():
             warnings.simplefilter("error", ps.GaugeWarning)
             assert rel_err(grad(loss, X), fd_grad(loss, X)) < 1e-8
+
+
+def test_torch_func_hessian_is_double_backward():
+    A = randn(5, 3, seed=71)
+
+    def f(X):
+        Q, R = ps.qr(X, positive=True)
+        return R.pow(3).sum() + (Q[:, :2] ** 2 * A[:, :2]).sum()
+
+    H = torch.func.hessian(f)(A)
+    X = A.clone().requires_grad_()
+    (g,) = torch.autograd.grad(f(X), X, create_graph=True)
+    D = randn(5, 3, seed=72)
+    (hd,) = torch.autograd.grad((g * D).sum(), X)
+    assert torch.allclose((H * D).sum((-2, -1)), hd)

@@ -15,7 +15,7 @@ import torch
 
 from .._warnings import warn
 from ..exceptions import GaugeError, GaugeWarning
-from .defaults import eps34, gauge_tol, peek
+from .defaults import eps34, gauge_tol, max_abs, peek
 
 if TYPE_CHECKING:
     from .._settings import Options
@@ -43,7 +43,7 @@ def check_gauge(
     inside = peek(violation.detach())
     if cluster is not None:
         inside = inside.masked_select(peek(cluster))
-    measured = float(inside.abs().max()) if inside.numel() else 0.0
+    measured = max_abs(inside) if inside.numel() else 0.0
     measured = max(measured, extra)
     if measured == 0:
         # Nothing to report whatever the tolerance (>= 0): skip the passes over

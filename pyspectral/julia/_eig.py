@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from ..exceptions import DomainError
 from ._bridge import call, options, present, pullback
 from ._convert import (
     check_tensor,
@@ -59,18 +60,20 @@ def eig_pullback(
     """Gradient w.r.t. ``A`` (real for a real ``A``), written by Julia into a
     zeroed buffer it reads as ``A^T``. ``weights``: see ``_bridge.pullback``."""
     gA, keep = gradient_buffer(shape_dtype), []
-    pullback(
-        "eig",
-        "eig_pullback_batched!",
-        present(gV),
-        opts,
-        to_julia(gA, keep),
-        *handles,
-        None if gL is None else to_julia_vectors(gL, keep),
-        None if gV is None else to_julia_matrices(gV, keep),
-        *options(opts),
-        elements=elements(gA),
-        weights=weights,
+    _defective_as_native(
+        lambda: pullback(
+            "eig",
+            "eig_pullback_batched!",
+            present(gV),
+            opts,
+            to_julia(gA, keep),
+            *handles,
+            None if gL is None else to_julia_vectors(gL, keep),
+            None if gV is None else to_julia_matrices(gV, keep),
+            *options(opts),
+            elements=elements(gA),
+            weights=weights,
+        )
     )
     return gA
 
@@ -78,13 +81,28 @@ def eig_pullback(
 def eig_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
     """Forward mode: ``(dL, dV)`` along ``dA`` (Julia reads ``dA^T``)."""
     batch, keep = dA.shape[:-2], []
-    dL, dV = call(
-        "eig",
-        "eig_pushforward_batched",
-        *handles,
-        to_julia(dA, keep),
-        opts.degeneracy_atol,
-        opts.broadening,
-        elements=elements(dA),
+    dL, dV = _defective_as_native(
+        lambda: call(
+            "eig",
+            "eig_pushforward_batched",
+            *handles,
+            to_julia(dA, keep),
+            opts.degeneracy_atol,
+            opts.broadening,
+            elements=elements(dA),
+        )
     )
     return from_julia_vectors(dL, batch), julia_matrices(dV, batch)
+
+
+def _defective_as_native(run):
+    """``run()``; Julia's ``DomainError`` at a defective matrix raised with
+    the native backend's text (the same words, without Julia's framing)."""
+    try:
+        return run()
+    except DomainError as err:
+        text = str(err)
+        start = text.find("eig: A is defective")
+        if start < 0:
+            raise
+        raise DomainError(text[start:]) from err

@@ -41,8 +41,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .._autograd import plain
 from .._settings import Options
-from ..common.defaults import eps34, gauge_tol, peek
+from ..common.defaults import eps34, gauge_tol, max_abs, peek
 from ..common.gauge import apply_gauge_policy, undetermined_message
 from .svd import fold_complement
 
@@ -77,7 +78,11 @@ def _pivots_above(R: Tensor, rank_atol: float | None) -> Tensor:
         return d > rank_atol
     if R.shape[-1] * R.shape[-2] == 0:
         return torch.ones_like(d, dtype=torch.bool)
-    tol = R.abs().amax(dim=(-2, -1)).unsqueeze(-1) * eps34(R.dtype)
+    if R.is_complex():
+        big = (R.real.square() + R.imag.square()).amax(dim=(-2, -1)).sqrt()
+    else:  # max |R| without a temporary |R| (or a copy: R is column-major)
+        big = torch.maximum(R.amax(dim=(-2, -1)), R.amin(dim=(-2, -1)).neg())
+    tol = big.unsqueeze(-1) * eps34(R.dtype)
     return d > tol
 
 
@@ -158,21 +163,13 @@ def _full_rank(Q: Tensor, R: Tensor, gQ: Tensor | None, gR: Tensor | None) -> Te
     p, n = R.shape[-2], R.shape[-1]
     R1 = R[..., :p]
     gQe, gY = gQ, None
-    M = None
-    if gR is not None:
-        if n > p:  # A = [X Y]: gQ' = gQ + Y gR2^H, Y = Q R2; gY = Q gR2
-            gR2 = gR[..., p:]
-            gY = Q @ gR2
-            QRgR = Q @ (R[..., p:] @ gR2.mH)
-            gQe = QRgR if gQe is None else gQe + QRgR
-        M = gR[..., :p] @ R1.mH
-    if gQe is not None:
-        QgQ = Q.mH @ gQe
-        M = -QgQ if M is None else M - QgQ
-    B = Q @ _copyutl(M)
-    if gQe is not None:
-        B = B + gQe
-    gX = torch.linalg.solve_triangular(R1.mH, B, upper=False, left=False)
+    if gR is not None and n > p:
+        # A = [X Y]: gQ' = gQ + Y gR2^H, Y = Q R2; gY = Q gR2
+        gR2 = gR[..., p:]
+        gY = Q @ gR2
+        QRgR = Q @ (R[..., p:] @ gR2.mH)
+        gQe = QRgR if gQe is None else gQe + QRgR
+    gX = _square_part(Q, R1, gQe, None if gR is None else gR[..., :p])
     if n == p:
         return gX
     if gY is None:
@@ -196,19 +193,32 @@ def _at_rank(
         gR12 = part.cols_mask(gR1, keep_y=True)
         YgR = Q @ (part.R12 @ gR12.mH)  # A[:, r:] gR12^H
         gQe = YgR if gQe is None else gQe + YgR
-    M = None if gR11 is None else gR11 @ R11.mH
-    if gQe is not None:
-        QgQ = Q1.mH @ gQe
-        M = -QgQ if M is None else M - QgQ
-    B = Q1 @ _copyutl(M)
-    if gQe is not None:
-        B = B + gQe
-    gX = torch.linalg.solve_triangular(R11.mH, B, upper=False, left=False)
+    gX = _square_part(Q1, R11, gQe, gR11)
     if n > p:
         gX = torch.cat([gX, gX.new_zeros((*gX.shape[:-1], n - p))], -1)
     if gR12 is not None:
         gX = gX + Q1 @ gR12
     return gX
+
+
+def _square_part(Q: Tensor, R: Tensor, gQ: Tensor | None, gR: Tensor | None) -> Tensor:
+    """The square QR's pullback, ``(gQ + Q copyutl(M)) R^-H`` with ``M = gR
+    R^H - Q^H gQ`` (``R`` square and invertible; ``gQ`` already holds what
+    the columns right of ``R`` contribute)."""
+    # in place where nothing records it: for a batch of small matrices each
+    # fresh temporary costs more (its pages faulted in) than the arithmetic
+    inplace = plain(Q, R, gQ, gR)
+    M = None if gR is None else gR @ R.mH
+    if gQ is not None:
+        QgQ = Q.mH @ gQ
+        if M is None:
+            M = QgQ.neg_() if inplace else -QgQ
+        else:
+            M = M.sub_(QgQ) if inplace else M - QgQ
+    B = Q @ _copyutl(M)
+    if gQ is not None:
+        B = B.add_(gQ) if inplace else B + gQ
+    return torch.linalg.solve_triangular(R.mH, B, upper=False, left=False)
 
 
 def _check_undetermined(
@@ -233,7 +243,7 @@ def _check_undetermined(
     ]
     if opts.gauge != "ignore":
         measured = max(
-            (float(peek(d.detach()).abs().max()) for d in dropped if d.numel()),
+            (max_abs(peek(d.detach())) for d in dropped if d.numel()),
             default=0.0,
         )
         tol = gauge_tol(*blocks, atol=opts.gauge_atol)

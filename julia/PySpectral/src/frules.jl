@@ -185,22 +185,15 @@ end
 
 # ------------------------------------------------------ qr, lq, polar, eig
 
-function ChainRulesCore.frule((_, ΔA), ::typeof(qr), A::AbstractMatrix; full::Bool=false,
-                              positive::Bool=false, rank_atol=nothing, gauge=:warn,
-                              gauge_atol=nothing)
-    QR = qr(A; full, positive, rank_atol, gauge, gauge_atol)
-    ΔA = unthunk(ΔA)
-    ΔA isa AbstractZero && return QR, ΔA
-    return QR, Tangent{typeof(QR)}(qr_pushforward(QR..., ΔA; rank_atol)...)
-end
-
-function ChainRulesCore.frule((_, ΔA), ::typeof(lq), A::AbstractMatrix; full::Bool=false,
-                              positive::Bool=false, rank_atol=nothing, gauge=:warn,
-                              gauge_atol=nothing)
-    LQ = lq(A; full, positive, rank_atol, gauge, gauge_atol)
-    ΔA = unthunk(ΔA)
-    ΔA isa AbstractZero && return LQ, ΔA
-    return LQ, Tangent{typeof(LQ)}(lq_pushforward(LQ..., ΔA; rank_atol)...)
+for (f, pushforward) in ((:qr, :qr_pushforward), (:lq, :lq_pushforward))
+    @eval function ChainRulesCore.frule((_, ΔA), ::typeof($f), A::AbstractMatrix;
+                                        full::Bool=false, positive::Bool=false,
+                                        rank_atol=nothing, gauge=:warn, gauge_atol=nothing)
+        XY = $f(A; full, positive, rank_atol, gauge, gauge_atol)
+        ΔA = unthunk(ΔA)
+        ΔA isa AbstractZero && return XY, ΔA
+        return XY, Tangent{typeof(XY)}($pushforward(XY..., ΔA; rank_atol)...)
+    end
 end
 
 function ChainRulesCore.frule((_, ΔA), ::typeof(polar), A::AbstractMatrix;

@@ -284,34 +284,23 @@ _two_cotangents(::Union{Nothing,AbstractZero}) = (nothing, nothing)
 _two_cotangents(Δ::Union{Tuple,Tangent}) =
     (_nothing_if_zero(unthunk(Δ[1])), _nothing_if_zero(unthunk(Δ[2])))
 
-function ChainRulesCore.rrule(::typeof(qr), A::AbstractMatrix; full::Bool=false,
-                              positive::Bool=false, rank_atol=nothing, gauge=:warn,
-                              gauge_atol=nothing)
-    Q, R = qr(A; full, positive, rank_atol, gauge, gauge_atol)
-    project_A, sz = ProjectTo(A), size(A)
-    function qr_back(ΔQR)
-        ΔQ, ΔR = _two_cotangents(unthunk(ΔQR))
-        _allzero(ΔQ, ΔR) && return NoTangent(), ZeroTangent()
-        ΔA = zeros(_grad_eltype(Q, ΔQ, ΔR), sz)
-        qr_pullback!(ΔA, Q, R, ΔQ, ΔR; rank_atol, gauge, gauge_atol)
-        return NoTangent(), project_A(ΔA)
+# qr and lq: one rule each, over their pullbacks (the pair of factors in the order each
+# returns them).
+for (f, pullback!) in ((:qr, :qr_pullback!), (:lq, :lq_pullback!))
+    @eval function ChainRulesCore.rrule(::typeof($f), A::AbstractMatrix; full::Bool=false,
+                                        positive::Bool=false, rank_atol=nothing,
+                                        gauge=:warn, gauge_atol=nothing)
+        X, Y = $f(A; full, positive, rank_atol, gauge, gauge_atol)
+        project_A, sz = ProjectTo(A), size(A)
+        function factor_back(ΔXY)
+            ΔX, ΔY = _two_cotangents(unthunk(ΔXY))
+            _allzero(ΔX, ΔY) && return NoTangent(), ZeroTangent()
+            ΔA = zeros(_grad_eltype(X, ΔX, ΔY), sz)
+            $pullback!(ΔA, X, Y, ΔX, ΔY; rank_atol, gauge, gauge_atol)
+            return NoTangent(), project_A(ΔA)
+        end
+        return (X, Y), factor_back
     end
-    return (Q, R), qr_back
-end
-
-function ChainRulesCore.rrule(::typeof(lq), A::AbstractMatrix; full::Bool=false,
-                              positive::Bool=false, rank_atol=nothing, gauge=:warn,
-                              gauge_atol=nothing)
-    L, Q = lq(A; full, positive, rank_atol, gauge, gauge_atol)
-    project_A, sz = ProjectTo(A), size(A)
-    function lq_back(ΔLQ)
-        ΔL, ΔQ = _two_cotangents(unthunk(ΔLQ))
-        _allzero(ΔL, ΔQ) && return NoTangent(), ZeroTangent()
-        ΔA = zeros(_grad_eltype(Q, ΔL, ΔQ), sz)
-        lq_pullback!(ΔA, L, Q, ΔL, ΔQ; rank_atol, gauge, gauge_atol)
-        return NoTangent(), project_A(ΔA)
-    end
-    return (L, Q), lq_back
 end
 
 function ChainRulesCore.rrule(::typeof(polar), A::AbstractMatrix; side::Symbol=:right,
