@@ -89,12 +89,13 @@ function svd_pass(At, dU, dS, dVt)
 end
 
 # eigh: Python's lower triangle is Julia's upper one ("U"); dV is Python's gV
-# with the same indexing (column-major).
+# with the same indexing (column-major); the gradient under ps.eigh's default
+# convention, torch's Hermitian one.
 function eigh_pass(At, dw, dV)
     w, V = G.eigh_core(At, "U")
     dAt = zeros(eltype(At), size(At))
     opts, _ = G.pullback_options(nothing, nothing, true, nothing)
-    return G.eigh_pullback_core!(dAt, w, V, dw, dV, "U", opts)
+    return G.eigh_pullback_core!(dAt, w, V, dw, dV, "U", opts, "hermitian")
 end
 
 # The tensors the bridge would pass, (address, code, dims...), as Julia's own
@@ -259,14 +260,12 @@ def julia_calls(op: str, bench: Any, A: torch.Tensor, cot: tuple) -> tuple:
 
 def check_same_rule(op: str, A: torch.Tensor, cot: tuple, gradient: Callable) -> None:
     """The loop timed inside Julia computes what ``backend="julia"`` computes
-    (same arrays, roles and options): else the comparison would mean nothing.
-    (Julia's eigh rule returns the gradient w.r.t. the triangle read, which
-    the bridge's default, torch's Hermitian gradient, is formed from in torch.)"""
+    (same arrays, roles and options): else the comparison would mean nothing."""
     X = A.detach().requires_grad_(True)
     if op == "svd":
         Y = ps.svd(X, backend="julia")
     else:
-        Y = ps.eigh(X, backend="julia", gradient="triangle")
+        Y = ps.eigh(X, backend="julia")
     (expected,) = torch.autograd.grad(Y, X, cot)
     got, scale = gradient(), float(expected.abs().max())
     if not torch.allclose(got, expected, rtol=1e-9, atol=1e-12 * scale):

@@ -1,6 +1,9 @@
 """Time to the first Julia call in a fresh process: the first
 ``ps.svd(A, backend="julia")`` and its first backward, with PySpectral's
-PrecompileTools workload as shipped (on) and disabled (off).
+PrecompileTools workload as shipped ("workload on") and disabled ("workload
+off"), and with Julia started from pyspectral's system image ("sysimage", when
+``python -m pyspectral julia-sysimage`` has built a fresh one, or
+``--sysimage PATH``).
 
     python benchmarks/bench_julia_ttfx.py            # 3 timed processes per variant
     python benchmarks/bench_julia_ttfx.py --runs 5
@@ -13,12 +16,13 @@ if the variant's cache does not exist yet; its wall time is reported), then
 (Julia before torch): ``import juliacall`` (Julia itself), ``import torch`` and
 ``pyspectral``, loading PySpectral and the glue (``_bridge.glue()``), the first
 ``ps.svd`` of a 2 x 6x4 float64 batch, its first backward (the time to the
-first Julia call is the sum of these), and a second svd + backward (compiled by
-then: the floor). The table gives medians over the timed processes.
+first Julia call, "to first backward", is the sum of these but torch's own
+import), and a second svd + backward (compiled by then: the floor). The table
+gives medians over the timed processes.
 
-"on (shipped)" runs in exactly your setup: the environment this process has
+"workload on" runs in exactly your setup: the environment this process has
 (juliapkg's project, offline or not, PYTHON_JULIAPKG_PROJECT, your depots),
-unchanged. "off" differs only in the workload. PrecompileTools runs
+unchanged. "workload off" differs only in the workload. PrecompileTools runs
 ``@compile_workload`` only if the preference ``precompile_workload`` of the
 package being precompiled is true (its default; PrecompileTools documents
 ``set_preferences!(MyPackage, "precompile_workload" => false; force=true)``,
@@ -77,6 +81,7 @@ import juliacall  # Julia first, then torch: the order docs/guide/julia.md recom
 t1 = time.perf_counter()
 import json
 import torch
+t1b = time.perf_counter()
 import pyspectral as ps
 from pyspectral.julia import _bridge
 t2 = time.perf_counter()
@@ -99,9 +104,9 @@ from juliacall import Main as jl
 prefs = "Base.get_preferences(Base.PkgId(PySpectral).uuid)"
 workload = bool(jl.seval(f'get({{prefs}}, "precompile_workload", true)'))
 print({MARK!r} + json.dumps({{
-    "Julia": t1 - t0, "torch+pyspectral": t2 - t1, "load PySpectral": t3 - t2,
-    "first svd": t5 - t4, "first backward": t6 - t5,
-    "to first backward": (t3 - t0) + (t6 - t4),
+    "Julia": t1 - t0, "torch": t1b - t1, "pyspectral": t2 - t1b,
+    "load PySpectral": t3 - t2, "first svd": t5 - t4, "first backward": t6 - t5,
+    "to first backward": (t3 - t0) - (t1b - t1) + (t6 - t4),
     "second svd+backward": t7 - t6,
     "workload": workload,
 }}))
@@ -109,7 +114,8 @@ print({MARK!r} + json.dumps({{
 
 COLUMNS = (
     "Julia",
-    "torch+pyspectral",
+    "torch",
+    "pyspectral",
     "load PySpectral",
     "first svd",
     "first backward",
@@ -149,6 +155,7 @@ def base_env() -> dict[str, str]:
 
     env = dict(os.environ)
     env.pop("PYSPECTRAL_START_JULIA", None)
+    env.pop("PYTHON_JULIACALL_SYSIMAGE", None)  # the "sysimage" variant sets it
     root = Path(pyspectral.__file__).resolve().parent.parent
     if root.name not in ("site-packages", "dist-packages"):  # a checkout
         env["PYTHONPATH"] = os.pathsep.join(
@@ -194,7 +201,7 @@ def measure(env: dict, runs: int, timeout: float, workload: bool) -> dict:
 
 
 def table(rows: dict[str, dict]) -> str:
-    head = ("workload", "cold process", *COLUMNS)
+    head = ("variant", "cold process", *COLUMNS)
     width = [max(len(h), 12) for h in head]
     lines = [" | ".join(f"{h:>{w}}" for h, w in zip(head, width))]
     for name, row in rows.items():
@@ -211,7 +218,22 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--timeout", type=float, default=1800, help="seconds allowed per process"
     )
+    p.add_argument(
+        "--sysimage",
+        help="also time Julia started from this system image (default: the one "
+        "`python -m pyspectral julia-sysimage` built, if it is fresh)",
+    )
     return p.parse_args(argv)
+
+
+def sysimage(given: str | None) -> Path | None:
+    """The image of the "sysimage" variant: ``--sysimage``, else the built one
+    while fresh (see pyspectral/julia/_sysimage.py), else None."""
+    if given is not None:
+        return Path(given)
+    from pyspectral.julia import _sysimage
+
+    return _sysimage.select({})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,10 +249,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         probe, _ = run_child(PROBE, base, args.timeout)
         rows = {}
         with tempfile.TemporaryDirectory(prefix="pyspectral-ttfx-") as tmp:
-            for name, workload in (("on (shipped)", True), ("off", False)):
-                print(f"measuring workload {name} ...", file=sys.stderr, flush=True)
-                env = variant_env(base, probe, Path(tmp) / name[:3].strip(), workload)
+            for name, workload in (("workload on", True), ("workload off", False)):
+                print(f"measuring {name} ...", file=sys.stderr, flush=True)
+                env = variant_env(base, probe, Path(tmp) / name[9:], workload)
                 rows[name] = measure(env, args.runs, args.timeout, workload)
+        image = sysimage(args.sysimage)
+        if image is not None:
+            print(f"measuring sysimage {image} ...", file=sys.stderr, flush=True)
+            env = dict(base, PYTHON_JULIACALL_SYSIMAGE=str(image))
+            rows["sysimage"] = measure(env, args.runs, args.timeout, True)
     except (ChildFailed, subprocess.TimeoutExpired) as err:
         print(f"bench_julia_ttfx: {err}", file=sys.stderr)
         return 1
@@ -238,11 +265,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"Time to the first Julia call in a fresh process: ps.svd(A, "
         f"backend='julia') and its backward (Julia {probe['julia']}; A: 2 x 6x4 "
         f"float64; medians of {args.runs} processes, seconds; 'to first "
-        "backward': Julia, PySpectral, the first svd and backward; 'cold "
+        "backward': Julia, pyspectral, PySpectral, the first svd and backward, "
+        "torch's own import not counted; 'cold "
         "process': wall time of the first, which precompiles PySpectral if "
-        "needed)"
+        "needed; 'sysimage': Julia started from pyspectral's system image)"
     )
     print(table(rows))
+    if "sysimage" not in rows:
+        print(
+            "(no 'sysimage' row: no fresh image; build one with `python -m "
+            "pyspectral julia-sysimage`, or pass --sysimage PATH)"
+        )
     return 0
 
 

@@ -1,5 +1,5 @@
 """Command line: ``python -m pyspectral info | demo | bench | install-julia |
-test-julia`` (also ``pyspectral``)."""
+julia-sysimage | test-julia`` (also ``pyspectral``)."""
 
 from __future__ import annotations
 
@@ -155,6 +155,21 @@ def install_julia(tests: bool) -> int:
     return 0
 
 
+def julia_sysimage(output: str | None, path_only: bool) -> int:
+    """Build pyspectral's Julia system image (or print where it goes)."""
+    from .julia import _sysimage
+
+    if path_only:
+        print(_sysimage.default_image())
+        return 0
+    image = _sysimage.build(None if output is None else Path(output))
+    if output is None:
+        print(f"pyspectral: built {image}; pyspectral starts Julia from it from now on")
+    else:
+        print(f"pyspectral: built {image}; set {_sysimage.ENV}={image} to use it")
+    return 0
+
+
 def test_julia(path: str | None) -> int:
     """Run the top-level @testsets of a Julia test file (default: PySpectral's)."""
     from . import julia
@@ -209,6 +224,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "PYTHON_JULIAPKG_EXE / PYTHON_JULIAPKG_OFFLINE for an existing Julia)",
     )
     i.add_argument("--tests", action="store_true", help="also the Julia test packages")
+    s = sub.add_parser(
+        "julia-sysimage",
+        help="build a Julia system image with PySpectral and the bridge compiled "
+        "in (minutes, once): the first backend='julia' call in a process then "
+        "takes about a second instead of several",
+    )
+    s.add_argument("--output", help="where to write it (default: --path's)")
+    s.add_argument(
+        "--path",
+        action="store_true",
+        help="print where the image goes (for PYTHON_JULIACALL_SYSIMAGE) and stop",
+    )
     t = sub.add_parser(
         "test-julia", help="run the @testsets of a Julia rule test file in Julia"
     )
@@ -224,6 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.command == "install-julia":
         return install_julia(args.tests)
+    if args.command == "julia-sysimage":
+        return julia_sysimage(args.output, args.path)
     if args.command == "test-julia":
         return test_julia(args.path)
     if args.command == "info":

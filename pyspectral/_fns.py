@@ -112,9 +112,18 @@ class UserFunction:
 
     # (eager under torch.compile: torch.func.vjp of the user's f does not
     # trace; a graph break here, the rest of the call compiled around it)
-    @torch.compiler.disable
     def values(self, s: Tensor) -> tuple[Tensor, Tensor]:
         """``(f(s), f'(s))``, checked; ``s`` is used detached."""
+        return _eager(UserFunction._values)(self, s)
+
+    def second(self, s: Tensor) -> Tensor:
+        """``f''(s)``, detached: from ``f_second``, or torch's derivative of
+        ``f_prime`` (or, without ``f_prime``, the second derivative of ``f``).
+        Where torch's AD fails (numpy inside) a :class:`DerivativeError` asks
+        for ``f_second``."""
+        return _eager(UserFunction._second)(self, s)
+
+    def _values(self, s: Tensor) -> tuple[Tensor, Tensor]:
         op, s = self.op, s.detach()
         if self.f_prime is not None:
             fv = _checked(op, "f", self.f(s), s)
@@ -136,12 +145,7 @@ class UserFunction:
         dv = _derivative(op, "f", "f_prime", pullback, s)
         return fv, _checked(op, "f_prime", dv, s)
 
-    @torch.compiler.disable
-    def second(self, s: Tensor) -> Tensor:
-        """``f''(s)``, detached: from ``f_second``, or torch's derivative of
-        ``f_prime`` (or, without ``f_prime``, the second derivative of ``f``).
-        Where torch's AD fails (numpy inside) a :class:`DerivativeError` asks
-        for ``f_second``."""
+    def _second(self, s: Tensor) -> Tensor:
         op, s = self.op, s.detach()
         if self.f_second is not None:
             h = _checked(op, "f_second", self.f_second(s), s).detach()
@@ -164,6 +168,19 @@ class UserFunction:
             raise _no_derivative(op, name, err) from err
         h = _derivative(op, name, "f_second", pullback, s)
         return _checked(op, "f_second", h, s).detach()
+
+
+_EAGER: dict[Callable, Callable] = {}
+
+
+def _eager(fn: Callable) -> Callable:
+    """``torch.compiler.disable(fn)``, made at the first call rather than as a
+    decorator: it imports torch._dynamo, which would add a second to
+    ``import pyspectral`` for everyone."""
+    disabled = _EAGER.get(fn)
+    if disabled is None:
+        disabled = _EAGER[fn] = torch.compiler.disable(fn)
+    return disabled
 
 
 def _derivative(op: str, name: str, of: str, pullback: Callable, s: Tensor) -> Tensor:

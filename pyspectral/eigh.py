@@ -17,6 +17,7 @@ from ._autograd import (
     check_not_nested_forward_mode,
     in_layout_of,
 )
+from ._backend import BACKENDS
 from ._fns import (
     SpectralFn,
     UserFunction,
@@ -131,9 +132,12 @@ class _EighJulia(torch.autograd.Function):
     """``_Eigh`` on the Julia backend (same formulas, see julia/PySpectral)."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, uplo: str, opts: Options) -> tuple:
+    def forward(
+        ctx: Any, A: Tensor, uplo: str, opts: Options, hermitian: bool
+    ) -> tuple:
         (w, V), ctx.handles = jeigh.eigh(A, uplo)
         ctx.uplo, ctx.opts, ctx.shape_dtype = uplo, opts, (A.shape, A.dtype)
+        ctx.hermitian = hermitian
         ctx.save_for_backward(w, V)
         ctx.save_for_forward(w, V)
         ctx.set_materialize_grads(False)
@@ -142,26 +146,32 @@ class _EighJulia(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         w, V = ctx.saved_tensors
+        herm = ctx.hermitian
         if torch.is_grad_enabled():
             # create_graph: the native pullback is the same formula, and
             # differentiable, so double backward stays exact.
-            return eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts), None, None
+            gA = eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts, hermitian=herm)
+            return gA, None, None, None
         if gw is None and gV is None:
-            return None, None, None
+            return None, None, None, None
         second = check_second_order_cotangent(gw, (gV,), ctx.opts)  # as native
         gA = jeigh.eigh_pullback(
-            ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts, not second
+            ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts, not second, herm
         )
-        return gA, None, None
+        return gA, None, None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         w, V = ctx.saved_tensors
+        herm = ctx.hermitian
         if torch.is_grad_enabled() and (dA.requires_grad or V.requires_grad):
             # the tangent will be differentiated: the native pushforward is the
             # same formula, and differentiable (as the backward under create_graph)
-            tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts)
+            tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts, hermitian=herm)
             return tuple(map(in_layout_of, tangents, (w, V)))
+        # torch's convention moves the matrix by the tangent's Hermitian part,
+        # whose uplo triangle is what Julia's pushforward reads
+        dA = hermitian_part(dA) if herm else dA
         return jeigh.eigh_pushforward(ctx.handles, dA, ctx.uplo, ctx.opts)
 
 
@@ -452,12 +462,11 @@ def _decompose(
     A: Tensor, uplo: str, opts: Options, backend: str, hermitian: bool
 ) -> tuple[Tensor, Tensor]:
     """``(w, V)`` of the whole ``eigh`` with derivatives under the convention
-    (``hermitian``), on the backend that runs the call: the native Function
-    applies it in its pullback (no extra operation), the Julia one, which
-    computes the triangle-true gradient, through :class:`_HermitianPart`."""
+    (``hermitian``), on the backend that runs the call; either applies it in
+    its own pullback (no extra operation)."""
     if not on_julia("eigh", backend, A):
         return apply(_Eigh, A, uplo, opts, hermitian)
-    return apply(_EighJulia, _hermitian_input(A, hermitian), uplo, opts)
+    return apply(_EighJulia, A, uplo, opts, hermitian)
 
 
 class _HermitianPart(torch.autograd.Function):
@@ -653,7 +662,7 @@ def eigh(
     # The common call, every keyword at its default (what the checks below
     # would find): A, UPLO and the convention are all there is to check.
     if (
-        backend in ("auto", "torch")
+        backend in BACKENDS
         and check_hermitian is False
         and largest is True
         and by == "value"
@@ -668,7 +677,7 @@ def eigh(
     ):
         UPLO = _check("eigh", A, UPLO)
         hermitian = gradient_convention(gradient, "eigh") == "hermitian"
-        return EighResult(*apply(_Eigh, A, UPLO, options(op="eigh"), hermitian))
+        return EighResult(*_decompose(A, UPLO, options(op="eigh"), backend, hermitian))
     # Every argument is validated before a backend is chosen (and Julia started).
     call = _check_eigh(
         A, UPLO, gradient, check_hermitian, hermitian_tol, degeneracy_atol, broadening,

@@ -18,6 +18,7 @@ from ._autograd import (
     check_not_nested_forward_mode,
     in_layout_of,
 )
+from ._backend import BACKENDS
 from ._fns import (
     SpectralFn,
     UserFunction,
@@ -568,10 +569,10 @@ def svd(
         return SVDResult(*res)
     # The common call, every keyword at its default (what the checks below
     # would find): A is all there is to check. (Their cost is a few percent
-    # of a 64 x 64 SVD's forward and backward.)
+    # of a 64 x 64 SVD's forward and backward, on either backend.)
     if (
         type(full_matrices) is bool
-        and backend in ("auto", "torch")
+        and backend in BACKENDS
         and method == "auto"
         and multiplets == "cut"
         and return_error is False
@@ -582,7 +583,8 @@ def svd(
         and all(x is None for x in (gauge_atol, oversample, n_iter, backward_rtol))
     ):
         check_matrix("svd", A)
-        return SVDResult(*apply(_SVD, A, full_matrices, options(op="svd")))
+        args = (full_matrices, options(op="svd"))
+        return SVDResult(*decompose("svd", _FUNCTIONS, A, backend, *args))
     # Every argument is validated before a backend is chosen (and Julia started).
     call = _check_svd(
         A, full_matrices, k, atol, rtol, error_atol, error_rtol, multiplets, min_rank,

@@ -1433,7 +1433,18 @@ class FakeJulia:
         return _stack(ws), _stack(Vs)
 
     def eigh_pullback_batched_b(
-        self, dAt, w, V, dw, dV, uplo, degeneracy_atol, broadening, gauge, gauge_atol
+        self,
+        dAt,
+        w,
+        V,
+        dw,
+        dV,
+        uplo,
+        gradient,
+        degeneracy_atol,
+        broadening,
+        gauge,
+        gauge_atol,
     ) -> tuple:
         dAt, dw, dV = map(self._wrap, (dAt, dw, dV))
         opts, recorder = _pullback_options(
@@ -1443,7 +1454,8 @@ class FakeJulia:
             for b in range(dAt.shape[2]):
                 Vc = None if V is None else _t(V, b).conj()
                 dVc = None if dV is None else _t(dV, b).conj()
-                g = eigh_pullback(_t(w, b), Vc, _t(dw, b), dVc, uplo, opts)
+                herm = {"triangle": False, "hermitian": True}[gradient]
+                g = eigh_pullback(_t(w, b), Vc, _t(dw, b), dVc, uplo, opts, False, herm)
                 dAt[:, :, b] = 0 if g is None else g.numpy()
         return tuple(recorder.records)
 

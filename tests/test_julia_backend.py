@@ -38,8 +38,9 @@ from pyspectral.julia import _blas, _bridge, _convert, _svd
 
 # The Julia backend's rules, spies and zero-copy buffers are checked under the
 # gradient w.r.t. the triangle read, which Julia computes and writes in place
-# (the default, torch's Hermitian one, is formed from it in torch:
-# tests/test_gradient_convention.py runs it on real Julia).
+# (the default, torch's Hermitian one, is the Hermitian part of the same gradient,
+# formed in the same Julia pullback: tests/test_gradient_convention.py runs it on
+# real Julia).
 pytestmark = [needs_julia, pytest.mark.usefixtures("triangle_gradient")]
 
 DTYPES = [torch.float32, torch.float64, torch.complex64, torch.complex128]
@@ -1217,3 +1218,100 @@ def test_julia_blas_threads_follow_the_size_of_the_call(monkeypatch):
     monkeypatch.setenv(_blas.THREADS_ENV, "1")
     ps.eigh(spd(4, 4, dtype=torch.float64), backend="julia")
     assert int(threads()) == 1
+
+
+# ------------------------------------------------------ Julia's threads over a batch
+
+# More matrices than two of the glue's ranges (CHUNK = 16): the batch runs on Julia's
+# threads, where Julia has more than one (pyspectral starts it with one per CPU).
+BIG = 3 * 16 + 5
+
+
+def threaded_workers(nb: int) -> int:
+    """How many Julia tasks the glue spreads a batch of ``nb`` small matrices
+    over; skips where Julia runs one thread (nothing to spread)."""
+    glue = _bridge.glue()  # (starts Julia as pyspectral does, if no test did)
+    from juliacall import Main as jl
+
+    if int(jl.seval("Threads.nthreads()")) < 2:
+        pytest.skip(
+            "Julia runs one thread here (one CPU, or PYTHON_JULIACALL_THREADS=1): "
+            "a batch has nothing to be spread over"
+        )
+    jl.seval("using LinearAlgebra: BLAS; BLAS.set_num_threads(1)")
+    _bridge._state["threads"] = 1  # (what the bridge would set for small matrices)
+    return int(glue.nworkers(nb))
+
+
+@pytest.mark.parametrize("op", ["svd", "eigh"])
+@pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
+def test_a_large_batch_on_julias_threads_agrees(op, dtype):
+    """A batch spread over Julia's threads: the same values and gradients as
+    the native backend, every matrix in its place."""
+    assert threaded_workers(BIG) >= 2
+    if op == "svd":
+        A = randn(BIG, 6, 4, dtype=dtype, seed=3)
+
+        def loss(X, backend):
+            U, S, Vh = ps.svd(X, backend=backend)
+            P = U @ U.mH  # gauge invariant, every matrix weighted differently
+            w = torch.arange(1, BIG + 1, dtype=S.dtype).reshape(-1, 1)
+            return (S * w).sum() + (P.real * w.unsqueeze(-1)).square().sum()
+
+    else:
+        A = hermitian(BIG, 5, 5, dtype=dtype, seed=3)
+
+        def loss(X, backend):
+            w, V = ps.eigh(X, backend=backend)
+            P = V[..., :2] @ V[..., :2].mH
+            c = torch.arange(1, BIG + 1, dtype=w.dtype).reshape(-1, 1)
+            return (w * c).sum() + (P.real * c.unsqueeze(-1)).square().sum()
+
+    j, n = both(loss, A)
+    torch.testing.assert_close(j, n, atol=1e-10, rtol=0)
+    if op == "svd":
+        Sj = ps.svdvals(A, backend="julia")
+        torch.testing.assert_close(Sj, torch.linalg.svdvals(A), atol=1e-12, rtol=0)
+    else:
+        wj = ps.eigvalsh(A, backend="julia")
+        torch.testing.assert_close(wj, torch.linalg.eigvalsh(A), atol=1e-12, rtol=0)
+
+
+def test_a_gauge_violation_in_a_later_range_is_recorded():
+    """Each of Julia's tasks records into its own gauge recorder and the call
+    gets all their records: a basis-dependent loss on one matrix late in a
+    threaded batch warns as it does natively."""
+    assert threaded_workers(BIG) >= 2
+    A = hermitian(BIG, 5, 5, seed=4)
+    A[BIG - 3] = hermitian_with_spectrum([1.0, 1.0, 2.0, 3.0, 4.0], seed=5)
+
+    def loss(X, backend):
+        w, V = ps.eigh(X, backend=backend)
+        return V[BIG - 3, :, 0].sum() ** 2  # the basis inside the double
+
+    for backend in ("julia", "torch"):
+        X = A.clone().requires_grad_(True)
+        with pytest.warns(ps.GaugeWarning, match="eigh"):
+            loss(X, backend).backward()
+
+
+def test_a_failure_on_a_thread_is_the_first_failing_range():
+    """The glue's each_range: every index once, in ranges; a failure rethrows
+    the exception of the first failing range (the one a sequential loop would
+    throw), after every task has finished."""
+    nb = 200
+    assert threaded_workers(nb) >= 2
+    from juliacall import JuliaError
+    from juliacall import Main as jl
+
+    run = jl.seval(
+        "(nb, bad) -> PySpectralGlue.each_range("
+        '(r, seen) -> for b in r; b in bad && error("matrix $b"); push!(seen, b); end,'
+        " () -> Int[], nb)"
+    )
+    seen = run(nb, ())
+    assert len(seen) >= 2
+    assert sorted(int(b) for s in seen for b in s) == list(range(1, nb + 1))
+    for _ in range(5):
+        with pytest.raises(JuliaError, match=r"matrix 70\b"):
+            run(nb, (190, 70, 150))

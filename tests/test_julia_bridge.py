@@ -46,7 +46,15 @@ from pyspectral.exceptions import (
     InputTypeError,
     JuliaError,
 )
-from pyspectral.julia import _blas, _bridge, _convert, _events, _probe, _svd
+from pyspectral.julia import (
+    _blas,
+    _bridge,
+    _convert,
+    _events,
+    _probe,
+    _svd,
+    _sysimage,
+)
 
 # The formulas are checked against finite differences of the entries the
 # forward reads: the triangle-true gradient (torch's Hermitian convention,
@@ -1578,6 +1586,8 @@ class _Main:
 
     def seval(self, src):
         self.evals.append(src)
+        if "PYSPECTRAL_SYSIMAGE_SOURCES" in src:
+            return ""  # not started from pyspectral's system image
 
     def include(self, path):
         self.includes.append(path)
@@ -1594,8 +1604,10 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         pytest.skip("the real juliacall is loaded in this process")
     (tmp_path / "juliacall.py").write_text(STUB_JULIACALL)
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setenv("PYTHON_JULIACALL_HANDLE_SIGNALS", "placeholder")
-    monkeypatch.delenv("PYTHON_JULIACALL_HANDLE_SIGNALS")
+    for key in ("PYTHON_JULIACALL_HANDLE_SIGNALS", "PYTHON_JULIACALL_THREADS"):
+        monkeypatch.setenv(key, "placeholder")  # restored after the test
+        monkeypatch.delenv(key)
+    monkeypatch.delenv("JULIA_NUM_THREADS", raising=False)
     import juliapkg
 
     resolved = []
@@ -1613,9 +1625,12 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         jc = sys.modules["juliacall"]
         assert glue is jc.Main.PySpectralGlue
         # Julia's BLAS is set up (start_blas) before any package loads.
-        assert jc.Main.evals == [_blas.BLAS_JL.strip(), "using PySpectral"]
+        assert jc.Main.evals[:2] == [_blas.BLAS_JL.strip(), "using PySpectral"]
+        # then whether the image has the glue (it has not), so it is loaded
+        assert len(jc.Main.evals) == 3 and _sysimage.IMAGE_MARK in jc.Main.evals[2]
         assert jc.Main.includes == [str(_bridge.GLUE)]
         assert os.environ["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
+        assert os.environ["PYTHON_JULIACALL_THREADS"] == str(_probe.cpus())
         err = jc.JuliaError("DomainError", "DomainError with -1.0: log")
         assert rt.describe(err) == ("domain", "DomainError: Julia's message", None)
         assert rt.describe(ValueError("not Julia")) is None
@@ -1694,7 +1709,7 @@ def test_randomized_eigh_through_julia_matches_native(fake, dtype, uplo):
 
 FAKE_JULIA_EXE = """#!/bin/sh
 # What juliapkg asks a Julia: its version, and (resolve) libjulia and bindir.
-if [ "$1" = "--version" ]; then echo "julia version 1.9.4"; exit 0; fi
+if [ "$1" = "--version" ]; then echo "julia version 1.10.4"; exit 0; fi
 printf '%s\\0%s' "${0%/*}/libjulia.so" "${0%/*}"
 """
 
@@ -1771,7 +1786,7 @@ def test_offline_resolve_writes_the_state_the_probe_then_uses(
     jp = juliapkg_env(EXE=exe, OFFLINE="yes", PROJECT=str(project))
     site = tmp_path / "site"  # no other juliapkg.json on the path than ours
     site.mkdir()
-    (site / "juliapkg.json").write_text('{"julia": "1.9 - 1.12"}')
+    (site / "juliapkg.json").write_text('{"julia": "~1.10"}')
     monkeypatch.setattr(sys, "path", [str(site)])
     assert jp.resolve() is True
     monkeypatch.undo()

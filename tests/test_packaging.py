@@ -109,8 +109,8 @@ def test_project_toml() -> None:
     deps, comp = p["deps"], p["compat"]
     for name in deps:
         assert name in comp, f"{name} has no [compat] entry"
-    assert version("1.9.0") in compat(comp["julia"])
-    assert version("1.12.0") in compat(comp["julia"])
+    assert version("1.10.4") in compat(comp["julia"])
+    assert version("1.9.4") not in compat(comp["julia"]), "1.9 is no longer tested"
     assert version("1.25.0") in compat(comp["ChainRulesCore"])
     assert "PythonCall" not in deps, "the Julia package must not depend on Python"
     extras = p.get("extras", {})
@@ -129,7 +129,10 @@ def test_project_toml() -> None:
 def test_juliapkg_json(where: str) -> None:
     meta = json.loads((ROOT / where).read_text())
     pkgs = meta["packages"]
-    assert version("1.9.0") in compat(meta["julia"])
+    # what is tested, and nothing else: Julia 1.10.x (juliacall 0.9.34 needs >= 1.10.3)
+    assert version("1.10.4") in compat(meta["julia"])
+    for untested in ("1.9.4", "1.11.0"):
+        assert version(untested) not in compat(meta["julia"]), untested
     assert pkgs["PySpectral"]["uuid"] == project()["uuid"]
     assert pkgs["PySpectral"]["dev"] is True
     deps = project()["deps"]
@@ -196,6 +199,17 @@ def test_wheel_dependencies(wheel: Path) -> None:
     assert any(r.startswith("juliacall") and "extra == 'julia'" in r for r in requires)
 
 
+def test_julia_extra_is_the_tested_juliacall() -> None:
+    """The ``julia`` extra pins what the messages tell users to install: the
+    juliacall whose PythonCall the Julia backend is tested with."""
+    from pyspectral.julia._probe import JULIACALL
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert meta["project"]["optional-dependencies"]["julia"] == [JULIACALL]
+    # juliacall 0.9.34 pins PythonCall 0.9.34, which needs Julia >= 1.10.3
+    assert JULIACALL == "juliacall>=0.9.34,<0.9.35"
+
+
 def test_juliapkg_finds_package_in_installed_wheel(
     wheel: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,7 +232,7 @@ def test_juliapkg_finds_package_in_installed_wheel(
     (spec,) = [p for p in pkgs if p.name == "PySpectral"]
     assert same_path(spec.path, site / "pyspectral" / "jl" / "PySpectral")
     assert spec.dev and spec.uuid == project()["uuid"]
-    assert version("1.9.0") in compat
+    assert version("1.10.4") in compat
 
 
 def same_path(a: str | Path, b: str | Path) -> bool:

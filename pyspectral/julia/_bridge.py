@@ -31,7 +31,6 @@ import os
 import sys
 import threading
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,13 +44,13 @@ from ..exceptions import (
     JuliaError,
     PySpectralError,
 )
-from . import _probe
+from . import _probe, _sysimage
 from ._blas import start_blas, threads_for
 from ._convert import from_julia_vectors
 from ._events import warn_julia_logs
 from ._probe import INSTALL_HINT
 
-GLUE = Path(__file__).with_name("glue.jl")
+GLUE = _sysimage.GLUE
 
 
 class JuliaRuntime:
@@ -68,8 +67,6 @@ class JuliaRuntime:
 
     def start(self) -> Any:
         """Import juliacall, load PySpectral and the glue; return the glue module."""
-        for key, value in (("PYTHON_JULIACALL_HANDLE_SIGNALS", "yes"),):
-            os.environ.setdefault(key, value)
         if "juliacall" not in sys.modules:
             import juliapkg
 
@@ -77,6 +74,7 @@ class JuliaRuntime:
             # own. Offline it needs no network: it finds the Julia it may use and
             # writes juliapkg's state (what probe() relies on being possible).
             juliapkg.resolve()
+            _probe.prepare_start()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             from juliacall import Main as jl
@@ -87,7 +85,8 @@ class JuliaRuntime:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.blas = start_blas(jl)
         jl.seval("using PySpectral")
-        jl.include(str(GLUE))
+        if not _sysimage.check_started(jl):  # else the image has it, compiled
+            jl.include(str(GLUE))
         return jl.PySpectralGlue
 
     def describe(self, err: BaseException) -> tuple[str, str, Any] | None:

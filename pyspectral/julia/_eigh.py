@@ -54,9 +54,11 @@ def eigh_pullback(
     uplo: str,
     opts: Any,
     weights: bool = True,
+    hermitian: bool = False,
 ) -> torch.Tensor:
     """``weights``: the first-order check of unequal weights applies (see
-    ``_bridge.pullback``)."""
+    ``_bridge.pullback``); ``hermitian``: torch's gradient convention (the
+    Hermitian part of the gradient) instead of the triangle read."""
     wj, Vj = handles
     gA, keep = gradient_buffer(shape_dtype), []
     pullback(
@@ -70,6 +72,7 @@ def eigh_pullback(
         None if gw is None else to_julia_vectors(gw, keep),
         None if gV is None else to_julia_matrices(gV, keep),
         _SWAP[uplo],
+        "hermitian" if hermitian else "triangle",
         *options(opts),
         elements=elements(gA),
         weights=weights,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..exceptions import BackendError
 from ._bridge import reset
-from ._probe import INSTALL_HINT
+from ._probe import INSTALL_HINT, JULIACALL
 
 # ------------------------------------------------------------------ install
 
@@ -42,7 +42,7 @@ def install(tests: bool = False) -> str:
     and check that the backend loads. Returns what that process reports."""
     if importlib.util.find_spec("juliacall") is None:
         raise BackendError(
-            "juliacall is not installed: pip install 'juliacall>=0.9.26' first (in a "
+            f"juliacall is not installed: pip install '{JULIACALL}' first (in a "
             "clone of pyspectral: pip install -e '.[julia]')"
         )
     import juliapkg

@@ -21,9 +21,13 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
+
+# The ``julia`` extra of pyproject.toml: the juliacall (and so PythonCall) the
+# Julia backend is tested with; Julia 1.10 is what juliapkg.json asks for.
+JULIACALL = "juliacall>=0.9.34,<0.9.35"
 
 INSTALL_HINT = (
     "Install it with `python -m pyspectral install-julia` (downloads Julia and "
@@ -41,7 +45,7 @@ def probe() -> str | None:
         return None
     if importlib.util.find_spec("juliacall") is None:
         return (
-            "juliacall is not installed: pip install 'juliacall>=0.9.26' (in a clone "
+            f"juliacall is not installed: pip install '{JULIACALL}' (in a clone "
             "of pyspectral: pip install -e '.[julia]'), then "
             + INSTALL_HINT[0].lower()
             + INSTALL_HINT[1:]
@@ -96,7 +100,7 @@ def juliapkg_reason(juliapkg: Any) -> str | None:
     except Exception as err:  # noqa: BLE001 - juliapkg raises plain Exceptions
         return (
             f"PYTHON_JULIAPKG_OFFLINE=yes, and juliapkg finds no Julia to use "
-            f"offline ({err}): set PYTHON_JULIAPKG_EXE=/path/to/julia (1.9 to 1.12)"
+            f"offline ({err}): set PYTHON_JULIAPKG_EXE=/path/to/julia (1.10)"
         )
     return None
 
@@ -170,7 +174,7 @@ def start_julia(
     """Import juliacall, which starts Julia; return whether it did. Under
     ``PYSPECTRAL_START_JULIA=yes`` its errors are raised (asked for); otherwise
     the first Julia call reports them, with the bridge's advice."""
-    start = (lambda: importlib.import_module("juliacall")) if start is None else start
+    start = _import_juliacall if start is None else start
     if environ.get("PYSPECTRAL_START_JULIA", "").strip().lower() in (
         "1",
         "yes",
@@ -183,3 +187,32 @@ def start_julia(
     except Exception:  # noqa: BLE001 - reported by the first Julia call
         return False
     return True
+
+
+def _import_juliacall() -> Any:
+    """Import juliacall, which starts Julia as :func:`prepare_start` sets up."""
+    prepare_start()
+    return importlib.import_module("juliacall")
+
+
+def prepare_start(environ: MutableMapping[str, str] = os.environ) -> None:
+    """juliacall's options where pyspectral starts Julia (before juliacall's
+    import; the user's own settings win): Julia handles signals
+    (``PYTHON_JULIACALL_HANDLE_SIGNALS=yes``, what juliacall asks for with
+    threads), one Julia thread per CPU this process may use, as torch's
+    intra-op threads (a batch of small matrices runs on them; set
+    ``PYTHON_JULIACALL_THREADS=1`` for one), and pyspectral's system image
+    when one is built and fresh (:mod:`pyspectral.julia._sysimage`)."""
+    from . import _sysimage
+
+    environ.setdefault("PYTHON_JULIACALL_HANDLE_SIGNALS", "yes")
+    if "PYTHON_JULIACALL_THREADS" not in environ and "JULIA_NUM_THREADS" not in environ:
+        environ["PYTHON_JULIACALL_THREADS"] = str(cpus())
+    _sysimage.prepare(environ)
+
+
+def cpus() -> int:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1

@@ -14,7 +14,7 @@ call them qualified.
 """
 module PySpectral
 
-using LinearAlgebra: LinearAlgebra, Eigen, Hermitian, I, SVD
+using LinearAlgebra: LinearAlgebra, Eigen, Hermitian, I, LAPACK, SVD
 using ChainRulesCore: ChainRulesCore, AbstractZero, NoTangent, ProjectTo, Tangent,
     ZeroTangent, unthunk
 using PrecompileTools: @compile_workload, @setup_workload

@@ -101,7 +101,7 @@ end
 # Finite differences as ChainRulesTestUtils takes them.
 const FDM = central_fdm(5, 1; max_range=1e-2)
 
-# LAPACK's syevr (MRRR), which `eigen!(::Hermitian)` calls, fixes each eigenvector's
+# LAPACK's eigensolvers (syevd, which PySpectral.eigh calls, as syevr) fix each eigenvector's
 # sign, and for complex input its phase (the first entry real for uplo=:L, the last for
 # :U), through choices that jump under perturbations at rounding level: finite
 # differences of the raw eigenvectors are meaningless, whatever the cotangent (ChainRules
@@ -457,6 +457,28 @@ end
     @test PySpectral.eigh(A + A'; check_hermitian=true).values ≈ eigvals(Hermitian(A + A'))
     @test_throws ArgumentError PySpectral.eigh(randn(3, 4))
     @test_throws ArgumentError PySpectral.eigh(A; uplo=:X)
+
+    # gradient=:hermitian (torch.linalg.eigh's convention): the gradient of
+    # eigh((A + Aᴴ)/2), the Hermitian part of the one on the triangle read, both sides
+    # of the diagonal; its inner product with a Hermitian direction is the derivative.
+    for T in (Float64, ComplexF64), uplo in (:L, :U)
+        A = randn(T, 5, 5)
+        E = PySpectral.eigh(A; uplo)
+        Δλ, ΔV = randn(5), randn(T, 5, 5)
+        ΔV .-= E.vectors * Diagonal(diag(E.vectors' * ΔV))  # no phase dependence
+        F = PySpectral.eigh_pullback!(zeros(T, 5, 5), E.values, E.vectors, Δλ, ΔV; uplo)
+        H = PySpectral.eigh_pullback!(zeros(T, 5, 5), E.values, E.vectors, Δλ, ΔV; uplo,
+                                      gradient=:hermitian)
+        @test H ≈ H'
+        @test PySpectral.fold_triangle!(zeros(T, 5, 5), H, uplo) ≈ F
+        D = randn(T, 5, 5)
+        D = D + D'
+        loss(t) = (Et = PySpectral.eigh(A + t * D; uplo);
+                   dot(Δλ, Et.values) + real(dot(ΔV, Et.vectors)))
+        @test real(dot(H, D)) ≈ FDM(loss, 0.0) rtol = 1e-6
+    end
+    @test_throws ArgumentError PySpectral.eigh_pullback!(zeros(4, 4), eigvals(A + A'),
+        eigvecs(A + A'), randn(4), nothing; gradient=:torch)
 end
 
 @testset "eigh degenerate" begin
@@ -1280,7 +1302,7 @@ end
 # matrix_function, and the real SVD at a generic spectrum, whose LAPACK signs are locally
 # constant) ChainRulesTestUtils' test_frule applies as is. The factors otherwise carry a
 # gauge that finite differences cannot follow (the caveats of the rrule tests above: the
-# phases of a complex SVD, LAPACK syevr's sign and phase jumps), so their tangents are
+# phases of a complex SVD, LAPACK's eigenvector sign and phase jumps), so their tangents are
 # compared after rotating them into the smooth gauge of `aligned_svd` / `aligned_eigen`,
 # and at degenerate spectra through gauge-invariant outputs only.
 

@@ -23,7 +23,7 @@ function fold_triangle!(ΔA::AbstractMatrix, G::AbstractMatrix, uplo::Symbol)
 end
 
 """
-    eigh_pullback!(ΔA, λ, V, Δλ, ΔV; uplo=:L, degeneracy_atol=nothing,
+    eigh_pullback!(ΔA, λ, V, Δλ, ΔV; uplo=:L, gradient=:triangle, degeneracy_atol=nothing,
                    broadening=nothing, gauge=:warn, gauge_atol=nothing) -> ΔA
 
 Add to `ΔA` the gradient w.r.t. the `uplo` triangle read by [`eigh`](@ref), given the
@@ -34,25 +34,28 @@ eigenvalues `λ` (ascending), eigenvectors `V` and their cotangents (either may 
 
 `inv` = [`gap_inverse`](@ref) (0 inside a cluster `|λᵢ - λⱼ| <= degeneracy_atol`; an
 entry of `Kₐ` within its rounding error of 0, [`cut_rounding`](@ref), counts as 0), then
-[`fold_triangle!`](@ref). `Kₐ` inside clusters (diagonal included: complex phases) is
+[`fold_triangle!`](@ref). `gradient=:hermitian` adds instead the Hermitian part of `G`,
+the gradient of `eigh((A + Aᴴ)/2)` (torch.linalg.eigh's convention). `Kₐ` inside clusters (diagonal included: complex phases) is
 gauge dependent and dropped; above `gauge_atol` the `gauge` policy applies, as it does
 where `Δλ` weights a cluster's members unequally ([`check_weights`](@ref): use
 [`matrix_function`](@ref) for `V f(Λ) Vᴴ`).
 """
 function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatrix, Δλ, ΔV;
-                        uplo::Symbol=:L, degeneracy_atol=nothing, broadening=nothing,
-                        gauge=:warn, gauge_atol=nothing)
+                        uplo::Symbol=:L, gradient::Symbol=:triangle, degeneracy_atol=nothing,
+                        broadening=nothing, gauge=:warn, gauge_atol=nothing)
     # With dP = Vᴴ dA V (Hermitian) and Ω = Vᴴ dV (anti-Hermitian), dPᵢⱼ = Ωᵢⱼ (λⱼ - λᵢ)
     # off the diagonal and dλᵢ = dPᵢᵢ; pairing with K = Vᴴ ΔV and keeping the Hermitian
     # part (dP is Hermitian) gives M. Inside a cluster the quotient is 0/0 and a
     # gauge-invariant loss has Kₐ = 0 there.
     uplo = _check_uplo("eigh", uplo)
+    gradient in (:triangle, :hermitian) || throw(ArgumentError(
+        "eigh: gradient must be :triangle or :hermitian, got $(repr(gradient))"))
     checks = _checks_gauge(gauge)
     tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
     if iszerotangent(ΔV)
         iszerotangent(Δλ) && return ΔA
         check_weights(:eigh, real.(Δλ), λ, tol, gauge; gauge_atol)
-        return fold_triangle!(ΔA, (V .* transpose(real.(Δλ))) * V', uplo)
+        return _add_gradient!(ΔA, (V .* transpose(real.(Δλ))) * V', uplo, gradient)
     end
     K = V' * ΔV
     # Kₐᵢⱼ within its rounding error of 0 counts as 0 (see svd_middle)
@@ -69,7 +72,14 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     ginv(x) = gap_inverse(x, tol, broadening)
     M = Kₐ .* (ginv.(transpose(λ) .- λ) ./ 2)
     _add_diagonal!(M, Δλ)
-    return fold_triangle!(ΔA, V * M * V', uplo)
+    return _add_gradient!(ΔA, V * M * V', uplo, gradient)
+end
+
+# G, the gradient w.r.t. the Hermitian matrix, as the convention `gradient` wants it.
+function _add_gradient!(ΔA, G, uplo, gradient)
+    gradient === :triangle && return fold_triangle!(ΔA, G, uplo)
+    ΔA .+= (G .+ G') ./ 2
+    return ΔA
 end
 
 # ------------------------------------------------------------------ pushforwards

@@ -1,0 +1,227 @@
+"""pyspectral's Julia system image (pyspectral/julia/_sysimage.py): which
+image Julia starts from, when an image is stale, what a build runs. The
+build itself, for real, where Julia and PackageCompiler are installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from _julia import skip_without_julia
+
+from pyspectral.exceptions import BackendError
+from pyspectral.julia import _sysimage
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A juliapkg environment (``project``) and a Julia executable, as
+    ``_juliapkg`` reports them, without juliapkg."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Manifest.toml").write_text("# packages\n")
+    julia = tmp_path / "bin" / "julia"
+    julia.parent.mkdir()
+    julia.write_text("#!/bin/sh\n")
+    monkeypatch.setattr(_sysimage, "_juliapkg", lambda: (project, julia))
+    return project
+
+
+def built(project: Path) -> Path:
+    """A fresh image of ``project``: its file and its fingerprint beside it."""
+    image = _sysimage.image_path(project)
+    image.parent.mkdir()
+    image.write_bytes(b"image")
+    stamp = _sysimage.fingerprint(project, _sysimage._juliapkg()[1])
+    image.with_suffix(".json").write_text(json.dumps(stamp))
+    return image
+
+
+def test_no_image_built(env: Path) -> None:
+    assert _sysimage.select({}) is None
+
+
+def test_a_fresh_image_is_chosen(env: Path) -> None:
+    image = built(env)
+    assert _sysimage.select({}) == image
+    assert _sysimage.select({_sysimage.ENV: "auto"}) == image
+    environ: dict[str, str] = {}
+    assert _sysimage.prepare(environ) == image
+    assert environ == {"PYTHON_JULIACALL_SYSIMAGE": str(image)}
+
+
+def test_declined(env: Path) -> None:
+    built(env)
+    assert _sysimage.select({_sysimage.ENV: "no"}) is None
+    # the user's own choice for juliacall stands
+    environ = {"PYTHON_JULIACALL_SYSIMAGE": "/theirs.so"}
+    assert _sysimage.prepare(environ) is None
+    assert environ == {"PYTHON_JULIACALL_SYSIMAGE": "/theirs.so"}
+
+
+def test_an_image_by_path(env: Path, tmp_path: Path) -> None:
+    mine = tmp_path / "mine.so"
+    mine.write_bytes(b"image")
+    assert _sysimage.select({_sysimage.ENV: str(mine)}) == mine
+    with pytest.raises(BackendError, match="no such file"):
+        _sysimage.select({_sysimage.ENV: str(tmp_path / "none.so")})
+
+
+@pytest.mark.parametrize("change", ["sources", "manifest", "julia"])
+def test_a_stale_image_is_passed_over(
+    env: Path, change: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    built(env)
+    if change == "sources":
+        monkeypatch.setattr(_sysimage, "sources_digest", lambda: "edited")
+    elif change == "manifest":
+        (env / "Manifest.toml").write_text("# other packages\n")
+    else:
+        _sysimage._juliapkg()[1].write_text("#!/bin/sh\n# another Julia\n")
+    with pytest.warns(RuntimeWarning, match="julia-sysimage"):
+        assert _sysimage.select({}) is None
+
+
+def test_sources_digest_covers_the_package_and_the_glue() -> None:
+    digest = _sysimage.sources_digest()
+    assert len(digest) == 64 and digest == _sysimage.sources_digest()
+    root = _sysimage.package_dir()
+    assert (root / "src" / "PySpectral.jl").is_file()
+    assert _sysimage.GLUE.is_file()
+
+
+class FakeMain:
+    """``juliacall.Main`` after Julia started: what the image defined."""
+
+    def __init__(self, mark: str) -> None:
+        self.mark, self.asked = mark, []
+
+    def seval(self, code: str) -> str:
+        self.asked.append(code)
+        return self.mark
+
+
+def test_check_started() -> None:
+    plain = FakeMain("")
+    assert _sysimage.check_started(plain) is False
+    assert _sysimage.IMAGE_MARK in plain.asked[0]
+    assert _sysimage.check_started(FakeMain(_sysimage.sources_digest())) is True
+    with pytest.raises(BackendError, match="other sources"):
+        _sysimage.check_started(FakeMain("an older digest"))
+
+
+def test_build_runs_the_traced_workload_then_packagecompiler(
+    env: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What build() runs, by stand-ins for its processes: the workload under
+    Julia's trace (pyspectral starting Julia, without an image), the
+    precompilation PackageCompiler relies on, PackageCompiler with a script
+    that includes the glue, marks the image and replays the trace, then a
+    first start from the image. The fingerprint lands beside the image
+    before that start."""
+    import juliapkg
+
+    monkeypatch.setattr(juliapkg, "offline", lambda value=True: True)
+    runs: list[tuple[list[str], dict[str, str], dict[str, str]]] = []
+
+    def run(cmd: list[str], environ: dict[str, str], what: str) -> None:
+        files = {}
+        if "PYTHON_JULIACALL_TRACE_COMPILE" in environ:
+            Path(environ["PYTHON_JULIACALL_TRACE_COMPILE"]).write_text("# trace\n")
+        elif cmd[0] == sys.executable:
+            # the image exists when it is first started
+            files["stamp"] = out.with_suffix(".json").read_text()
+        elif "-e" in cmd:
+            pass  # the precompilation
+        else:
+            build_jl = Path(cmd[-1])
+            files["build"] = build_jl.read_text()
+            script = build_jl.with_name("script.jl")
+            files["script"] = script.read_text()
+        runs.append((cmd, environ, files))
+
+    monkeypatch.setattr(_sysimage, "_run", run)
+    out = tmp_path / "out" / "img.so"
+    assert _sysimage.build(out, log=lambda _: None) == out
+    assert len(runs) == 4, runs
+    (trace_cmd, trace_env, _), (pre_cmd, _, _), (build_cmd, _, files) = runs[:3]
+    warm_cmd, warm_env, warm = runs[3]
+    # the caches PackageCompiler loads (--pkgimages=no), made in an ordinary process
+    assert pre_cmd[1] == f"--project={env}" and "--pkgimages=no" in pre_cmd
+    assert pre_cmd[-2:] == ["-e", "using PySpectral"]
+    assert "workload()" in trace_cmd[-1]
+    assert trace_env[_sysimage.ENV] == "no"
+    assert trace_env["PYSPECTRAL_START_JULIA"] == "yes"
+    assert "PYTHON_JULIACALL_SYSIMAGE" not in trace_env
+    assert build_cmd[1] == f"--project={env}"
+    assert "create_sysimage" in files["build"] and str(out) in files["build"]
+    script = files["script"]
+    assert str(_sysimage.GLUE) in script
+    assert f"const {_sysimage.IMAGE_MARK} = " in script
+    assert _sysimage.sources_digest() in script
+    stamp = json.loads(out.with_suffix(".json").read_text())
+    assert stamp == _sysimage.fingerprint(env, _sysimage._juliapkg()[1])
+    # then one start from the new image (PythonCall's cache compiled against it)
+    assert warm_cmd[0] == sys.executable and "glue()" in warm_cmd[-1]
+    assert warm_env[_sysimage.ENV] == str(out)
+    assert warm_env["PYSPECTRAL_START_JULIA"] == "yes"
+    assert "PYTHON_JULIACALL_SYSIMAGE" not in warm_env
+    assert json.loads(warm["stamp"]) == stamp
+
+
+def test_command_line_path(env: Path, capsys: pytest.CaptureFixture) -> None:
+    from pyspectral.__main__ import main
+
+    assert main(["julia-sysimage", "--path"]) == 0
+    assert capsys.readouterr().out.strip() == str(_sysimage.image_path(env))
+
+
+# ------------------------------------------------------------ for real
+
+CHILD = """
+import pyspectral as ps  # starts Julia (PYSPECTRAL_START_JULIA=yes), before torch
+import torch
+from pyspectral.julia import _sysimage
+from juliacall import Main as jl
+A = torch.randn(2, 6, 4, dtype=torch.float64).requires_grad_(True)
+U, S, Vh = ps.svd(A, backend="julia")
+(S.sum() + (U @ Vh).sum()).backward()
+assert torch.allclose(S, torch.linalg.svdvals(A.detach()), atol=1e-12, rtol=0)
+print("in image:", _sysimage.check_started(jl))
+"""
+
+
+def test_build_and_start_from_it_for_real(tmp_path: Path) -> None:
+    """``julia-sysimage --output``, then a fresh process that starts Julia
+    from the image: it computes, and its glue is the image's (not loaded
+    again). Minutes: PackageCompiler compiles a system image."""
+    skip_without_julia("building a Julia system image")
+    probe = subprocess.run(
+        [sys.executable, "-c", "import juliapkg; print(juliapkg.project())"],
+        capture_output=True,
+        text=True,
+    )
+    project = Path(probe.stdout.strip().splitlines()[-1])
+    manifest = (project / "Manifest.toml").read_text()
+    if "[[deps.PackageCompiler]]" not in manifest:
+        pytest.skip(f"PackageCompiler is not in Julia's environment {project}")
+    image = tmp_path / "pyspectral.so"
+    run = subprocess.run(
+        [sys.executable, "-m", "pyspectral", "julia-sysimage", "--output", str(image)],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert image.is_file() and image.with_suffix(".json").is_file()
+    environ = dict(os.environ, PYSPECTRAL_START_JULIA="yes")
+    environ[_sysimage.ENV] = str(image)
+    environ.pop("PYTHON_JULIACALL_SYSIMAGE", None)
+    child = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=environ
+    )
+    assert child.returncode == 0, child.stdout + child.stderr
+    assert "in image: True" in child.stdout
