@@ -365,7 +365,9 @@ def check_flag(op: str, name: str, value: Any) -> bool:
 
 # The top-k keywords of svd / eigh / svd_topk / eigh_topk: how the top-k path
 # runs. Each configures the iteration; without it they would be ignored.
-TOP_K_METHODS = ("auto", "full", "randomized")
+TOP_K_METHODS = ("auto", "full", "randomized", "krylov")
+# the methods that always iterate (subspace iteration, block Krylov)
+_ITERATING = ("randomized", "krylov")
 _ITERATION_KEYWORDS = ("oversample", "n_iter", "backward_rtol", "backward_maxiter")
 _DEFAULT_BACKWARD_MAXITER = 500
 
@@ -373,7 +375,8 @@ _DEFAULT_BACKWARD_MAXITER = 500
 def check_top_k_keywords(op: str, k: Any, method: Any, **iteration: Any) -> None:
     """Refuse what the call would not use: ``method`` must be one of
     ``TOP_K_METHODS`` (with or without ``k``); without ``k`` (the full
-    decomposition) neither ``method="randomized"`` nor any of ``oversample``,
+    decomposition) neither ``method="randomized"`` / ``"krylov"`` nor any of
+    ``oversample``,
     ``n_iter``, ``backward_rtol``, ``backward_maxiter`` (left at their
     defaults: None, None, None, 500) means anything, and with
     ``method="full"`` (which never iterates) the last four do not either.
@@ -381,11 +384,12 @@ def check_top_k_keywords(op: str, k: Any, method: Any, **iteration: Any) -> None
     checked by :func:`check_keywords`.)"""
     if not isinstance(method, str) or method not in TOP_K_METHODS:
         raise InputError(
-            f"{op}: method must be 'auto', 'full' or 'randomized', got {method!r}"
+            f"{op}: method must be 'auto', 'full', 'randomized' or 'krylov', got "
+            f"{method!r}"
         )
     given = _given_iteration(iteration)
-    if k is None and (method == "randomized" or given):
-        what = "method='randomized'" if method == "randomized" else given[0]
+    if k is None and (method in _ITERATING or given):
+        what = f"method={method!r}" if method in _ITERATING else given[0]
         raise InputError(
             f"{op}: {what} configures the iterative top-k path, which runs only "
             f"with k (got k=None: the full decomposition); pass k or drop {what}"
@@ -393,7 +397,7 @@ def check_top_k_keywords(op: str, k: Any, method: Any, **iteration: Any) -> None
     if k is not None and method == "full" and given:
         raise InputError(
             f"{op}: {given[0]} configures the iteration, and method='full' does "
-            "not iterate; use method='auto' or 'randomized', or drop "
+            "not iterate; use method='auto', 'randomized' or 'krylov', or drop "
             f"{given[0]}"
         )
 
@@ -425,10 +429,10 @@ def check_truncation_method(op: str, rule: Any, method: str, **iteration: Any) -
         if rule.by_error
         else "multiplets='up'"
     )
-    if method == "randomized":
+    if method in _ITERATING:
         raise InputError(
             f"{op}: {what} depends on the spectrum past the top k, which "
-            "method='randomized' does not compute; use method='auto' (which "
+            f"method={method!r} does not compute; use method='auto' (which "
             "then takes the full decomposition) or 'full'"
         )
     given = _given_iteration(iteration)

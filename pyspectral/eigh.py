@@ -567,11 +567,11 @@ def eigh(
 
     With ``k``: the ``k`` largest (``largest=True``) or smallest eigenpairs,
     ascending, with the exact coupling to the rest of the spectrum in the
-    gradient; ``method`` (``"full"``, ``"randomized"``, ``"auto"``) and its
-    parameters as in :func:`svd`. The iteration reads the ``UPLO`` triangle
-    like the full path; it converges where the wanted end of the spectrum is
-    separated from the rest (``auto`` takes the full path, and
-    ``"randomized"`` warns, where it is not).
+    gradient; ``method`` (``"full"``, ``"randomized"``, ``"krylov"``,
+    ``"auto"``) and its parameters as in :func:`svd`. The iteration reads
+    the ``UPLO`` triangle like the full path; it converges where the wanted
+    end of the spectrum is separated from the rest (``auto`` takes the full
+    path, and the iterative methods warn, where it is not).
 
     Truncation as in :func:`svd`, by order: the kept eigenpairs are always
     the ``r`` at the wanted end, and the rules read the eigenvalues from it,
@@ -831,10 +831,10 @@ def _check_by(by: Any, largest: bool, method: str) -> bool:
             "eigh: by='magnitude' keeps the eigenpairs largest in magnitude; "
             "largest=False has no meaning there: drop it, or truncate by value"
         )
-    if method == "randomized":
+    if method in ("randomized", "krylov"):
         raise InputError(
             "eigh: by='magnitude' takes the full decomposition (the iterative "
-            "path reads the signed ends); drop method='randomized'"
+            f"path reads the signed ends); drop method={method!r}"
         )
     return True
 

@@ -280,14 +280,16 @@ def _check_backend(name: str, backend: Any) -> None:
 
 def _plan(which: str, A: _Op, kw: dict, method: str) -> tuple[str, Any]:
     """``("dense", None)`` (form ``A`` and take the full path) or
-    ``("iterate", cfg)``. ``full`` forms ``A``; ``randomized`` iterates;
-    ``auto`` decides as for a tensor where ``A`` is small enough to form
-    (``DENSE_FALLBACK_MAX``), and otherwise iterates as ``randomized`` does
-    (a result it cannot certify comes with a ``ConvergenceWarning``)."""
-    if method not in ("auto", "full", "randomized"):
+    ``("iterate", cfg)``. ``full`` forms ``A``; ``randomized`` (subspace
+    iteration) and ``krylov`` (block Krylov) iterate; ``auto`` decides as for
+    a tensor where ``A`` is small enough to form (``DENSE_FALLBACK_MAX``), and
+    otherwise iterates as ``randomized`` does (a result it cannot certify
+    comes with a ``ConvergenceWarning``), handing over to block Krylov where
+    its cost model predicts that cheaper, as for a tensor."""
+    if method not in F.TOP_K_METHODS:
         raise InputError(
-            f"{which}_topk: method must be 'auto', 'full' or 'randomized', got "
-            f"{method!r}"
+            f"{which}_topk: method must be 'auto', 'full', 'randomized' or "
+            f"'krylov', got {method!r}"
         )
     rest = (kw["oversample"], kw["n_iter"], kw["backward_rtol"], kw["backward_maxiter"])
     path, cfg = F.top_k_method(which, A.meta, kw["k"], method, *rest)
@@ -297,11 +299,12 @@ def _plan(which: str, A: _Op, kw: dict, method: str) -> tuple[str, Any]:
         if A.small():
             return ("dense", None) if path == "full" else ("iterate", cfg)
         _, cfg = F.top_k_method(which, A.meta, kw["k"], "randomized", *rest)
+        cfg = cfg._replace(switch=True)
     return "iterate", cfg
 
 
 def _not_certified(name: str, k: int, method: str, A: _Op, why: str) -> None:
-    if method == "randomized":
+    if method in ("randomized", "krylov"):
         remedy = (
             "raise n_iter or oversample, or use method='auto' (which forms an "
             f"operator with m n min(m, n) <= {TK.DENSE_FALLBACK_MAX:.3g} and "

@@ -486,15 +486,22 @@ def svd(
     the certified block exactly and the rest by conjugate gradients with
     products by ``A`` and ``A^H`` only, to ``backward_rtol`` (default
     ``eps**0.75``) in at most ``backward_maxiter`` steps. What it cannot
-    certify it returns with a :class:`ConvergenceWarning`. ``"auto"`` (the
+    certify it returns with a :class:`ConvergenceWarning`. ``"krylov"`` runs
+    block Lanczos (Golub-Kahan) from the same start, with thick restarts,
+    the same certificate, budget and warning: fewer products where the
+    spectrum decays slowly past ``k``. ``"auto"`` (the
     default) iterates only where that is predicted to be much cheaper than
     the full SVD and keeps only a certified result, else takes the full path:
-    it is exact on every spectrum. The iterative path's gradient is first
-    order (second derivatives: ``method="full"``). It computes the top ``k``:
-    ``atol``, ``rtol`` and ``multiplets="down"`` cut inside them (its error
-    is ``||A - U_r U_r^H A||_F``, see :mod:`pyspectral.truncation`);
+    it is exact on every spectrum; it starts with subspace iteration and
+    hands over to ``"krylov"`` where its cost model, fed by the measured
+    convergence rate, predicts fewer products. The iterative path's
+    gradient is first order (second derivatives: ``method="full"``). It
+    computes the top ``k``: ``atol``, ``rtol`` and ``multiplets="down"`` cut
+    inside them (its error is ``||A - U_r U_r^H A||_F``, see
+    :mod:`pyspectral.truncation`);
     ``error_atol``, ``error_rtol`` and ``multiplets="up"`` need the spectrum
-    past ``k``: ``"auto"`` then takes the full path, ``"randomized"`` raises.
+    past ``k``: ``"auto"`` then takes the full path, ``"randomized"`` and
+    ``"krylov"`` raise.
     Arguments the call would not use raise ``InputError``: ``method=
     "randomized"``, ``oversample``, ``n_iter``, ``backward_rtol``,
     ``backward_maxiter`` without ``k`` (a tolerance without ``k`` runs the

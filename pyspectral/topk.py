@@ -102,9 +102,10 @@ _FORWARD_MODE = (
     "or method='full'"
 )
 _FIRST_ORDER = (
-    "the derivatives of the iterative top-k path (method='randomized' or an "
-    "iterating method='auto') are first order only; for second derivatives "
-    "(double backward, hessian, jacrev of grad, jacfwd of jvp) use method='full'"
+    "the derivatives of the iterative top-k path (method='randomized' or "
+    "'krylov', or an iterating method='auto') are first order only; for second "
+    "derivatives (double backward, hessian, jacrev of grad, jacfwd of jvp) use "
+    "method='full'"
 )
 
 
@@ -161,7 +162,8 @@ def _small(A: Tensor) -> bool:
 
 
 class SVDTopK(torch.autograd.Function):
-    """Certified subspace-iteration top-k forward; deflated CG backward."""
+    """Certified iterative top-k forward (subspace iteration or block Krylov);
+    deflated CG backward."""
 
     @staticmethod
     def forward(A: Tensor, k: int, cfg: TopKConfig, opts: Options) -> tuple:
@@ -180,7 +182,8 @@ class SVDTopK(torch.autograd.Function):
         else:
             if res.message:
                 _warn(
-                    f"svd(k={k}, method='randomized'): not certified: {res.message}. "
+                    f"svd(k={k}, method={cfg.method!r}): not certified: "
+                    f"{res.message}. "
                     "The result is approximate; use method='auto' (which falls "
                     "back to the full SVD), raise n_iter or oversample.",
                     opts,
@@ -275,7 +278,8 @@ def _svd_tangents(
 
 
 class EighTopK(torch.autograd.Function):
-    """Certified subspace-iteration k extreme eigenpairs; deflated CG backward.
+    """Certified iterative k extreme eigenpairs (subspace iteration or block
+    Lanczos); deflated CG backward.
     Reads the ``uplo`` triangle, like ``torch.linalg.eigh``."""
 
     @staticmethod
@@ -297,7 +301,7 @@ class EighTopK(torch.autograd.Function):
         else:
             if res.message:
                 _warn(
-                    f"eigh(k={k}, method='randomized'): not certified: "
+                    f"eigh(k={k}, method={cfg.method!r}): not certified: "
                     f"{res.message}. The result is approximate; use "
                     "method='auto' (which falls back to the full eigh), raise "
                     "n_iter or oversample.",

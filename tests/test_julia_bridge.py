@@ -52,6 +52,7 @@ from pyspectral.julia import (
     _convert,
     _events,
     _probe,
+    _start,
     _svd,
     _sysimage,
 )
@@ -1630,7 +1631,7 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         assert len(jc.Main.evals) == 3 and _sysimage.IMAGE_MARK in jc.Main.evals[2]
         assert jc.Main.includes == [str(_bridge.GLUE)]
         assert os.environ["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
-        assert os.environ["PYTHON_JULIACALL_THREADS"] == str(_probe.cpus())
+        assert os.environ["PYTHON_JULIACALL_THREADS"] == str(_start.cpus())
         err = jc.JuliaError("DomainError", "DomainError with -1.0: log")
         assert rt.describe(err) == ("domain", "DomainError: Julia's message", None)
         assert rt.describe(ValueError("not Julia")) is None

@@ -72,33 +72,6 @@ def test_start_julia_raises_only_when_asked():
     assert _probe.start_julia({}, lambda: None) is True
 
 
-def test_prepare_start_sets_juliacall_defaults_only(monkeypatch):
-    """Signal handling and one Julia thread per CPU unless the user chose;
-    the system image as _sysimage.prepare chooses it."""
-    from pyspectral.julia import _sysimage
-
-    prepared: list[dict] = []
-    monkeypatch.setattr(_sysimage, "prepare", lambda environ: prepared.append(environ))
-    environ: dict[str, str] = {}
-    _probe.prepare_start(environ)
-    assert environ == {
-        "PYTHON_JULIACALL_HANDLE_SIGNALS": "yes",
-        "PYTHON_JULIACALL_THREADS": str(_probe.cpus()),
-    }
-    assert prepared == [environ]
-    assert _probe.cpus() >= 1
-    for theirs in (
-        {"PYTHON_JULIACALL_THREADS": "1", "PYTHON_JULIACALL_HANDLE_SIGNALS": "no"},
-        {"JULIA_NUM_THREADS": "3"},
-    ):
-        environ = dict(theirs)
-        _probe.prepare_start(environ)
-        assert "PYTHON_JULIACALL_THREADS" not in environ or environ[
-            "PYTHON_JULIACALL_THREADS"
-        ] == theirs.get("PYTHON_JULIACALL_THREADS")
-        assert {k: environ[k] for k in theirs} == theirs
-
-
 # A juliacall that records whether torch was imported before it, warns as the
 # real one does when it was, and starts nothing (its Main has no PySpectral).
 STUB_JULIACALL = """

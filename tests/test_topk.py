@@ -239,7 +239,7 @@ CUTS = {
 }
 
 
-@pytest.mark.parametrize("method", ["randomized", "full"])
+@pytest.mark.parametrize("method", ["randomized", "krylov", "full"])
 @pytest.mark.parametrize("case", CUTS)
 def test_cut_cluster_or_zero_block(case, method) -> None:
     """k = 2 cuts a cluster or a block of zeros: a bounded gradient, the full
@@ -272,7 +272,7 @@ def full_formula_eigh(A, w, V, k, gV):
     return eigh_pullback(w2, V2, None, gV2, "L", options(gauge="ignore"))
 
 
-@pytest.mark.parametrize("method", ["randomized", "full"])
+@pytest.mark.parametrize("method", ["randomized", "krylov", "full"])
 def test_eigh_cutting_a_repeated_eigenvalue(method) -> None:
     """Issue 8: randomized eigh cutting a repeated eigenvalue gave 8e14."""
     A = hermitian_with_spectrum(
@@ -289,7 +289,7 @@ def test_eigh_cutting_a_repeated_eigenvalue(method) -> None:
     assert rel_err(X.grad, ref) < 1e-10
 
 
-@pytest.mark.parametrize("method", ["randomized", "full", "auto"])
+@pytest.mark.parametrize("method", ["randomized", "krylov", "full", "auto"])
 def test_zero_matrix(method) -> None:
     X = torch.zeros(12, 9, dtype=torch.float64, requires_grad=True)
     U, S, Vh = ps.svd(X, k=3, method=method)

@@ -88,7 +88,7 @@ def assert_same(got, want, tol):
 # -------------------------------------------------- factorised operator
 
 
-@pytest.mark.parametrize("method", ["randomized", "auto", "full"])
+@pytest.mark.parametrize("method", ["randomized", "krylov", "auto", "full"])
 @pytest.mark.parametrize("shape", [(60, 50), (50, 60)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_factorised_gradient_equals_dense_path(shape, method, dtype) -> None:

@@ -16,7 +16,8 @@ The backend's modules, one concern each: ``_probe`` (whether Julia can start;
 starting it before torch), ``_bridge`` (the only importer of juliacall: start,
 lock, calls, errors), ``_convert`` (tensors across, zero copy), ``_svd`` and
 ``_eigh`` (the ops), ``_events`` (Julia's warnings as the native ones),
-``_blas`` (Julia's BLAS), ``_install``, ``_functions`` and ``_testsets`` (the
+``_blas`` (Julia's BLAS), ``_start`` and ``_sysimage`` (how Julia starts,
+its system image), ``_install``, ``_functions`` and ``_testsets`` (the
 API below) and ``glue.jl`` (the Julia side of the bridge).
 """
 
@@ -27,7 +28,9 @@ if _probe.julia_first():
     # that avoids the crashes of PythonCall.jl #215/#384: when
     # PYSPECTRAL_START_JULIA asks for it, or for pyspectral's own Julia
     # commands. pyspectral/__init__.py imports this subpackage first.
-    _probe.start_julia()
+    from . import _start
+
+    _probe.start_julia(start=_start.import_juliacall)
 
 from ._functions import JuliaFunction, function, include  # noqa: E402
 from ._testsets import (  # noqa: E402

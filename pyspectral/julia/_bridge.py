@@ -44,7 +44,7 @@ from ..exceptions import (
     JuliaError,
     PySpectralError,
 )
-from . import _probe, _sysimage
+from . import _probe, _start, _sysimage
 from ._blas import start_blas, threads_for
 from ._convert import from_julia_vectors
 from ._events import warn_julia_logs
@@ -74,7 +74,7 @@ class JuliaRuntime:
             # own. Offline it needs no network: it finds the Julia it may use and
             # writes juliapkg's state (what probe() relies on being possible).
             juliapkg.resolve()
-            _probe.prepare_start()
+            _start.prepare_start()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             from juliacall import Main as jl

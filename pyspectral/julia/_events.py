@@ -19,7 +19,7 @@ from ..exceptions import ConvergenceWarning
 # pyspectral/topk.py and forward/topk.py; test_topk.py and test_julia_bridge.py
 # check that they agree).
 _UNCERTIFIED = re.compile(
-    r"(svd|eigh)_topk\(k=(\d+), method=:randomized\): not certified"
+    r"(svd|eigh)_topk\(k=(\d+), method=:(randomized|krylov)\): not certified"
 )
 _UNCONVERGED = re.compile(
     r"(svd|eigh)_topk backward: the Sylvester solve did not converge"
@@ -32,13 +32,15 @@ _UNCONVERGED_JVP = re.compile(
 def _native_event(record: tuple) -> tuple[tuple, float] | None:
     """``(event, residual)`` of a Julia log record ``(level, message, module,
     group, kwargs)`` with a native twin, else None: ``event`` is
-    ``("uncertified", op, k)``, ``("unconverged", op, maxiter)`` (a pullback)
+    ``("uncertified", op, k)`` (``method="krylov"``: ``("uncertified", op, k,
+    "krylov")``), ``("unconverged", op, maxiter)`` (a pullback)
     or ``("unconverged_jvp", op, maxiter)`` (a pushforward); records of
     one event (one per batch element) are one native warning."""
     message, kw = str(record[1]), {str(k): v for k, v in record[4]}
     m = _UNCERTIFIED.match(message)
     if m:
-        return ("uncertified", m[1], int(m[2])), float(kw["residual"])
+        krylov = ("krylov",) if m[3] == "krylov" else ()
+        return ("uncertified", m[1], int(m[2]), *krylov), float(kw["residual"])
     m = _UNCONVERGED.match(message)
     if m:
         return ("unconverged", m[1], int(kw["maxiter"])), float(kw["residual"])
@@ -48,10 +50,10 @@ def _native_event(record: tuple) -> tuple[tuple, float] | None:
     return None
 
 
-def _uncertified_text(op: str, k: int, kw: dict) -> str:
+def _uncertified_text(op: str, k: int, kw: dict, method: str = "randomized") -> str:
     """The native ConvergenceWarning of an uncertified ``method='randomized'``
-    forward (pyspectral/topk.py, with forward/topk.py's reason), from the
-    keyword arguments of Julia's record."""
+    or ``'krylov'`` forward (pyspectral/topk.py, with forward/topk.py's
+    reason), from the keyword arguments of Julia's record."""
     if str(kw["reason"]) == "cluster":
         p = int(kw["p"])
         kind = "singular " if op == "svd" else "eigen"
@@ -76,7 +78,7 @@ def _uncertified_text(op: str, k: int, kw: dict) -> str:
         }.get(str(kw["stop"]), "")
     full = "SVD" if op == "svd" else "eigh"
     return (
-        f"{op}(k={k}, method='randomized'): not certified: {why}. The result is "
+        f"{op}(k={k}, method={method!r}): not certified: {why}. The result is "
         f"approximate; use method='auto' (which falls back to the full {full}), "
         "raise n_iter or oversample."
     )
@@ -116,7 +118,7 @@ def warn_julia_logs(op: str, records: Any) -> None:
             worst[key] = (residual, {str(k): v for k, v in record[4]})
     for key, (residual, kw) in worst.items():
         if key[0] == "uncertified":
-            message = _uncertified_text(*key[1:], kw)
+            message = _uncertified_text(key[1], key[2], kw, *key[3:])
         else:
             mode = "jvp" if key[0] == "unconverged_jvp" else "backward"
             message = _unconverged_text(key[1], key[2], residual, mode)

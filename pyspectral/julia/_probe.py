@@ -21,7 +21,7 @@ import importlib
 import importlib.util
 import os
 import sys
-from collections.abc import Callable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +174,7 @@ def start_julia(
     """Import juliacall, which starts Julia; return whether it did. Under
     ``PYSPECTRAL_START_JULIA=yes`` its errors are raised (asked for); otherwise
     the first Julia call reports them, with the bridge's advice."""
-    start = _import_juliacall if start is None else start
+    start = (lambda: importlib.import_module("juliacall")) if start is None else start
     if environ.get("PYSPECTRAL_START_JULIA", "").strip().lower() in (
         "1",
         "yes",
@@ -187,32 +187,3 @@ def start_julia(
     except Exception:  # noqa: BLE001 - reported by the first Julia call
         return False
     return True
-
-
-def _import_juliacall() -> Any:
-    """Import juliacall, which starts Julia as :func:`prepare_start` sets up."""
-    prepare_start()
-    return importlib.import_module("juliacall")
-
-
-def prepare_start(environ: MutableMapping[str, str] = os.environ) -> None:
-    """juliacall's options where pyspectral starts Julia (before juliacall's
-    import; the user's own settings win): Julia handles signals
-    (``PYTHON_JULIACALL_HANDLE_SIGNALS=yes``, what juliacall asks for with
-    threads), one Julia thread per CPU this process may use, as torch's
-    intra-op threads (a batch of small matrices runs on them; set
-    ``PYTHON_JULIACALL_THREADS=1`` for one), and pyspectral's system image
-    when one is built and fresh (:mod:`pyspectral.julia._sysimage`)."""
-    from . import _sysimage
-
-    environ.setdefault("PYTHON_JULIACALL_HANDLE_SIGNALS", "yes")
-    if "PYTHON_JULIACALL_THREADS" not in environ and "JULIA_NUM_THREADS" not in environ:
-        environ["PYTHON_JULIACALL_THREADS"] = str(cpus())
-    _sysimage.prepare(environ)
-
-
-def cpus() -> int:
-    """The CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1

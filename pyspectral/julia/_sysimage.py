@@ -8,7 +8,8 @@ points to compile.
 What goes in: the packages of PySpectral's environment that PySpectral
 loads, PySpectral itself, the glue (``glue.jl``, the module
 ``Main.PySpectralGlue``) and the methods that a representative run of the
-bridge compiles (:func:`workload`, traced by Julia's ``--trace-compile``);
+bridge compiles (``_workload.workload``, traced by Julia's
+``--trace-compile``);
 not PythonCall, which juliacall 0.9.34 cannot start from a system image
 (juliacall 0.9.35 added that), so PythonCall loads from its package image as
 always.
@@ -173,40 +174,6 @@ def check_started(jl: Any) -> bool:
 # ------------------------------------------------------------------ build
 
 
-def workload() -> None:
-    """Representative backend calls, each forward and backward, in every
-    dtype: run under Julia's ``--trace-compile`` while an image is built, so
-    the image holds what they compile."""
-    import torch
-
-    import pyspectral as ps
-
-    g = torch.Generator().manual_seed(0)
-    for dtype in (torch.float32, torch.float64, torch.complex64, torch.complex128):
-        for batch in ((), (2,)):
-            A = torch.randn(*batch, 6, 4, dtype=dtype, generator=g)
-            S = torch.randn(*batch, 4, 4, dtype=dtype, generator=g)
-            H = S + S.mH
-            # well separated eigenvalues: eig's derivative exists (float32 too)
-            E = torch.diag_embed(torch.arange(1, 5).to(dtype)) + 0.1 * S
-            for f, X in (
-                (lambda X: ps.svd(X, backend="julia"), A),
-                (lambda X: (ps.svdvals(X, backend="julia"),), A),
-                (lambda X: ps.eigh(X, backend="julia"), H),
-                (lambda X: (ps.eigvalsh(X, backend="julia"),), H),
-                (lambda X: ps.qr(X, backend="julia"), A),
-                (lambda X: ps.lq(X, backend="julia"), A.mT),
-                (lambda X: ps.polar(X, backend="julia"), A),
-                (lambda X: ps.eig(X, backend="julia"), E),
-                (lambda X: (ps.svd_function(X, "polar", backend="julia"),), A),
-                (lambda X: (ps.matrix_function(X, "exp", backend="julia"),), H),
-            ):
-                X = X.detach().requires_grad_(True)
-                out = f(X)
-                loss = sum(y.abs().square().sum() for y in out)
-                loss.backward()
-
-
 _SCRIPT = """
 # Run by PackageCompiler's output process: what it defines and compiles is in the image
 push!(LOAD_PATH, "@stdlib")  # for the glue's Logging and Test
@@ -231,7 +198,7 @@ create_sysimage([{packages}]; sysimage_path={output}, script={script})
 
 
 def build(output: Path | None = None, log: Any = print) -> Path:
-    """Build the image (minutes): trace :func:`workload` in a fresh process,
+    """Build the image (minutes): trace ``_workload.workload`` in a fresh process,
     then PackageCompiler's ``create_sysimage`` of PySpectral with the glue and
     the traced methods, in the juliapkg environment. Returns its path; its
     fingerprint is written beside it."""
@@ -252,7 +219,7 @@ def build(output: Path | None = None, log: Any = print) -> Path:
         env.update({ENV: "no", "PYSPECTRAL_START_JULIA": "yes"})
         env.pop("PYTHON_JULIACALL_SYSIMAGE", None)
         log("pyspectral: tracing what the backend compiles (a fresh process)...")
-        code = "from pyspectral.julia._sysimage import workload; workload()"
+        code = "from pyspectral.julia._workload import workload; workload()"
         _run([sys.executable, "-c", code], env, "the traced workload")
         script.write_text(
             _SCRIPT.format(

@@ -1034,6 +1034,63 @@ end
     @test x[:, 2:3] ≈ b[:, 2:3]
 end
 
+# Block Krylov top-k (method = :krylov, and :auto's hand-over): the cases of pyspectral's
+# tests/test_topk_krylov.py. The slow tail of benchmarks/bench_topk.py's table 1b.
+krylov_slow_tail(n, k) =
+    [exp10.(range(0, -1; length=k)); 0.05 .* exp10.(-5 .* (0:n-k-1) ./ 4064)]
+
+@testset "top-k: block Krylov" begin
+    Random.seed!(11)  # with_singular_values draws from the global RNG
+    rng = Random.Xoshiro(11)
+    @testset "svd $T $(m)x$n" for T in (Float64, ComplexF64), (m, n) in ((80, 60), (60, 80))
+        A = with_singular_values(T, m, n, [10 * 0.8^i for i in 0:min(m, n)-1])
+        W = randn(rng, T, m, n)
+        F = @test_logs min_level = WARN svd_topk(A, 5; method=:krylov)
+        @test F.S ≈ LinearAlgebra.svdvals(A)[1:5] rtol = 1e-12
+        @test relerr(topk_grad(A, W, 5; method=:krylov), full_grad(A, W, 5)) < 1e-9
+    end
+    @testset "svd slow tail" begin
+        A = with_singular_values(Float64, 300, 300, krylov_slow_tail(300, 16))
+        W = randn(rng, 300, 300)
+        B = PySpectral.svd_topk_block(A, 16; method=:krylov)
+        @test B.d >= 16
+        V = B.Vt[1:B.d, :]'
+        U, S = B.U[:, 1:B.d], B.S[1:B.d]
+        @test maximum(c -> LinearAlgebra.norm(c), eachcol(A * V .- U .* S')) <=
+              eps()^0.75 * S[1]
+        @test relerr(topk_grad(A, W, 16; method=:krylov), full_grad(A, W, 16)) < 1e-8
+    end
+    @testset "eigh largest=$largest $T" for largest in (true, false), T in (Float64, ComplexF64)
+        w0 = [-10.0; -9.0; -8.0; [5 * 0.8^i for i in 0:56]]
+        w0 = largest ? w0 : -w0
+        Q = Matrix(LinearAlgebra.qr(randn(rng, T, 60, 60)).Q)
+        H = Matrix(Hermitian(Q * LinearAlgebra.Diagonal(w0) * Q'))
+        E = @test_logs min_level = WARN eigh_topk(H, 4; largest, method=:krylov)
+        ref = sort(w0)
+        @test E.values ≈ (largest ? ref[end-3:end] : ref[1:4]) atol = 1e-12
+        @test LinearAlgebra.norm(H * E.vectors - E.vectors * LinearAlgebra.Diagonal(E.values)) <
+              1e-10
+    end
+    @testset "uncertified krylov warns" begin
+        G = randn(rng, 60, 50)
+        @test_logs (:warn, r"method=:krylov\): not certified") svd_topk(G, 3; method=:krylov,
+                                                                          n_iter=2)
+    end
+    @testset "cost model" begin
+        @test PySpectral.krylov_block(32, 64, 4096) == 32
+        @test PySpectral.krylov_block(4, 14, 30) == 8
+        @test PySpectral.krylov_block(2, 12, 12) == 0
+        @test PySpectral.chebyshev_rate(0.25) ≈ 0.0718 atol = 1e-4
+        unit = PySpectral._unit(4096, 4096, 64)
+        kry = PySpectral._krylov_step_cost(4096, 4096, 32, 64 + 5 * 32, 2)
+        @test PySpectral.krylov_pays(1e10, 0.21, 0.25, 2unit, kry, unit)
+        @test !PySpectral.krylov_pays(1e5, 3e-4, 0.25, 2unit, kry, unit)
+        # same numbers as pyspectral's cost model
+        @test PySpectral._krylov_step_cost(400, 300, 32, 200, 2) ==
+              2 * PySpectral._unit(400, 300, 32) + 4.0 * 700 * 200 * 32 + 10.0 * 200^3 / 6
+    end
+end
+
 @testset "precomputed values" begin
     # SpectralValues: f given by its values and derivatives on the spectrum (how
     # pyspectral passes a user's PyTorch functions) gives what the pair (f, f′) gives,
@@ -1173,11 +1230,11 @@ end
     end
     @test length(PySpectral.svd(A; k=50).S) == 3 == length(first(tsvd(A; k=4)).S)
     @test length(first(teigh(H; k=9)).values) == size(H, 1)
-    # method: a Symbol among :auto, :full, :randomized
+    # method: a Symbol among :auto, :full, :randomized, :krylov
     for (op, call) in (("svd_topk", m -> svd_topk(A, 2; method=m)),
                        ("eigh_topk", m -> eigh_topk(H, 2; method=m)))
         @test argument_error_message(() -> call(:lanczos)) ==
-              "$op: method must be :auto, :full or :randomized, got :lanczos"
+              "$op: method must be :auto, :full, :randomized or :krylov, got :lanczos"
     end
     # Integer keywords are typed: a float is refused by dispatch.
     @test_throws TypeError svd_topk(A, 2; oversample=2.0)
