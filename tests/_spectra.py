@@ -179,3 +179,14 @@ def spd(*shape: int, dtype: torch.dtype = torch.float64, seed: int = 0):
     X = randn(*shape, dtype=dtype, seed=seed)
     n = shape[-1]
     return X @ X.mH + n * torch.eye(n, dtype=dtype)
+
+
+def topk_loss(U, S, Vh, W):
+    """A top-k loss gauge invariant at a gap: ``U Vh``, a projector,
+    ``sum(S^2)`` (tests/test_topk*.py)."""
+    P = U @ U.mH
+    return (
+        ((U @ Vh) * W.conj()).real.sum()
+        + (S**2).sum()
+        + (P[..., :3, :].abs() ** 2).sum()
+    )

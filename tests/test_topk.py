@@ -23,6 +23,9 @@ from _spectra import (
     random_like,
     rel_err,
 )
+from _spectra import (
+    topk_loss as loss,
+)
 
 import pyspectral as ps
 import pyspectral.forward.topk as T
@@ -46,16 +49,6 @@ def decaying(m, n, dtype=torch.float64, seed=1, ratio=0.7):
 
 def gaussian(m, n, dtype=torch.float64, seed=0):
     return randn(m, n, dtype=dtype, seed=seed)
-
-
-def loss(U, S, Vh, W):
-    """Gauge invariant at a gap: U Vh, projectors, symmetric functions of S."""
-    P = U @ U.mH
-    return (
-        ((U @ Vh) * W.conj()).real.sum()
-        + (S**2).sum()
-        + (P[..., :3, :].abs() ** 2).sum()
-    )
 
 
 def weights(A, seed=2):

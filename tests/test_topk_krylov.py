@@ -25,6 +25,9 @@ from _spectra import (
     random_like,
     rel_err,
 )
+from _spectra import (
+    topk_loss as loss,
+)
 
 import pyspectral as ps
 import pyspectral.forward.topk as T
@@ -39,16 +42,6 @@ def slow_tail(n: int, k: int) -> list[float]:
     head = torch.logspace(0, -1, k, dtype=torch.float64)
     i = torch.arange(n - k, dtype=torch.float64)
     return torch.cat([head, 0.05 * 10 ** (-5 * i / 4064)]).tolist()
-
-
-def loss(U, S, Vh, W):
-    """Gauge invariant at a gap: ``U Vh``, a projector, ``sum(S^2)``."""
-    P = U @ U.mH
-    return (
-        ((U @ Vh) * W.conj()).real.sum()
-        + (S**2).sum()
-        + (P[..., :3, :].abs() ** 2).sum()
-    )
 
 
 def grads(A, k, method, **kw):

@@ -11,21 +11,11 @@ from pathlib import Path
 
 from ..exceptions import BackendError
 from ._bridge import call
-
-
-def _package_dir() -> Path:
-    """The bundled Julia package: inside an installed wheel, or the checkout's."""
-    package = Path(__file__).resolve().parent.parent  # pyspectral/
-    checkout = package.parent / "julia" / "PySpectral"
-    for candidate in (package / "jl" / "PySpectral", checkout):
-        if (candidate / "Project.toml").is_file():
-            return candidate
-    return checkout
-
+from ._sysimage import package_dir
 
 #: The bundled PySpectral Julia package's test folder (its ``runtests.jl``
 #: is what :func:`run_tests` runs by default), a ``pathlib.Path``.
-PACKAGE_TESTS = _package_dir() / "test"
+PACKAGE_TESTS = package_dir() / "test"
 #: The Julia packages the Julia tests use (``python -m pyspectral
 #: install-julia --tests`` installs them; see :func:`missing_test_packages`).
 TEST_PACKAGES = ("Test", "Random", "ChainRulesTestUtils", "FiniteDifferences", "Zygote")

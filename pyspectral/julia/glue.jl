@@ -115,13 +115,15 @@ one the sequential loop would have thrown.
 function each_range(work, init, nb::Integer)
     nw = nworkers(nb)
     if nw == 1
-        state = init()
-        work(1:nb, state)
-        return [state]
+        single = init()
+        work(1:nb, single)
+        return [single]
     end
     next, stop = Threads.Atomic{Int}(1), Threads.Atomic{Bool}(false)
     function worker()
-        state = init()
+        # `local`: each worker's own state (a name also assigned in the enclosing
+        # function would be one variable, shared by every worker's closure)
+        local state = init()
         while !stop[]
             i = Threads.atomic_add!(next, CHUNK)
             i > nb && break
