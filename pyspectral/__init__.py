@@ -7,6 +7,7 @@ from . import julia
 from ._settings import defaults, get_defaults, set_defaults
 from .blocks import svd_blocks
 from .eig import EigResult, eig, eigvals
+from .eigfun import eig_function
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,
@@ -62,6 +63,7 @@ __all__ = [
     "__version__",
     "defaults",
     "eig",
+    "eig_function",
     "eigh",
     "eigh_topk",
     "eigvals",

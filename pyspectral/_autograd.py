@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch._C._functorch import is_functorch_wrapped_tensor
 
 from .exceptions import DerivativeError
@@ -55,6 +56,15 @@ def in_layout_of(t: torch.Tensor, primal: torch.Tensor) -> torch.Tensor:
     # new_empty_strided: batched like t under vmap (jacfwd), on its device
     out = t.new_empty_strided(primal.shape, primal.stride())
     return out.copy_(t.conj()).conj() if conj else out.copy_(t)
+
+
+def forward_tangent(A: torch.Tensor) -> torch.Tensor | None:
+    """The forward-mode tangent of ``A`` at the innermost level where one is
+    visible (a dual tensor, ``torch.func.jvp`` / ``jacfwd``, also under
+    ``jacrev`` of those), else None (no forward mode; forward over reverse,
+    whose reverse level hides it). A decomposition that sees it returns the
+    basis inside a degenerate cluster that the tangent follows."""
+    return fwAD.unpack_dual(A).tangent
 
 
 def plain(*tensors: torch.Tensor | None) -> bool:
@@ -207,3 +217,134 @@ class LinearInA(torch.autograd.Function):
             second = maps.second if is_pullback else maps.pushforward_second
             out = out + second(T, X, tA)
         return out
+
+
+# ------------------------------------------------- reverse over forward
+#
+# Differentiating a tangent of svd / eigh (jacrev or grad of a jvp's output) at a
+# degenerate cluster differentiates the pushforward, whose inverse gaps are cut
+# inside the cluster: the result is d/dA <R, J(A) dA> = Hess(phi)(A) dA for the
+# loss phi = <R, (U, S, V)> whose cotangents R are those of the tangents, the
+# quantity that forward over reverse computes for phi along dA. So the
+# measure is the one of forward over reverse (_second_order): exact where phi's
+# first-order middle matrix M commutes with every rotation inside each cluster
+# that dA splits (scalar there, decoupled from the rest), else not exact and
+# the gauge policy applies. (phi is linear in S: its S-cotangent does not move.)
+
+
+class _TangentCheck:
+    """The measure of one pushforward's tangents under reverse over forward:
+    ``middle(grads)`` (the first-order middle matrix of the decomposition's
+    pullback for the cotangents of its tangents, or None) against the cluster
+    pairs ``split`` that the tangent splits."""
+
+    def __init__(
+        self, op: str, split: torch.Tensor, middle: Callable, opts: Any, ranks: tuple
+    ):
+        self.op, self.split, self.middle, self.opts = op, split, middle, opts
+        self.ranks = ranks  # of the tangents, each matrix's (without batches)
+
+    def __call__(self, grads: tuple) -> None:
+        from ._second_order import _aligned, _coupling, _remedy
+        from .common.defaults import eps, peek
+        from .common.gauge import apply_gauge_policy
+
+        if self.opts.gauge == "ignore":
+            return
+        with torch.no_grad():
+            grads = tuple(
+                None if g is None or g._is_zerotensor() else peek(g.detach())
+                for g in grads
+            )
+            # plain, with a transform's batch dimensions (jacrev's basis) in
+            # front, where some are: the same in every one
+            given = [(g, r) for g, r in zip(grads, self.ranks) if g is not None]
+            batch = torch.broadcast_shapes(*(g.shape[: g.dim() - r] for g, r in given))
+            grads = tuple(
+                None if g is None else g.expand(*batch, *g.shape[g.dim() - r :])
+                for g, r in zip(grads, self.ranks)
+            )
+            M = self.middle(grads)
+            if M is None:
+                return
+            P = peek(M)
+            split = peek(self.split)
+            zeros = torch.zeros(split.shape[:-1], dtype=torch.bool, device=P.device)
+            pairs, zeros = _aligned(split, zeros, P.shape[:-2])
+            coupling = _coupling(P, pairs, zeros)
+            tol = self.opts.gauge_atol
+            if tol is None:
+                size = float(P.abs().max()) if P.numel() else 0.0
+                tol = eps(P.dtype) ** 0.75 * size
+        if coupling > tol:
+            vectors = "singular vectors" if self.op == "svd" else "eigenvectors"
+            apply_gauge_policy(
+                f"{self.op}: reverse over forward (jacrev or grad of a jvp's "
+                "tangent) at a degenerate spectrum: the tangent splits a degenerate "
+                f"cluster, and the derivative of the tangents depends on the {vectors} "
+                f"inside it (coupling measured {coupling:.3g} > {tol:.3g}); the exact "
+                "derivative needs their rotation inside the cluster, which is not in "
+                f"the cotangents: it is not exact. {_remedy(self.op)} "
+                f"{_EVERY_COMPOSITION[self.op]}",
+                self.opts,
+            )
+
+
+_EVERY_COMPOSITION = {
+    "svd": "svd_function(A, f) is exact in every composition, reverse over "
+    "forward included (svd_function(A, 'polar') for the polar factor U Vh, "
+    "('pow', 1) for U diag(S) Vh).",
+    "eigh": "matrix_function(A, f) is exact in every composition, reverse over "
+    "forward included (V f(w) V^H).",
+}
+
+
+class _TangentGuard(torch.autograd.Function):
+    """Identity on the tangents of a pushforward; its backward (reverse over
+    forward) measures them (:class:`_TangentCheck`)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(check: _TangentCheck, *tangents: torch.Tensor) -> tuple:
+        return tuple(t.clone() for t in tangents)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        ctx.check = inputs[0]
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple:
+        ctx.check(grads)
+        return (None, *grads)
+
+    @staticmethod
+    def jvp(ctx: Any, _: Any, *tangents: torch.Tensor) -> tuple:
+        return tangents
+
+
+def tangent_guard(
+    op: str,
+    tangents: tuple[torch.Tensor, ...],
+    split: torch.Tensor,
+    inputs: tuple[torch.Tensor, ...],
+    middle: Callable[[tuple], torch.Tensor | None],
+    opts: Any,
+) -> tuple[torch.Tensor, ...]:
+    """``tangents`` as they are, except where they may be differentiated
+    (grad mode on and one of ``inputs`` or ``tangents`` recorded, or under a
+    torch.func transform) and the
+    tangent splits some degenerate cluster (``split``: the pairs): then
+    through :class:`_TangentGuard`, whose backward applies the gauge policy
+    where reverse over forward is not exact (comment above)."""
+    if not torch.is_grad_enabled():
+        return tangents
+    # (under a torch.func transform, requires_grad does not show a grad level)
+    if plain(*inputs, *tangents) and not any(t.requires_grad for t in inputs):
+        return tangents
+    from .common.defaults import peek
+
+    if not bool(peek(split.detach()).any()):
+        return tangents
+    ranks = tuple(t.dim() for t in tangents)
+    return _TangentGuard.apply(_TangentCheck(op, split, middle, opts, ranks), *tangents)

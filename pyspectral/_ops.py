@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ._settings import GAUGE_POLICIES, Options, gradient_convention, options
-from ._validation import check_matrix
+from ._validation import check_hermitian_matrix, check_matrix
 from .pullbacks.eig import eig_pullback
 from .pullbacks.eigh import eigh_pullback, hermitian_part
 from .pullbacks.matfun import matrix_function_pullback
@@ -294,9 +294,14 @@ def matrix_function(
     uplo: str,
     degeneracy_atol: Optional[float],
     gradient: Optional[str],
+    check_hermitian: bool,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(V f(L) V^H, L, V)`` for the named ``f``."""
-    check_matrix("matrix_function", A, square=True, uplo=uplo)
+    """``(V f(L) V^H, L, V)`` for the named ``f`` (``A`` checked Hermitian
+    unless ``check_hermitian=False``, as eager ``matrix_function``)."""
+    check_matrix("matrix_function", A, square=True, uplo=uplo,
+                 finite=not check_hermitian)  # fmt: skip
+    if check_hermitian:
+        check_hermitian_matrix("matrix_function", A, None, NON_HERMITIAN)
     opts = _opts(degeneracy_atol, None, None, None, "matrix_function")
     w, V = torch.linalg.eigh(A, UPLO=uplo)
     f, _ = _matfun_named(name, x)(w, opts)
@@ -304,8 +309,15 @@ def matrix_function(
     return Y.contiguous(), w.contiguous(), V.contiguous()
 
 
+# matrix_function's advice for a non-Hermitian A (eager and compiled)
+NON_HERMITIAN = (
+    "For f(A) of a non-Hermitian A use pyspectral.eig_function(A, f) (V f(Lambda) "
+    "V^-1, exact gradients at every diagonalizable A)"
+)
+
+
 @matrix_function.register_fake
-def _(A, name, x, uplo, degeneracy_atol, gradient):
+def _(A, name, x, uplo, degeneracy_atol, gradient, check_hermitian):
     return (
         torch.empty_like(A, memory_format=torch.contiguous_format),
         A.new_empty(A.shape[:-1], dtype=_real(A)),
@@ -336,8 +348,8 @@ def _(w, V, gY, name, x, uplo, degeneracy_atol, gradient):
 
 def _matrix_function_backward(ctx, gY, *_):
     w, V = ctx.saved_tensors
-    gA = matrix_function_backward(w, V, _zeros_if_none(gY, V), *ctx.rest)
-    return (gA, *(None,) * 5)
+    gA = matrix_function_backward(w, V, _zeros_if_none(gY, V), *ctx.rest[:-1])
+    return (gA, *(None,) * 6)
 
 
 matrix_function.register_autograd(
@@ -535,7 +547,7 @@ def call_svd_function(A, f, degeneracy_atol, gauge):
     return torch.ops.pyspectral.svd_function(A, *spec, d, gauge)[0]
 
 
-def call_matrix_function(A, f, uplo, degeneracy_atol, gradient):
+def call_matrix_function(A, f, uplo, degeneracy_atol, gradient, check_hermitian):
     """``V f(L) V^H`` for a named ``f``, or None."""
     spec = _matfun_spec(f)
     known = uplo in ("L", "U", "l", "u") and gradient in (None, "hermitian", "triangle")
@@ -544,7 +556,7 @@ def call_matrix_function(A, f, uplo, degeneracy_atol, gradient):
         return None
     (d,) = _floats(degeneracy_atol)
     op = torch.ops.pyspectral.matrix_function
-    return op(A, *spec, uplo.upper(), d, gradient)[0]
+    return op(A, *spec, uplo.upper(), d, gradient, check_hermitian)[0]
 
 
 def _svd_spec(f: object) -> Optional[tuple[str, float]]:

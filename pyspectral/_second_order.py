@@ -94,9 +94,10 @@ class SecondOrderCheck:
             self.spectral(dgS, (dgS,))
 
     def _split_pairs(self, dA: torch.Tensor) -> torch.Tensor | None:
-        """The cluster pairs ``(i, j)`` whose entry of ``herm(U^H dA V)`` exceeds
-        ``eps**(3/4) max |dA|`` (a tangent that keeps a cluster degenerate
-        splits none of its pairs), or None where that cannot be measured (no
+        """The cluster pairs ``(i, j)`` whose entry of ``herm(U^H dA V)``, or
+        the difference of whose diagonal entries, exceeds ``eps**(3/4) max
+        |dA|`` (a tangent that keeps a cluster degenerate splits none of its
+        pairs), or None where that cannot be measured (no
         svd basis, a transform's batch dimensions)."""
         if self.basis is None or self.parts is None:
             return None
@@ -106,9 +107,13 @@ class SecondOrderCheck:
             return None
         with torch.no_grad():
             E = U.mH @ D @ Vh.mH
-            H = ((E + E.mH) * 0.5).abs()
+            H = (E + E.mH) * 0.5
             tol = eps(D.dtype) ** 0.75 * D.abs().amax(dim=(-2, -1), keepdim=True)
-            split = peek(H > tol)
+            # a diagonal block with unequal entries splits the cluster too (a
+            # basis adapted to the tangent: forward mode, pullbacks/eigh.py)
+            d = H.diagonal(dim1=-2, dim2=-1).real
+            spread = (d.unsqueeze(-1) - d.unsqueeze(-2)).abs()
+            split = peek((H.abs() > tol) | (spread > tol))
         return split if split.shape == self.pairs.shape else None
 
     def _coupling(self) -> bool:
@@ -171,6 +176,12 @@ def _aligned(
 
 
 def _remedy(op: str) -> str:
+    if op == "eig":  # matrix_function reads one triangle: wrong for non-Hermitian A
+        return (
+            "eig_function has exact second derivatives at every spectrum of a "
+            "diagonalizable A: e.g. sum(L**3) = trace(eig_function(A, ('pow', 3))) "
+            "= trace(torch.linalg.matrix_power(A, 3))."
+        )
     if op == "svd":
         return (
             "svd_function has exact second derivatives at every spectrum: e.g. "

@@ -199,14 +199,20 @@ def _as_real(x: Any) -> float | None:
 
 
 def check_matrix(
-    op: str, A: Any, *, square: bool = False, uplo: str | None = None
+    op: str,
+    A: Any,
+    *,
+    square: bool = False,
+    uplo: str | None = None,
+    finite: bool = True,
 ) -> None:
     """Validate a ``(*, m, n)`` floating or complex tensor with finite entries.
 
     The errors subclass what ``torch.linalg`` raises for the same input (see
     ``exceptions``). ``uplo``: only that triangle is read (``eigh``), so only
     it must be finite, and of its diagonal only the real part (LAPACK ignores
-    the imaginary part), as ``torch.linalg.eigh`` requires.
+    the imaginary part), as ``torch.linalg.eigh`` requires. ``finite=False``:
+    the caller checks finiteness itself (:func:`check_hermitian_matrix`).
     """
     if not isinstance(A, torch.Tensor):
         raise InputTypeError(
@@ -234,6 +240,8 @@ def check_matrix(
     # reduction) proves every entry finite; only otherwise look entry by entry
     # at what is read (a sum can also overflow). The test is on the host, as a
     # Python number: each torch call here costs a few us next to a small SVD.
+    if not finite:
+        return
     P = peek(A).detach()  # (a sum recorded by autograd costs a node)
     if P.numel() and not (_finite_number(P.sum().item()) or _read_finite(P, uplo)):
         where = "" if uplo is None else f" in the UPLO='{uplo}' triangle it reads"
@@ -336,6 +344,44 @@ def require_hermitian(op: str, A: torch.Tensor, tol: float | None) -> None:
         "(A + A.mH) / 2, or pass check_hermitian=False to read only the UPLO "
         "triangle"
     )
+
+
+def check_hermitian_matrix(
+    op: str, A: torch.Tensor, tol: float | None, advice: str
+) -> None:
+    """:func:`require_hermitian` and the finiteness check of
+    :func:`check_matrix` (both triangles) in one read on the host: the
+    largest excess of ``max|A_b - A_b^H|`` over its tolerance and the largest
+    ``max|A_b|`` (NaN or Inf if any entry is) come back as one pair, so the
+    check adds no host synchronisation to the one ``check_matrix`` makes.
+    Only on failure does :func:`require_hermitian` look again, for the
+    message (to which ``advice`` is added: the route for a non-Hermitian
+    ``A``)."""
+    P = peek(A).detach()
+    if P.numel() == 0:
+        return
+    if P.device.type == "cpu" and torch.equal(P, P.mH):
+        # exactly Hermitian (X + X^H, or a product BLAS made symmetric): only
+        # finiteness left, by check_matrix's one reduction (a host read is
+        # free on the CPU; elsewhere the one combined read below)
+        if _finite_number(P.sum().item()) or _read_finite(P, None):
+            return
+        raise NonFiniteError(
+            f"{op}: A contains NaN or Inf entries (shape {tuple(A.shape)}); "
+            "checking that it is Hermitian reads both triangles"
+        )
+    scale = P.abs().amax(dim=(-2, -1))
+    excess = (P - P.mH).abs().amax(dim=(-2, -1))
+    excess = excess - (eps(A.dtype) ** 0.75 * scale if tol is None else tol)
+    worst, top = torch.stack((excess.amax(), scale.amax())).tolist()
+    if math.isfinite(top) and not worst > 0:
+        return
+    try:
+        require_hermitian(op, A, tol)
+    except NonFiniteError:
+        raise
+    except InputError as err:
+        raise InputError(f"{err}. {advice}") from None
 
 
 def check_choice(op: str, name: str, value: Any, choices: tuple[str, ...]) -> str:

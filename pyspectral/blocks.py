@@ -122,7 +122,7 @@ def svd_blocks(
     if not blocks:
         return []
     triplets = [
-        apply(_SVDJulia if j else _SVD, B, False, opts)
+        apply(_SVDJulia if j else _SVD, B, False, opts, None)
         for B, j in zip(blocks, on_julia)
     ]
     if rule is None:

@@ -146,14 +146,22 @@ def eig(
         ``max|lambda| eps**(3/4)``) count as repeated; a loss that depends on
         a phase or a basis inside a cluster, or weights a cluster's
         eigenvalues unequally, triggers the ``gauge`` policy (``"warn"``: a
-        :class:`GaugeWarning`, ``"raise"``, ``"ignore"``). At a defective or
-        numerically defective ``A`` (eigenvector condition number
-        ``>= eps**(-1/2)``) no derivative exists: the backward raises
-        :class:`DomainError`. ``broadening=eta`` replaces ``1/x`` by
+        :class:`GaugeWarning`, ``"raise"``, ``"ignore"``); for
+        ``V f(Lambda) V^-1`` use :func:`eig_function`, exact at every
+        spectrum. At a defective or numerically defective ``A`` no
+        derivative can be trusted: the backward and forward mode raise
+        :class:`DomainError` where the eigenvector condition number is
+        ``>= eps**(-1/2)`` or a pair divided by is within rounding of
+        coalescing (``2 |l_i - l_j| / (kappa_i + kappa_j) < eps**(3/4)
+        max(max|l|, ||A||_F / sqrt(n))``, ``kappa_i`` the condition number
+        of ``l_i``; accepted pairs are within ``eps**(1/4)`` of exact:
+        docs/math.md). ``broadening=eta`` replaces ``1/x`` by
         ``conj(x) / (|x|^2 + eta^2)``.
 
     Forward mode, ``torch.func`` and second derivatives (exact away from
-    clusters; at one a :class:`GaugeWarning`) as for :func:`eigh`;
+    clusters; at one a :class:`GaugeWarning`: in forward mode where the
+    tangent splits the cluster, ``V^-1 dA V`` on it not a multiple of the
+    identity) as for :func:`eigh`;
     ``backend="julia"`` runs the same formulas in Julia (CPU tensors).
     ``out=`` as in ``torch.linalg.eig`` (no autograd, native backend).
 
@@ -169,9 +177,10 @@ def eig(
             ``backend="julia"``.
         BackendError: an unknown ``backend``, or ``backend="julia"`` where
             Julia cannot run the call.
-        DomainError: in the backward, at a (numerically) defective ``A``.
-        GaugeError: in the backward, under ``gauge="raise"``, as for
-            :class:`GaugeWarning` above.
+        DomainError: in the backward or forward mode, at a (numerically)
+            defective ``A``.
+        GaugeError: in the backward or forward mode, under
+            ``gauge="raise"``, as for :class:`GaugeWarning` above.
 
     Example::
 

@@ -15,6 +15,7 @@ from ._autograd import (
     SpectralMaps,
     apply,
     check_not_nested_forward_mode,
+    forward_tangent,
     in_layout_of,
 )
 from ._backend import BACKENDS
@@ -31,6 +32,7 @@ from ._second_order import check_second_order_cotangent
 from ._settings import Options, gradient_convention, options
 from ._validation import (
     check_flag,
+    check_hermitian_matrix,
     check_keywords,
     check_matrix,
     check_top_k_keywords,
@@ -44,6 +46,8 @@ from .common.defaults import degeneracy_tol, peek
 from .exceptions import DomainError, InputError, InputTypeError
 from .julia import _eigh as jeigh
 from .pullbacks.eigh import (
+    eigh_adapted_rotation,
+    eigh_check_split,
     eigh_pullback,
     eigh_pushforward,
     hermitian_from_triangle,
@@ -102,14 +106,18 @@ class _Eigh(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: Tensor, uplo: str, opts: Options, hermitian: bool) -> tuple:
-        return tuple(torch.linalg.eigh(A, UPLO=uplo))
+    def forward(A: Tensor, uplo: str, opts: Options, hermitian: bool, T: Any) -> tuple:
+        # T: the forward-mode tangent of A where the caller sees one (None
+        # otherwise), a constant here: the basis inside a cluster follows it
+        w, V = torch.linalg.eigh(A, UPLO=uplo)
+        return _adapted(w, V, T, uplo, opts, hermitian)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
         ctx.save_for_backward(*output)
         ctx.save_for_forward(*output)
-        _, ctx.uplo, ctx.opts, ctx.hermitian = inputs
+        _, ctx.uplo, ctx.opts, ctx.hermitian, T = inputs
+        ctx.adapted = T is not None
         ctx.set_materialize_grads(False)
 
     @staticmethod
@@ -117,14 +125,14 @@ class _Eigh(torch.autograd.Function):
         w, V = ctx.saved_tensors
         opts, herm = ctx.opts, ctx.hermitian
         gA = eigh_pullback(w, V, gw, gV, ctx.uplo, opts, hermitian=herm)
-        return gA, None, None, None
+        return gA, None, None, None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         check_not_nested_forward_mode("eigh")
         w, V = ctx.saved_tensors
         opts, herm = ctx.opts, ctx.hermitian
-        tangents = eigh_pushforward(w, V, dA, ctx.uplo, opts, hermitian=herm)
+        tangents = eigh_pushforward(w, V, dA, ctx.uplo, opts, herm, ctx.adapted)
         return tuple(map(in_layout_of, tangents, (w, V)))
 
 
@@ -133,9 +141,13 @@ class _EighJulia(torch.autograd.Function):
 
     @staticmethod
     def forward(
-        ctx: Any, A: Tensor, uplo: str, opts: Options, hermitian: bool
+        ctx: Any, A: Tensor, uplo: str, opts: Options, hermitian: bool, T: Any
     ) -> tuple:
-        (w, V), ctx.handles = jeigh.eigh(A, uplo)
+        (w, V0), ctx.handles = jeigh.eigh(A, uplo)
+        w, V = _adapted(w, V0, T, uplo, opts, hermitian)  # (T as _Eigh's)
+        # rotated: a new V, not Julia's (whose handles hold the basis before
+        # the rotation): the native rules, the same formulas, use it
+        ctx.native, ctx.adapted = V is not V0, T is not None
         ctx.uplo, ctx.opts, ctx.shape_dtype = uplo, opts, (A.shape, A.dtype)
         ctx.hermitian = hermitian
         ctx.save_for_backward(w, V)
@@ -147,28 +159,32 @@ class _EighJulia(torch.autograd.Function):
     def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
         w, V = ctx.saved_tensors
         herm = ctx.hermitian
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or ctx.native:
             # create_graph: the native pullback is the same formula, and
             # differentiable, so double backward stays exact.
             gA = eigh_pullback(w, V, gw, gV, ctx.uplo, ctx.opts, hermitian=herm)
-            return gA, None, None, None
+            return gA, None, None, None, None
         if gw is None and gV is None:
-            return None, None, None, None
+            return None, None, None, None, None
         second = check_second_order_cotangent(gw, (gV,), ctx.opts)  # as native
         gA = jeigh.eigh_pullback(
             ctx.shape_dtype, ctx.handles, gw, gV, ctx.uplo, ctx.opts, not second, herm
         )
-        return gA, None, None, None
+        return gA, None, None, None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         w, V = ctx.saved_tensors
         herm = ctx.hermitian
-        if torch.is_grad_enabled() and (dA.requires_grad or V.requires_grad):
+        grad = torch.is_grad_enabled() and (dA.requires_grad or V.requires_grad)
+        if grad or ctx.native:
             # the tangent will be differentiated: the native pushforward is the
             # same formula, and differentiable (as the backward under create_graph)
-            tangents = eigh_pushforward(w, V, dA, ctx.uplo, ctx.opts, hermitian=herm)
+            opts, adapted = ctx.opts, ctx.adapted
+            tangents = eigh_pushforward(w, V, dA, ctx.uplo, opts, herm, adapted)
             return tuple(map(in_layout_of, tangents, (w, V)))
+        if ctx.adapted:  # what the native pushforward measures (Julia's: pushes)
+            eigh_check_split(w, V, dA, ctx.uplo, ctx.opts, herm)
         # torch's convention moves the matrix by the tangent's Hermitian part,
         # whose uplo triangle is what Julia's pushforward reads
         dA = hermitian_part(dA) if herm else dA
@@ -432,6 +448,18 @@ def _check_hermitian_flags(op: str, check: Any, tol: float | None) -> bool:
     return check
 
 
+def _check_matfun_input(A: Any, UPLO: Any, check: bool, tol: float | None) -> str:
+    """``matrix_function``'s ``A`` and ``UPLO`` (:func:`_check`), and, unless
+    ``check_hermitian=False``, that ``A`` is Hermitian: ``V f(Lambda) V^H``
+    of one triangle is ``f(A)`` only then. One host read for both checks
+    (``check_hermitian_matrix``)."""
+    uplo = check_uplo("matrix_function", UPLO)
+    check_matrix("matrix_function", A, square=True, uplo=uplo, finite=not check)
+    if check:
+        check_hermitian_matrix("matrix_function", A, tol, _ops.NON_HERMITIAN)
+    return uplo
+
+
 def _check(op: str, A: Any, UPLO: Any) -> str:
     """Validate ``A`` and ``UPLO`` as ``torch.linalg.eigh`` does (either case of
     ``UPLO``; only that triangle must be finite); returns ``"L"`` or ``"U"``."""
@@ -459,14 +487,35 @@ def _hermitian_input(A: Tensor, hermitian: bool) -> Tensor:
 
 
 def _decompose(
-    A: Tensor, uplo: str, opts: Options, backend: str, hermitian: bool
+    A: Tensor,
+    uplo: str,
+    opts: Options,
+    backend: str,
+    hermitian: bool,
+    adapt: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """``(w, V)`` of the whole ``eigh`` with derivatives under the convention
     (``hermitian``), on the backend that runs the call; either applies it in
-    its own pullback (no extra operation)."""
+    its own pullback (no extra operation). ``adapt``: the basis inside a
+    degenerate cluster follows ``A``'s forward-mode tangent, where there is
+    one (``forward_tangent``; not for a truncation, whose cut it would move)."""
+    T = forward_tangent(A) if adapt else None
     if not on_julia("eigh", backend, A):
-        return apply(_Eigh, A, uplo, opts, hermitian)
-    return apply(_EighJulia, A, uplo, opts, hermitian)
+        return apply(_Eigh, A, uplo, opts, hermitian, T)
+    return apply(_EighJulia, A, uplo, opts, hermitian, T)
+
+
+def _adapted(w: Tensor, V: Tensor, T: Tensor | None, uplo: str, opts: Options,
+             hermitian: bool) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """``(w, V)`` with ``V`` rotated to the basis adapted to the forward-mode
+    tangent ``T`` (None: as it is) inside each cluster degenerate to rounding
+    that ``T`` splits (``eigh_adapted_rotation``): the basis is arbitrary
+    there, and this one is the branch the tangent follows, so the tangents
+    are exact (docs/guide/forward-mode.md)."""
+    if T is None:
+        return w, V
+    R = eigh_adapted_rotation(w, V, T, uplo, opts, hermitian)
+    return (w, V) if R is None else (w, V @ R)
 
 
 class _HermitianPart(torch.autograd.Function):
@@ -677,7 +726,8 @@ def eigh(
     ):
         UPLO = _check("eigh", A, UPLO)
         hermitian = gradient_convention(gradient, "eigh") == "hermitian"
-        return EighResult(*_decompose(A, UPLO, options(op="eigh"), backend, hermitian))
+        opts = options(op="eigh")
+        return EighResult(*_decompose(A, UPLO, opts, backend, hermitian, True))
     # Every argument is validated before a backend is chosen (and Julia started).
     call = _check_eigh(
         A, UPLO, gradient, check_hermitian, hermitian_tol, degeneracy_atol, broadening,
@@ -692,7 +742,8 @@ def eigh(
     if call.magnitude:
         return _eigh_by_magnitude(A, call, backend, return_error)
     if call.rule is None:
-        return EighResult(*_decompose(A, call.uplo, call.opts, backend, call.hermitian))
+        args = (call.uplo, call.opts, backend, call.hermitian, True)
+        return EighResult(*_decompose(A, *args))
     return _truncated(A, call, method, backend, return_error)
 
 
@@ -881,7 +932,8 @@ def eigvalsh(
         DtypeError: ``A`` is not float32, float64, complex64 or complex128.
         ShapeError: ``A`` has fewer than 2 dimensions or is not square.
         UPLOError: ``UPLO`` is a string other than ``"L"`` or ``"U"``.
-        NonFiniteError: NaN or Inf in the ``UPLO`` triangle.
+        NonFiniteError: NaN or Inf in ``A`` (with ``check_hermitian=False``:
+            in the ``UPLO`` triangle).
         InputError: ``out=`` with ``backend="julia"``.
         BackendError: an unknown ``backend``, or ``backend="julia"`` where
             Julia cannot run the call (as in :func:`svd`).
@@ -912,7 +964,7 @@ def eigvalsh(
     # triangles (a forward-AD dual tensor does not require grad)
     if not differentiated(A) and not on_julia("eigvalsh", backend, A):
         return torch.linalg.eigvalsh(A, UPLO=UPLO)
-    return _decompose(A, UPLO, options(op="eigvalsh"), backend, hermitian)[0]
+    return _decompose(A, UPLO, options(op="eigvalsh"), backend, hermitian, True)[0]
 
 
 def matrix_function(
@@ -922,7 +974,7 @@ def matrix_function(
     *,
     backend: str = "auto",
     gradient: str | None = None,
-    check_hermitian: bool = False,
+    check_hermitian: bool = True,
     hermitian_tol: float | None = None,
     degeneracy_atol: float | None = None,
 ) -> Tensor:
@@ -966,9 +1018,15 @@ def matrix_function(
     gradients at every spectrum, the composite to use for ``V f(Lambda)
     V^H`` rather than :func:`eigh`.
 
+    ``A`` must be Hermitian: ``max|A - A^H| <= hermitian_tol`` per matrix
+    (default ``eps**(3/4) max|A|``), else :class:`InputError` naming
+    :func:`eig_function`, the route for ``f(A)`` of a non-Hermitian ``A``
+    (``V f(Lambda) V^H`` of one triangle is not ``f(A)`` there).
+    ``check_hermitian=False`` skips the check and reads only the ``UPLO``
+    triangle, as ``torch.linalg.eigh`` does (for a matrix stored in one
+    triangle, or a finite-difference check that perturbs single entries).
     ``backend`` as in :func:`pyspectral.svd` (``"auto"``: native);
-    ``check_hermitian``, ``hermitian_tol`` and ``degeneracy_atol`` as in
-    :func:`eigh`.
+    ``degeneracy_atol`` as in :func:`eigh`.
 
     Returns:
         ``Y``, shape ``(*, n, n)``, the dtype of ``A``.
@@ -981,12 +1039,13 @@ def matrix_function(
         DtypeError: ``A`` is not float32, float64, complex64 or complex128.
         ShapeError: ``A`` has fewer than 2 dimensions or is not square.
         UPLOError: ``UPLO`` is a string other than ``"L"`` or ``"U"``.
-        NonFiniteError: NaN or Inf in the ``UPLO`` triangle.
+        NonFiniteError: NaN or Inf in ``A`` (with ``check_hermitian=False``:
+            in the ``UPLO`` triangle).
         InputError: ``p`` of ``("pow", p)`` not finite (or a tensor that
             requires grad), a user ``f`` not elementwise, an invalid
             ``degeneracy_atol`` / ``hermitian_tol``, ``hermitian_tol``
-            without ``check_hermitian=True``, or ``A`` not Hermitian under
-            ``check_hermitian=True``.
+            with ``check_hermitian=False``, or ``A`` not Hermitian (unless
+            ``check_hermitian=False``).
         DomainError: the spectrum is outside ``f``'s domain (see above), or
             a user ``f`` is not finite on it.
         DerivativeError: a third derivative, or a user ``f`` whose
@@ -1009,17 +1068,17 @@ def matrix_function(
         >>> torch.allclose(I3.grad, torch.eye(3, dtype=torch.float64))
         True
     """
-    static = check_hermitian is False and hermitian_tol is None
+    static = hermitian_tol is None and type(check_hermitian) is bool
     Y = compiled(backend, static, _ops.call_matrix_function, A, f, UPLO,
-                 degeneracy_atol, gradient)  # fmt: skip
+                 degeneracy_atol, gradient, check_hermitian)  # fmt: skip
     if Y is not None:
         return Y
-    UPLO = _check("matrix_function", A, UPLO)
     kw = check_keywords(
         "matrix_function", hermitian_tol=hermitian_tol, degeneracy_atol=degeneracy_atol
     )
-    if _check_hermitian_flags("matrix_function", check_hermitian, kw["hermitian_tol"]):
-        require_hermitian("matrix_function", A, kw["hermitian_tol"])
+    check = _check_hermitian_flags("matrix_function", check_hermitian,
+                                   kw["hermitian_tol"])  # fmt: skip
+    UPLO = _check_matfun_input(A, UPLO, check, kw["hermitian_tol"])
     user = user_function("matrix_function", f)
     fn = _matfun(f) if user is None else None
     opts = options(kw["degeneracy_atol"], None, None, None, op="matrix_function")

@@ -7,6 +7,7 @@ rules, so one copy of the math serves both factors.
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 import torch
@@ -241,16 +242,31 @@ def _composite(
 
 
 def _domain(op: str, run: Any) -> Any:
-    """``run()``, its zero-singular-value ``DomainError`` said as ``op``'s."""
+    """``run()``, its zero-singular-value ``DomainError`` (svd_function's or
+    Julia's polar's) said as ``op``'s, with advice for a polar factor."""
     try:
         return run()
     except DomainError as err:
-        if str(err).startswith(f"{op}:"):  # (Julia's, already said as op's)
-            raise
-        raise DomainError(
-            f"{op}: A has a (numerically) zero singular value, so the unitary "
-            "factor W is not unique there (the singular vectors of a zero value are "
-            f"arbitrary) and not differentiable ({err}). Use a full-rank A (e.g. "
-            "A + eps * I), or svd_function(A, ('pow', 1)) / a scale where W P "
-            "itself is what the loss needs."
-        ) from err
+        raise DomainError(zero_singular_value_message(op, str(err))) from err
+
+
+def zero_singular_value_message(op: str, detail: str) -> str:
+    """The text of ``op``'s ``DomainError`` at a (numerically) zero singular
+    value; ``detail``: the error that found it (its value is quoted)."""
+    python, julia = r"singular value (\d+) of A is (\S+?) ", r"S\[(\d+)\] = (\S+)"
+    found = re.search(f"{python}|{julia}", detail)
+    where = ""
+    if found:
+        i, v = (found.group(1), found.group(2)) if found.group(1) else (
+            str(int(found.group(3)) - 1), found.group(4))  # Julia counts from 1
+        where = f" (singular value {i} is {float(v):.3g})"
+    return (
+        f"{op}: A has a (numerically) zero singular value{where}, at most "
+        "degeneracy_atol, so the unitary factor W = U Vh is not unique there (the "
+        "singular vectors of a zero value are arbitrary) and not differentiable. "
+        "For the polar factor on A's range use svd_function(A, 'polar', rtol=r) "
+        "with r above the zero values and below the others: the partial isometry "
+        "W_r = U_r Vh_r of the kept singular values, unique and exact (the rank is "
+        "constant nearby), with P = W_r^H A (side='right'; A W_r^H for 'left') = "
+        "(A^H A)^(1/2); or a full-rank A (e.g. A + eps * I)."
+    )

@@ -14,10 +14,11 @@ from ._autograd import check_not_nested_forward_mode, in_layout_of
 from ._route import Functions, compiled, decompose, with_out
 from ._settings import Options, options
 from ._validation import check_choice, check_flag, check_keywords, check_matrix
+from .common.defaults import peek
 from .exceptions import InputError
 from .julia import _qr as jqr
 from .pullbacks.lq import lq_pullback, lq_pushforward
-from .pullbacks.qr import positive_gauge, qr_pullback, qr_pushforward
+from .pullbacks.qr import positive_gauge, qr_pullback, qr_pushforward, qr_rank
 
 __all__ = ["LQResult", "QRResult", "lq", "qr"]
 
@@ -156,7 +157,7 @@ def _native_backward(ctx: Any, pullback: Any, gX: Any, gY: Any) -> tuple:
 def _native_jvp(ctx: Any, op: str, pushforward: Any, dA: Tensor) -> tuple:
     check_not_nested_forward_mode(op)
     X, Y = ctx.saved_tensors
-    dX, dY = pushforward(X, Y, dA, ctx.rank_atol)
+    dX, dY = pushforward(X, Y, dA, ctx.rank_atol, ctx.opts, op)
     return in_layout_of(dX, X), in_layout_of(dY, Y)
 
 
@@ -189,10 +190,22 @@ def _julia_backward(ctx: Any, native: Any, julia: Any, gX: Any, gY: Any) -> tupl
 
 
 def _julia_jvp(ctx: Any, op: str, native: Any, julia: Any, dA: Tensor) -> tuple:
-    X, _ = ctx.saved_tensors
+    X, Y = ctx.saved_tensors
     if torch.is_grad_enabled() and (dA.requires_grad or X.requires_grad):
         return _native_jvp(ctx, op, native, dA)
+    # the gauge policy at rank deficiency, by the native rule on Julia's
+    # factors (one host sync at full rank, as the native rule's)
+    if ctx.opts.gauge != "ignore" and _rank_deficient(op, X, Y, ctx.rank_atol):
+        native(X, Y, dA, ctx.rank_atol, ctx.opts, op)
     return julia(ctx.handles, dA, ctx.rank_atol)
+
+
+def _rank_deficient(op: str, X: Tensor, Y: Tensor, rank_atol: Any) -> bool:
+    """Whether a QR's ``R`` (``op="qr"``: ``Y``) or an LQ's ``L`` (``X``) has a
+    small pivot."""
+    T = Y if op == "qr" else X.mH
+    p = min(T.shape[-2:])
+    return bool((peek(qr_rank(T[..., :p, :], rank_atol)) < p).any())
 
 
 _QR_FUNCTIONS = Functions(_QR, _QRJulia)
@@ -233,14 +246,18 @@ def qr(
     unique at full rank.
 
     .. warning:: Gradients are exact at full rank. With ``mode="complete"``
-        and ``m > n`` the last ``m - n`` columns of ``Q`` are a basis of the
-        complement of ``A``'s range: a loss must see them through their span
-        (their projector), else the ``gauge`` policy applies. At rank
-        ``r < min(m, n)`` (``r``: the number of leading ``|R_ii| >
-        rank_atol``, default ``eps**(3/4) max|R|``) only ``Q[..., :r]`` and
-        ``R[..., :r, :]`` are determined by ``A``; their losses get exact
-        gradients, a loss that reaches the rest triggers the ``gauge`` policy
-        (``"warn"``: a :class:`GaugeWarning`, ``"raise"``, ``"ignore"``).
+        and ``m > n`` the last ``m - n`` columns ``Q2`` of ``Q`` are a basis
+        of the complement of ``A``'s range: a loss must see them through
+        their projector ``Q2 Q2^H``, else the ``gauge`` policy applies. At
+        rank deficiency (``j``: the first pivot ``|R_jj| <= rank_atol``,
+        default ``eps**(3/4) max|R|``) ``A`` determines ``Q[..., :j]``,
+        ``R[..., :j, :]`` and the product ``Q[..., j:] @ R[..., j:, :]``:
+        their losses get exact gradients, ``f(Q @ R)`` too where ``Q`` is
+        square, wide or complete (docs/math.md); a loss of the factors past
+        ``j`` apart, or a thin ``Q``'s product where its cotangents lack the
+        part that raises the rank, triggers the ``gauge`` policy (``"warn"``:
+        a :class:`GaugeWarning`, ``"raise"``, ``"ignore"``), whose message
+        names the route that is exact.
 
     Forward mode, ``torch.func`` and second derivatives follow the same
     rules; ``backend="julia"`` runs the same formulas in Julia (CPU tensors,
@@ -262,7 +279,8 @@ def qr(
             or ``backend="julia"``.
         BackendError: an unknown ``backend``, or ``backend="julia"`` where
             Julia cannot run the call.
-        GaugeError: in the backward, under ``gauge="raise"``, where the loss
+        GaugeError: in the backward (forward mode: where the tangent moves
+            the factors past ``j``), under ``gauge="raise"``, where the loss
             depends on what ``A`` does not determine (see above).
 
     Example::

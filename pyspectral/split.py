@@ -21,6 +21,8 @@ from torch import Tensor
 
 from ._autograd import apply
 from ._settings import Options
+from .common.defaults import degeneracy_tol, eps34, peek
+from .common.gauge import apply_gauge_policy
 from .julia import _svd as jsvd
 from .pullbacks.split import split_weights, svd_split_pullback, svd_split_pushforward
 
@@ -105,8 +107,11 @@ class _Split(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, gL: Tensor, gR: Tensor) -> tuple:
         U, S, Vh, keep = ctx.saved_tensors
+        _unreachable(U, S, Vh, keep, ctx.absorb, ctx.opts)
         rule = svd_split_pullback
-        if ctx.julia and not torch.is_grad_enabled():
+        # (under a broadening the native rule, which leaves the SVD's smooth
+        # inverses as they stand; Julia's split takes no broadening)
+        if ctx.julia and not torch.is_grad_enabled() and ctx.opts.broadening is None:
             rule = jsvd.svd_split_pullback
         grads = rule(U, S, Vh, keep, ctx.absorb, gL, gR, ctx.opts)
         return (*grads, None, None, None, None)
@@ -116,17 +121,143 @@ class _Split(torch.autograd.Function):
         ctx: Any, dA: Tensor, dU: Tensor, dS: Tensor, dVh: Tensor, *_: Any
     ) -> tuple:
         U, S, Vh, keep = ctx.saved_tensors
+        _unreachable(U, S, Vh, keep, ctx.absorb, ctx.opts)
         if dA is None:
             dA = torch.zeros(
                 U.shape[:-1] + Vh.shape[-1:], dtype=U.dtype, device=U.device
             )
+        _near_degenerate_tangent(U, S, Vh, keep, dA, ctx.absorb, ctx.opts)
         rule = svd_split_pushforward
         differentiable = any(
             t is not None and t.requires_grad for t in (dA, dU, dS, dVh, U)
         )
-        if ctx.julia and not (torch.is_grad_enabled() and differentiable):
+        if (
+            ctx.julia
+            and not (torch.is_grad_enabled() and differentiable)
+            and ctx.opts.broadening is None
+        ):
             rule = jsvd.svd_split_pushforward
         return rule(U, S, Vh, keep, ctx.absorb, dA, dU, dS, dVh, ctx.opts)
+
+
+def _unreachable(
+    U: Tensor, S: Tensor, Vh: Tensor, keep: Tensor, absorb: str, opts: Options
+) -> None:
+    """Apply the gauge policy where a kept singular value is at or below the
+    degeneracy tolerance and the split's derivative there needs what the
+    cotangents (tangents) of ``L``, ``R`` cannot carry: ``"both"`` at an
+    exact zero (``sqrt(0) = 0`` zeroes both factors' columns there, and
+    ``L_z(t) R_z(t) = t P_zz`` is a product of two ``sqrt(t)``: no chain
+    rule through ``L``, ``R``), ``"right"`` on a tall ``A`` and ``"left"``
+    on a wide one (the factor with weight 1 has a column / row for it that
+    is arbitrary in the complement, discontinuous in ``A``). Everywhere else
+    the split's pullback is exact there (``pullbacks/split.py``). Under a
+    broadening the SVD's inverses are the user's regularisation: nothing
+    is checked."""
+    if opts.gauge == "ignore" or opts.broadening is not None or S.shape[-1] == 0:
+        return
+    m, n = U.shape[-2], Vh.shape[-1]
+    tall, wide = m > n, n > m
+    x, kept = peek(S.detach()), peek(keep)
+    if absorb == "both":
+        bad = kept & (x == 0)
+    elif (absorb == "right" and tall) or (absorb == "left" and wide):
+        bad = kept & (x <= degeneracy_tol(x, opts.degeneracy_atol)[..., 0])
+    else:
+        return
+    if bool(bad.any()):
+        s = float(x.masked_select(bad).max())
+        apply_gauge_policy(split_zero_message(absorb, tall, wide, s), opts)
+
+
+def _near_degenerate_tangent(
+    U: Tensor,
+    S: Tensor,
+    Vh: Tensor,
+    keep: Tensor,
+    dA: Tensor,
+    absorb: str,
+    opts: Options,
+) -> None:
+    """Apply the gauge policy where forward mode meets a kept pair above the
+    degeneracy tolerance but close enough that the tangents of ``L``, ``R``
+    carry a rotation of the bond, ``L E``, ``-E R`` with ``E_ij = H_ij /
+    (s_j - s_i)`` (``H = herm(U^H dA V)``), so large that an output invariant
+    under it (``L @ R``, any contraction over the bond) cancels it in the
+    caller's graph with a relative error about ``(m + n) / 2 eps |H_ij| (s_i
+    + s_j) / (gap max|H|)``, above ``eps**(3/4)``. The split's tangents are
+    each exact; the cancellation happens after them (reverse mode cancels it
+    before it divides: exact at every gap)."""
+    if opts.gauge == "ignore" or S.shape[-1] < 2:
+        return
+    with torch.no_grad():
+        x, kept = peek(S.detach()), peek(keep)
+        tol = degeneracy_tol(x, opts.degeneracy_atol)
+        xi, xj = x.unsqueeze(-1), x.unsqueeze(-2)
+        gap = (xi - xj).abs()
+        res = eps34(x.dtype)
+        window = (gap > tol) & (gap < res ** (1 / 3) * (xi + xj))  # eps**(1/4)
+        window &= kept.unsqueeze(-1) & kept.unsqueeze(-2)
+        if not bool(window.any()):
+            return
+        P = peek(U.detach()).mH @ peek(dA.detach()) @ peek(Vh.detach()).mH
+        H = ((P + P.mH) * 0.5).abs()
+        scale = H.amax((-2, -1), keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+        # (m + n) / 2: the products of the caller's graph that cancel it
+        dims = (U.shape[-2] + Vh.shape[-1]) / 2
+        ratio = H * (xi + xj) / (gap.clamp_min(torch.finfo(x.dtype).tiny) * scale)
+        loss = dims * torch.finfo(x.dtype).eps * ratio
+        over = window & (loss > res)
+        if not bool(over.any()):
+            return
+        measured = float(loss.masked_select(over).max())
+        g = float(gap.masked_select(over).min())
+    apply_gauge_policy(near_tangent_message(absorb, g, measured, float(res)), opts)
+
+
+def near_tangent_message(absorb: str, gap: float, measured: float, res: float) -> str:
+    """The text of :func:`_near_degenerate_tangent`."""
+    return (
+        f"svd(absorb={absorb!r}): forward mode at a near-degenerate pair of kept "
+        f"singular values (gap {gap:.3g}, above degeneracy_atol): the tangents of L "
+        "and R carry a rotation of the bond of size |tangent| / gap, which an output "
+        "invariant under it (L @ R, any contraction over the bond) cancels in your "
+        f"graph, losing about {measured:.3g} of relative accuracy (> {res:.3g}), so "
+        "such an output's tangent is not exact (each of L's and R's is). Use reverse "
+        "mode (torch.autograd.grad, torch.func.vjp), whose rule cancels it before it "
+        "divides (exact at every gap), or svd_function(A, ('pow', 1), ...) for "
+        "L @ R itself."
+    )
+
+
+def split_zero_message(absorb: str, tall: bool, wide: bool, s: float) -> str:
+    """The text of :func:`_unreachable` (both backends: the check runs here)."""
+    if absorb == "both":
+        why = (
+            "sqrt(S) has an infinite slope at an exact zero, and the cotangents "
+            "of U sqrt(S), sqrt(S) Vh carry nothing of the product's block there"
+        )
+        other = "'right'" if wide else "'left'"
+    elif absorb == "right":
+        why = (
+            "U's column for it is arbitrary in the complement of the range (a tall "
+            "A), which the cotangent of L = U cannot see"
+        )
+        other = "'left'"
+    else:
+        why = (
+            "Vh's row for it is arbitrary in the complement of the row space (a "
+            "wide A), which the cotangent of R = Vh cannot see"
+        )
+        other = "'right'"
+    return (
+        f"svd(absorb={absorb!r}): a kept singular value {s:.3g} is at or below "
+        f"degeneracy_atol (a rank-deficient A); {why}, so this gradient is not "
+        f"exact for a loss of L @ R. Use absorb={other}, exact at kept zero "
+        "singular values of this shape, or a truncation that drops them (atol= "
+        "or rtol= above them: the rank is then constant nearby, and exact), or "
+        "svd_function(A, ('pow', 1), ...) for L @ R itself."
+    )
 
 
 def split(
@@ -141,8 +272,8 @@ def split(
     of ``A``, differentiable in ``A``) with the singular values absorbed;
     ``julia``: the split's rule runs in Julia."""
     U, S, Vh = result[:3]
-    if return_error:
-        rank = result.rank
+    rank = getattr(result, "rank", None)  # (a truncation's; padding past it)
+    if rank is not None:
         keep = torch.arange(S.shape[-1], device=S.device) < rank.unsqueeze(-1)
     else:
         keep = torch.ones(S.shape, dtype=torch.bool, device=S.device)

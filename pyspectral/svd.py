@@ -16,6 +16,7 @@ from ._autograd import (
     SpectralMaps,
     apply,
     check_not_nested_forward_mode,
+    forward_tangent,
     in_layout_of,
 )
 from ._backend import BACKENDS
@@ -45,6 +46,8 @@ from .common.gauge import apply_gauge_policy
 from .exceptions import DomainError, InputError, InputTypeError
 from .julia import _svd as jsvd
 from .pullbacks.svd import (
+    svd_adapted_rotation,
+    svd_check_split,
     svd_function_pullback,
     svd_function_pushforward,
     svd_function_second_order,
@@ -84,12 +87,36 @@ class SVDResult(NamedTuple):
 # ----------------------------------------------------- autograd functions
 
 
+def _adapted(factors: tuple, T: Tensor | None, opts: Options) -> tuple:
+    """``(U, S, Vh)`` with the thin factors rotated to the basis adapted to the
+    forward-mode tangent ``T`` of ``A`` (None: as they are) inside each
+    cluster degenerate to rounding that ``T`` splits (``svd_adapted_rotation``):
+    the basis is arbitrary there, and this one is the branch the tangent
+    follows, so the tangents are exact (docs/guide/forward-mode.md)."""
+    if T is None:
+        return factors
+    U, S, Vh = factors
+    R = svd_adapted_rotation(U, S, Vh, T, opts)
+    if R is None:
+        return factors
+    k = S.shape[-1]
+    Uk, Vhk = U[..., :k] @ R, R.mH @ Vh[..., :k, :]
+    if U.shape[-1] > k:
+        Uk = torch.cat((Uk, U[..., k:]), -1)
+    if Vh.shape[-2] > k:
+        Vhk = torch.cat((Vhk, Vh[..., k:, :]), -2)
+    return Uk, S, Vhk
+
+
 class _SVD(torch.autograd.Function):
     generate_vmap_rule = True
 
     @staticmethod
-    def forward(A: Tensor, full_matrices: bool, opts: Options) -> tuple:
-        return tuple(torch.linalg.svd(A, full_matrices=full_matrices))
+    def forward(A: Tensor, full_matrices: bool, opts: Options, T: Any) -> tuple:
+        # T: the forward-mode tangent of A where the caller sees one (None
+        # otherwise), a constant here: the basis inside a cluster follows it
+        factors = tuple(torch.linalg.svd(A, full_matrices=full_matrices))
+        return _adapted(factors, T, opts)
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -99,20 +126,21 @@ class _SVD(torch.autograd.Function):
         # derivative at the clusters a loss discards (_discarded); among the
         # saved tensors it would break the generated vmap rule of
         # jacrev(jacrev) (as LinearInA's)
-        ctx.A, _, ctx.opts = inputs
+        ctx.A, _, ctx.opts, T = inputs
+        ctx.adapted = T is not None
         ctx.set_materialize_grads(False)
 
     @staticmethod
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         U, S, Vh = ctx.saved_tensors
         gA = svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts, A=ctx.A)
-        return gA, None, None
+        return gA, None, None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         check_not_nested_forward_mode("svd")
         U, S, Vh = ctx.saved_tensors
-        tangents = svd_pushforward(U, S, Vh, dA, ctx.opts)
+        tangents = svd_pushforward(U, S, Vh, dA, ctx.opts, ctx.adapted)
         return tuple(map(in_layout_of, tangents, (U, S, Vh)))
 
 
@@ -120,9 +148,16 @@ class _SVDJulia(torch.autograd.Function):
     """``_SVD`` on the Julia backend (same formulas, see julia/PySpectral)."""
 
     @staticmethod
-    def forward(ctx: Any, A: Tensor, full_matrices: bool, opts: Options) -> tuple:
-        (U, S, Vh), ctx.handles = jsvd.svd(A, full_matrices)
+    def forward(
+        ctx: Any, A: Tensor, full_matrices: bool, opts: Options, T: Any
+    ) -> tuple:
+        factors, ctx.handles = jsvd.svd(A, full_matrices)
+        U, S, Vh = _adapted(factors, T, opts)  # (T as _SVD's)
+        # rotated: new tensors, not Julia's (whose handles hold the basis
+        # before the rotation): the native rules, the same formulas, use them
+        ctx.native = U is not factors[0]
         ctx.opts, ctx.shape_dtype = opts, (A.shape, A.dtype)
+        ctx.adapted = T is not None
         ctx.save_for_backward(U, S, Vh)
         ctx.save_for_forward(U, S, Vh)
         ctx.A = A  # as _SVD's
@@ -132,27 +167,30 @@ class _SVDJulia(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
         U, S, Vh = ctx.saved_tensors
-        if torch.is_grad_enabled():
+        if torch.is_grad_enabled() or ctx.native:
             # create_graph: the native pullback is the same formula, and
             # differentiable, so double backward stays exact.
             gA = svd_pullback(U, S, Vh, gU, gS, gVh, ctx.opts, A=ctx.A)
-            return gA, None, None
+            return gA, None, None, None
         if gU is None and gS is None and gVh is None:
-            return None, None, None
+            return None, None, None, None
         second = check_second_order_cotangent(gS, (gU, gVh), ctx.opts)  # as native
         gA = jsvd.svd_pullback(
             ctx.shape_dtype, ctx.handles, gU, gS, gVh, ctx.opts, weights=not second
         )
-        return gA, None, None
+        return gA, None, None, None
 
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         U, S, Vh = ctx.saved_tensors
-        if torch.is_grad_enabled() and (dA.requires_grad or U.requires_grad):
+        grad = torch.is_grad_enabled() and (dA.requires_grad or U.requires_grad)
+        if grad or ctx.native:
             # the tangent will be differentiated: the native pushforward is the
             # same formula, and differentiable (as the backward under create_graph)
-            tangents = svd_pushforward(U, S, Vh, dA, ctx.opts)
+            tangents = svd_pushforward(U, S, Vh, dA, ctx.opts, ctx.adapted)
             return tuple(map(in_layout_of, tangents, (U, S, Vh)))
+        if ctx.adapted:  # what the native pushforward measures (Julia's: pushes)
+            svd_check_split(U, S, Vh, dA, ctx.opts)
         return jsvd.svd_pushforward(ctx.handles, dA, ctx.opts)
 
 
@@ -590,7 +628,7 @@ def svd(
         and all(x is None for x in (gauge_atol, oversample, n_iter, backward_rtol))
     ):
         check_matrix("svd", A)
-        args = (full_matrices, options(op="svd"))
+        args = (full_matrices, options(op="svd"), forward_tangent(A))
         return SVDResult(*decompose("svd", _FUNCTIONS, A, backend, *args))
     # Every argument is validated before a backend is chosen (and Julia started).
     call = _check_svd(
@@ -603,7 +641,7 @@ def svd(
     if res is not None:
         return SVDResult(*res)
     if call.rule is None:
-        args = (call.full_matrices, call.opts)
+        args = (call.full_matrices, call.opts, forward_tangent(A))
         res = SVDResult(*decompose("svd", _FUNCTIONS, A, backend, *args))
     else:  # (a split needs each matrix's rank, which the result with its error has)
         errors = return_error or absorb is not None
@@ -715,7 +753,7 @@ def _truncated(
         r, _ = svd_ranks(block, at_cap, opts, julia, complete=block.shape[-1] == K)
         fields = truncated_svd(A, U, S, Vh, r, cap, return_error, full=False)
     else:
-        U, S, Vh = decompose("svd", _FUNCTIONS, A, backend, False, opts)
+        U, S, Vh = decompose("svd", _FUNCTIONS, A, backend, False, opts, None)
         r, tails = svd_ranks(S, rule, opts, julia, complete=True, errors=return_error)
         fields = truncated_svd(A, U, S, Vh, r, cap, return_error, True, tails)
     return fields if return_error else SVDResult(*fields)
@@ -767,7 +805,8 @@ def svdvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
     if not differentiated(A):  # the values alone: no singular vectors
         julia = on_julia("svdvals", backend, A)
         return jsvd.svdvals(A) if julia else torch.linalg.svdvals(A)
-    return decompose("svdvals", _FUNCTIONS, A, backend, False, options(op="svdvals"))[1]
+    args = (False, options(op="svdvals"), forward_tangent(A))
+    return decompose("svdvals", _FUNCTIONS, A, backend, *args)[1]
 
 
 def svd_function(
@@ -914,7 +953,8 @@ def svd_function(
             # no singular value to divide by; an empty result, as A / s_max
             # broadcast over the batch would give (it cannot: (3, 0) / (0, 1))
             return A.clone()
-        smax = decompose("svd_function", _FUNCTIONS, A, backend, False, opts)[1]
+        args = (False, opts, forward_tangent(A))
+        smax = decompose("svd_function", _FUNCTIONS, A, backend, *args)[1]
         smax = smax[..., :1, None]
         if bool((peek(smax) == 0).any()):
             raise DomainError(
@@ -977,7 +1017,10 @@ def _truncated_svd_function(
         f, d = user.values(S)
         second = user.second
     else:
-        f, d = fn(S, opts)
+        # (a named f is needed on the kept values only: the polar factor of
+        # the kept part exists where those are nonzero, discarded zeros or not)
+        kept = torch.where(keep, S, S[..., :1]) if fn.spec == "polar" else S
+        f, d = fn(kept, opts)
         second = lambda S: fn.second(S, opts)  # noqa: E731
     zero = torch.zeros_like(S)
     f, d = torch.where(keep, f, zero), torch.where(keep, d, zero)

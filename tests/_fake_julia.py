@@ -55,6 +55,7 @@ import torch
 from pyspectral import topk as TK
 from pyspectral._fns import SpectralFn
 from pyspectral._settings import Options
+from pyspectral.eigfun import _named_fn as eigfun_named
 from pyspectral.eigh import _matfun
 from pyspectral.exceptions import (
     DomainError,
@@ -72,7 +73,8 @@ from pyspectral.forward.truncation import (
 )
 from pyspectral.julia import _bridge, _convert
 from pyspectral.polar import _native as native_polar
-from pyspectral.pullbacks.eig import eig_pullback, eig_pushforward
+from pyspectral.pullbacks.eig import check_diagonalizable, eig_pullback, eig_pushforward
+from pyspectral.pullbacks.eigfun import eig_function_pullback, eig_function_pushforward
 from pyspectral.pullbacks.eigh import (
     eigh_pullback,
     eigh_pushforward,
@@ -325,8 +327,25 @@ _GAUGE_TEXT = re.compile(r"^(\w+): .*measured (\S+) > gauge_atol (\S+)\)", re.DO
 _RANK_TEXT = re.compile(
     r"^(\w+): A is rank deficient.*measured (\S+) > gauge_atol (\S+)\)", re.DOTALL
 )
+# A thin QR / LQ at rank deficiency, what no cotangent carries: "op:lost"
+_LOST_TEXT = re.compile(
+    r"^(\w+): A is rank deficient .* and Q is thin.*measured (\S+) > gauge_atol "
+    r"(\S+)\)",
+    re.DOTALL,
+)
+# A complete QR / LQ's complement basis: "op:complement"
+_COMPLEMENT_TEXT = re.compile(
+    r"^(\w+): the incoming gradient depends on the basis of Q's last.*measured "
+    r"(\S+) > gauge_atol (\S+)\)",
+    re.DOTALL,
+)
 # Unequal weights on a cluster: Julia records them as "op:weights"
 _WEIGHTS_TEXT = re.compile(r"^(\w+): .*\(spread (\S+) > allowed (\S+)\)", re.DOTALL)
+# A tangent that splits a cluster (eig's forward mode): Julia records "op:split"
+_SPLIT_TEXT = re.compile(
+    r"^(\w+): forward mode at a degenerate cluster.*measured (\S+) > allowed (\S+)\)",
+    re.DOTALL,
+)
 
 
 class _GaugeRecorder:
@@ -350,7 +369,19 @@ class _GaugeRecorder:
             gauge = _GAUGE_TEXT.match(str(w.message))
             weights = _WEIGHTS_TEXT.match(str(w.message))
             rank = _RANK_TEXT.match(str(w.message))
-            if issubclass(w.category, GaugeWarning) and rank:
+            split = _SPLIT_TEXT.match(str(w.message))
+            lost = _LOST_TEXT.match(str(w.message))
+            complement = _COMPLEMENT_TEXT.match(str(w.message))
+            if issubclass(w.category, GaugeWarning) and lost:
+                op, measured, tol = lost.groups()
+                self.records.append((f"{op}:lost", float(measured), float(tol)))
+            elif issubclass(w.category, GaugeWarning) and complement:
+                op, measured, tol = complement.groups()
+                self.records.append((f"{op}:complement", float(measured), float(tol)))
+            elif issubclass(w.category, GaugeWarning) and split:
+                op, measured, tol = split.groups()
+                self.records.append((f"{op}:split", float(measured), float(tol)))
+            elif issubclass(w.category, GaugeWarning) and rank:
                 op, measured, tol = rank.groups()
                 self.records.append((f"{op}:rank", float(measured), float(tol)))
             elif issubclass(w.category, GaugeWarning) and gauge:
@@ -1367,16 +1398,64 @@ class FakeJulia:
                 dAt[:, :, b] = g if isinstance(g, int) else g.numpy()
         return tuple(recorder.records)
 
-    def eig_pushforward_batched(self, w, V, dAt, degeneracy_atol, broadening) -> tuple:
+    def eig_pushforward_batched(
+        self, w, V, dAt, degeneracy_atol, broadening, gauge, gauge_atol
+    ) -> tuple:
         dAt = self._wrap(dAt)
-        opts = Options(degeneracy_atol, broadening)
-        out = [
-            eig_pushforward(_t(w, b), _t(V, b), _t(dAt, b).mT, opts)
-            for b in range(dAt.shape[2])
-        ]
-        return tuple(
+        opts, recorder = _pullback_options(
+            degeneracy_atol, broadening, gauge, gauge_atol
+        )
+        with recorder:
+            out = [
+                eig_pushforward(_t(w, b), _t(V, b), _t(dAt, b).mT, opts)
+                for b in range(dAt.shape[2])
+            ]
+        tangents = tuple(
             _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(2)
         )
+        return (*tangents, tuple(recorder.records))
+
+    # -------------------------------------------------- eig_function
+
+    def eig_function_eigenbasis_batched(self, At: Any) -> tuple:
+        """Julia's eigenbasis of each ``A^T`` it reads, with ``V^-1`` after
+        ``eigenvector_inverse``'s check (condition 1 of check_diagonalizable)."""
+        At = self._wrap(At)
+        out = []
+        for b in range(At.shape[2]):
+            L, V = torch.linalg.eig(_t(At, b))
+            _, _, inverse = check_diagonalizable(
+                L, V, Options(), "eig_function", pairs=False
+            )
+            if inverse is None:
+                inverse = torch.linalg.inv(V)
+            out.append((L.numpy(), V.numpy(), inverse.numpy()))
+        return tuple(_stack([o[i] for o in out]) for i in range(3))
+
+    def eig_function_apply_batched(self, w, V, Vinv, f, real) -> np.ndarray:
+        fn, Ys = eigfun_named(f), []
+        for b in range(V.shape[2]):
+            fw, _ = fn(_t(w, b), Options())
+            Y = (_t(V, b) * fw.unsqueeze(-2)) @ _t(Vinv, b)
+            Ys.append((Y.real if real else Y).numpy())
+        return _stack(Ys)
+
+    def eig_function_pullback_batched_b(self, dAt, w, V, Vinv, f, dYt) -> None:
+        dAt, dYt = self._wrap(dAt), self._wrap(dYt)
+        fn, real = eigfun_named(f), not np.iscomplexobj(dAt)
+        for b in range(dAt.shape[2]):
+            T = (_t(w, b), _t(V, b), _t(Vinv, b))
+            g = eig_function_pullback(T, fn(T[0], Options()), _t(dYt, b), real)
+            dAt[:, :, b] = g.numpy()
+
+    def eig_function_pushforward_batched(self, w, V, Vinv, f, dAt, real) -> np.ndarray:
+        dAt, fn = self._wrap(dAt), eigfun_named(f)
+        out = []
+        for b in range(dAt.shape[2]):
+            T = (_t(w, b), _t(V, b), _t(Vinv, b))
+            dY = eig_function_pushforward(T, fn(T[0], Options()), _t(dAt, b), real)
+            out.append(dY.numpy())
+        return _stack(out)
 
     # --------------------------------------------------------- polar
 

@@ -152,7 +152,7 @@ def _args():
         ),
         (
             torch.ops.pyspectral.matrix_function,
-            lambda A, H: (H, "sqrt", 0.0, "U", None, "triangle"),
+            lambda A, H: (H, "sqrt", 0.0, "U", None, "triangle", True),
         ),
         (torch.ops.pyspectral.qr, lambda A, H: (A, "complete", True, None, None)),
         (torch.ops.pyspectral.eig, lambda A, H: (H, None, None, "warn", None)),

@@ -345,7 +345,13 @@ def test_matrix_function_exact_at_every_spectrum(name: str, dtype, uplo) -> None
     A, *_ = eigen_case(name, dtype, shift=1.6, seed=8)  # positive definite
     W = random_like(A, seed=9)
     for f in MATFUNS:
-        check(lambda X, f=f: inner(ps.matrix_function(X, f, uplo), W), A)
+        # (finite differences perturb single entries: one triangle read)
+        check(
+            lambda X, f=f: inner(
+                ps.matrix_function(X, f, uplo, check_hermitian=False), W
+            ),
+            A,
+        )
     # through a Hermitian parametrisation too
     check(lambda X: inner(ps.matrix_function(X + X.mH, "sqrt", uplo), W), A / 2)
 
@@ -360,7 +366,10 @@ def test_matrix_function_at_a_spectrum_with_ties_near_zero(name, dtype) -> None:
     assert float(w.abs().min()) == 0
     W = random_like(A, seed=9)
     for f in ("exp", (torch.cosh, torch.sinh), ("pow", 3), MATFUNS[-1]):
-        check(lambda X, f=f: inner(ps.matrix_function(X, f), W), A)
+        check(
+            lambda X, f=f: inner(ps.matrix_function(X, f, check_hermitian=False), W),
+            A,
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

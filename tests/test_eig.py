@@ -140,7 +140,11 @@ def test_forward_mode_at_a_repeated_eigenvalue(dtype):
     W = randn(4, 4, dtype=C128, seed=8)
     D = randn(4, 4, dtype=dtype, seed=9)
     loss = cluster_loss(2.0, W)
-    _, tangent = torch.func.jvp(loss, (A,), (D,))
+    # D splits the cluster: forward mode cannot see that this loss is
+    # invariant there, so it warns (test_eig_defective.py: the cases it is
+    # not), and the tangent is still exact for this loss
+    with pytest.warns(ps.GaugeWarning, match="splits it"):
+        _, tangent = torch.func.jvp(loss, (A,), (D,))
     g = grad(loss, A)
     assert abs(float(tangent) - float((g.conj() * D).real.sum())) < 1e-8 * float(
         g.norm()
@@ -186,7 +190,10 @@ def test_both_backends_agree(backend, dtype):
     assert rel_err(g, g0) < 1e-12
     D = randn(5, 5, dtype=dtype, seed=13)
     loss = cluster_loss(2.0, W, backend)
-    _, t = torch.func.jvp(loss, (A,), (D,)) if backend == "torch" else (None, None)
+    t = None
+    if backend == "torch":
+        with pytest.warns(ps.GaugeWarning, match="splits it"):  # D splits it
+            _, t = torch.func.jvp(loss, (A,), (D,))
     if t is not None:
         assert abs(float(t) - float((g0.conj() * D).real.sum())) < 1e-8 * float(
             g0.norm()

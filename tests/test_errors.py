@@ -123,7 +123,9 @@ def test_non_square(op, backend) -> None:
 def test_non_hermitian_when_checked(dtype, backend) -> None:
     X = torch.tensor([[1.0, 2.0], [0.0, 1.0]], dtype=dtype)
     ps.eigh(X, backend=backend)  # reads the lower triangle only, by default
-    ps.matrix_function(X, "exp", backend=backend)
+    ps.matrix_function(X, "exp", backend=backend, check_hermitian=False)  # as asked
+    with raises(ps.InputError, "A is not Hermitian: .*eig_function"):  # by default
+        ps.matrix_function(X, "exp", backend=backend)
     for op in ("eigh", "matrix_function"):
         with raises(ps.InputError, "A is not Hermitian: .* hermitian_tol"):
             OPS[op](X, check_hermitian=True, backend=backend)
@@ -440,7 +442,9 @@ UNUSED = [
         "hermitian_tol is the tolerance of check_hermitian=True",
     ),
     (
-        lambda b: ps.matrix_function(P, "exp", hermitian_tol=1e-3, backend=b),
+        lambda b: ps.matrix_function(
+            P, "exp", check_hermitian=False, hermitian_tol=1e-3, backend=b
+        ),
         ps.InputError,
         "matrix_function: hermitian_tol",
     ),

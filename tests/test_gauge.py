@@ -14,9 +14,12 @@ import pyspectral as ps
 from pyspectral._settings import Options
 from pyspectral.common.defaults import eps34
 from pyspectral.common.gauge import (
+    FLOOR_CURVATURE,
+    WEIGHT_SLOPE,
     apply_gauge_records,
     check_gauge,
     check_weights,
+    data_floor,
     gauge_message,
     policy_applied,
     weights_message,
@@ -159,3 +162,136 @@ def test_julia_weights_records_keep_julias_verdict() -> None:
     with pytest.warns(ps.GaugeWarning, match="qr: A is rank deficient"):
         apply_gauge_records([("qr:rank", 1.0, 0.0)], (torch.ones(2, dtype=F64),),
                             Options())  # fmt: skip
+
+
+# ---------------------------------------------- the allowance floor (data scale)
+
+
+def test_weights_floor_is_the_documented_formula() -> None:
+    """``data_floor``: ``2 FLOOR_CURVATURE (k + 1) eps max|x|`` per matrix;
+    a spread just below it at a cluster is quiet whatever the cotangent's
+    size (here 1e-30), just above it warns."""
+    S = torch.tensor([[3.0, 2.0, 2.0, 1.0], [6.0, 4.0, 4.0, 2.0]], dtype=F64)
+    floor = data_floor(S.abs(), F64)
+    eps = torch.finfo(F64).eps
+    expected = 2 * FLOOR_CURVATURE * 5 * eps * S.amax(-1, keepdim=True)
+    torch.testing.assert_close(floor, expected, rtol=0, atol=0)
+    tol = torch.full((2, 1, 1), 1e-9, dtype=F64)
+    for scale, quiet in ((0.9, True), (1.1, False)):
+        g = torch.zeros(2, 4, dtype=F64)
+        g[:, 1] = scale * floor[:, 0]  # the doublet (2, 2) weighted unequally
+        g[:, 0] = 1e-30
+        if quiet:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                check_weights("svd", g, S, tol, Options())
+        else:
+            with pytest.warns(ps.GaugeWarning, match="unequally"):
+                check_weights("svd", g, S, tol, Options())
+    # gauge_atol sets the allowance outright: no floor under it
+    with pytest.warns(ps.GaugeWarning, match="unequally"):
+        check_weights("svd", g * 0.5, S, tol, Options(gauge_atol=0.0))
+
+
+def fit_at_its_minimum(A0: torch.Tensor, absorb: str | None):
+    """``||L R - A0||^2`` (``U diag(S) Vh`` by hand for ``absorb=None``): at
+    ``A = A0`` its gradient is 0 and every cotangent rounding."""
+
+    def loss(X):
+        if absorb is None:
+            U, S, Vh = ps.svd(X)
+            Y = (U * S.to(U.dtype)) @ Vh
+        else:
+            L, R = ps.svd(X, absorb=absorb)
+            Y = L @ R
+        return ((Y - A0).abs() ** 2).sum()
+
+    return loss
+
+
+def kron_doublets(dtype) -> torch.Tensor:
+    """``C (x) I_2``: every singular value an exact doublet (a symmetry)."""
+    gen = torch.Generator().manual_seed(4)
+    C = torch.randn(3, 3, dtype=dtype, generator=gen)
+    return torch.kron(C, torch.eye(2, dtype=dtype))
+
+
+@pytest.mark.parametrize("absorb", [None, "left", "both"])
+@pytest.mark.parametrize("dtype", [F64, torch.complex128, torch.float32], ids=str)
+def test_no_false_alarm_at_a_stationary_point(dtype, absorb) -> None:
+    """The issue's false alarm: ``||U diag(S) Vh - A0||^2`` at ``A = A0``
+    with a doublet warned "spread 4e-15 > allowed 6e-27" (the allowance
+    scaled with a cotangent that is rounding at convergence). Over seeds,
+    shapes, a random doublet and a symmetric one (kron), every route: quiet,
+    and the gradient is rounding (exact: 0)."""
+    from _spectra import matrix_with_spectrum
+
+    cases = [kron_doublets(dtype)]
+    for seed in range(6):
+        for m, n in ((6, 4), (4, 6), (8, 8)):
+            spectrum = [3.0, 2.0, 2.0] + [1.0 / (i + 1) for i in range(min(m, n) - 3)]
+            cases.append(matrix_with_spectrum(spectrum, m, n, dtype=dtype, seed=seed))
+    eps = torch.finfo(dtype.to_real()).eps
+    for A0 in cases:
+        X = A0.clone().requires_grad_()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ps.GaugeWarning)
+            (g,) = torch.autograd.grad(fit_at_its_minimum(A0, absorb)(X), X)
+        assert float(g.abs().max()) < 100 * eps * float(A0.abs().max())
+
+
+@pytest.mark.parametrize("dtype", [F64, torch.complex128], ids=str)
+def test_a_basis_dependent_loss_still_warns_at_the_symmetric_doublets(dtype) -> None:
+    """Next to the quiet cases: the same symmetric matrix, a fit away from
+    its minimum through U diag(S) Vh by hand (the plain pullback misses the
+    doublets' rotation: warned), and a loss of one column of U (basis
+    dependent: warned); the split's gradient of the same fit is exact and
+    quiet."""
+    A = kron_doublets(dtype)
+    B = torch.randn(6, 6, dtype=dtype, generator=torch.Generator().manual_seed(9))
+    X = A.clone().requires_grad_()
+    with pytest.warns(ps.GaugeWarning, match="unequally"):
+        torch.autograd.grad(fit_at_its_minimum(B, None)(X), X)
+    X = A.clone().requires_grad_()
+    with pytest.warns(ps.GaugeWarning, match="basis chosen inside"):
+        U = ps.svd(X)[0]
+        torch.autograd.grad(((U[:, 0] * B[:, 0]).sum().abs() ** 2), X)
+    X = A.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ps.GaugeWarning)
+        (g,) = torch.autograd.grad(fit_at_its_minimum(B, "both")(X), X)
+    ref = 2 * (A - B)
+    assert float((g - ref).abs().max() / ref.abs().max()) < 1e-12
+
+
+def test_gauge_check_with_the_spectrum_floors_and_slopes_its_allowance() -> None:
+    """Given the spectrum, a cluster pair's allowance is at least the data's
+    floor (data_floor times max|S|: a stationary point's rounding) and has the
+    gap slope (WEIGHT_SLOPE times the relative gap times the cotangents'
+    scale); without it, the old scalar tolerance; gauge_atol replaces both."""
+    S = torch.tensor([3.0, 2.0 + 1e-12, 2.0], dtype=F64)
+    cluster = torch.zeros(3, 3, dtype=torch.bool)
+    cluster[1, 2] = cluster[2, 1] = True
+    floor = float(data_floor(S.abs(), F64)) * 3.0
+    tiny = (torch.full((3, 3), 1e-20, dtype=F64),)  # cotangents at rounding
+    V = torch.zeros(3, 3, dtype=F64)
+    V[1, 2], V[2, 1] = 0.9 * floor, -0.9 * floor
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_gauge("svd", V, cluster, tiny, Options(), spectrum=S)
+    with pytest.warns(ps.GaugeWarning, match="basis chosen inside"):
+        check_gauge("svd", V, cluster, tiny, Options())
+    with pytest.warns(ps.GaugeWarning, match="basis chosen inside"):
+        check_gauge("svd", 2 * V, cluster, tiny, Options(), spectrum=S)
+    with pytest.warns(ps.GaugeWarning, match="basis chosen inside"):
+        check_gauge("svd", V, cluster, tiny, Options(gauge_atol=0.0), spectrum=S)
+    # the slope: 1e-12 / 4 relative gap times 16 times max|cotangent| = 1
+    one = (torch.ones(3, 3, dtype=F64),)
+    W = torch.zeros(3, 3, dtype=F64)
+    W[1, 2] = 0.9 * WEIGHT_SLOPE * 1e-12 / 4.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_gauge("svd", W, cluster, one, Options(), spectrum=S)
+    W[1, 2] = 2 * WEIGHT_SLOPE * 1e-12 / 4.0
+    with pytest.warns(ps.GaugeWarning, match="basis chosen inside"):
+        check_gauge("svd", W, cluster, one, Options(), spectrum=S)

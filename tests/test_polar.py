@@ -137,3 +137,38 @@ def test_both_backends_agree(backend, side, dtype):
         g = grad(both_factors(side, W0, P0, backend), A)
         g0 = grad(both_factors(side, W0, P0), A)
     assert rel_err(g, g0) < 1e-12
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("dtype", [F64, C128], ids=str)
+def test_rank_deficient_error_names_a_route_that_is_exact(dtype, side):
+    """polar's DomainError gives polar's advice (not svd_function's f(0) = 0),
+    and the route it names, the partial isometry of the kept singular values
+    svd_function(A, 'polar', rtol=r) with P = W_r^H A (A W_r^H), is exact:
+    P is (A^H A)^(1/2) ((A A^H)^(1/2)) and the gradient of a loss of (W_r, P)
+    matches finite differences (the steps leave the zero below the cut)."""
+    m, n = (4, 3) if side == "right" else (3, 4)
+    A = matrix_with_spectrum([2.0, 1.0, 0.0], m, n, dtype=dtype, seed=8)
+    with pytest.raises(ps.DomainError) as caught:
+        ps.polar(A, side)
+    text = str(caught.value)
+    assert "f(0) = 0" not in text and "svd_function(A, 'polar', rtol=r)" in text
+
+    def route(X):
+        W = ps.svd_function(X, "polar", rtol=1e-3)
+        P = W.mH @ X if side == "right" else X @ W.mH
+        return W, P
+
+    W, P = route(A)
+    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    V = Vh.mH if side == "right" else U  # (A^H A)^(1/2) = V S V^H, A A^H: U S U^H
+    assert rel_err(P, (V * S.to(V.dtype)) @ V.mH) < 1e-12
+    B, C = randn(*W.shape, dtype=dtype, seed=1), randn(*P.shape, dtype=dtype, seed=2)
+
+    def loss(X):
+        W, P = route(X)
+        return inner(W, B) + inner(P, C)
+
+    X = A.clone().requires_grad_()
+    (g,) = torch.autograd.grad(loss(X), X)
+    assert rel_err(g, fd_grad(loss, A)) < 1e-7

@@ -18,6 +18,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from _spectra import (
     central4,
+    fd_grad,
     fd_jacobian,
     grad,
     hermitian_with_spectrum,
@@ -121,7 +122,13 @@ def test_matrix_function_hvp(dtype, spectrum, f):
     H = hermitian_with_spectrum(MATFUN_SPECTRA[spectrum], dtype=dtype, seed=1)
     W = random_like(H, seed=2)
     for uplo in "LU":
-        check_hvp(lambda X, u=uplo: inner(ps.matrix_function(X, MATFUNS[f], u), W), H)
+        # (perturbs single entries: one triangle read)
+        check_hvp(
+            lambda X, u=uplo: inner(
+                ps.matrix_function(X, MATFUNS[f], u, check_hermitian=False), W
+            ),
+            H,
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -132,7 +139,9 @@ def test_issue_trace_sqrt_at_repeated_eigenvalues(dtype):
     H = hermitian_with_spectrum((0.25, 1.0, 1.0, 4.0, 4.0), dtype=dtype, seed=3)
 
     def loss(X):
-        return ps.matrix_function(X, "sqrt").diagonal().real.sum()
+        return (
+            ps.matrix_function(X, "sqrt", check_hermitian=False).diagonal().real.sum()
+        )
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # exact: no warning
@@ -237,7 +246,11 @@ def test_issue_spectral_cubes_warn_and_raise_at_a_cluster(dtype, hvp):
         (
             H,
             _eigh_cube,
-            lambda Y: ps.matrix_function(Y, ("pow", 3)).diagonal().real.sum(),
+            lambda Y: (
+                ps.matrix_function(Y, ("pow", 3), check_hermitian=False)
+                .diagonal()
+                .real.sum()
+            ),
             "matrix_function",
         ),
     ]:
@@ -329,8 +342,8 @@ def test_gradgradcheck_at_generic_spectra(dtype):
         (lambda X: ps.svd_function(X, ("pow", 2)), A),
         (lambda X: ps.svd_function(X, "polar"), A.mT.conj()),
         (lambda X: ps.svd_function(X, (torch.sinh, torch.cosh)), A),
-        (lambda X: ps.matrix_function(X, "sqrt"), H),
-        (lambda X: ps.matrix_function(X, "exp", "U"), H),
+        (lambda X: ps.matrix_function(X, "sqrt", check_hermitian=False), H),
+        (lambda X: ps.matrix_function(X, "exp", "U", check_hermitian=False), H),
     ]:
         assert torch.autograd.gradgradcheck(
             f, (X.detach().requires_grad_(),), check_fwd_over_rev=True
@@ -343,7 +356,10 @@ def test_hessian_matches_finite_differences_at_degenerate_spectra():
     W = random_like(A, seed=23)
     for loss, X in [
         (lambda X: inner(ps.svd_function(X, ("pow", 3)), W), A),
-        (lambda X: inner(ps.matrix_function(X, "log"), W[:3]), H),
+        (
+            lambda X: inner(ps.matrix_function(X, "log", check_hermitian=False), W[:3]),
+            H,
+        ),
     ]:
         expected = fd_jacobian(lambda Y, loss=loss: grad(loss, Y), X)
         for Hess in (
@@ -376,7 +392,7 @@ def test_empty_shapes_second_order(shape):
     A = torch.zeros(*shape, dtype=torch.float64)
     fns = [lambda X: ps.svd_function(X, ("pow", 2)).sum()]
     if shape[-1] == shape[-2]:
-        fns.append(lambda X: ps.matrix_function(X, "exp").sum())
+        fns.append(lambda X: ps.matrix_function(X, "exp", check_hermitian=False).sum())
     for loss in fns:
         X = A.clone().requires_grad_()
         (g,) = torch.autograd.grad(loss(X), X, create_graph=True)
@@ -392,7 +408,7 @@ def test_third_derivative_raises():
     W, D = random_like(A, seed=27), random_like(A, seed=28)
     for loss in [
         lambda X: inner(ps.svd_function(X, ("pow", 3)), W),
-        lambda X: inner(ps.matrix_function(X + X.mT, "exp"), W),
+        lambda X: inner(ps.matrix_function(X + X.mT, "exp", check_hermitian=False), W),
     ]:
         X = A.clone().requires_grad_()
         (g,) = torch.autograd.grad(loss(X), X, create_graph=True)
@@ -405,7 +421,9 @@ def test_sqrt_at_a_zero_eigenvalue_is_inf_not_nan():
     """f' and f'' infinite at an exact zero (sqrt): the Hessian is +-inf where
     the infinite divided differences reach, finite elsewhere, never NaN."""
     A = torch.diag(torch.tensor([0.0, 0.5, 2.0, 3.0], dtype=torch.float64))
-    Hm = hessian(lambda X: ps.matrix_function(X, "sqrt").diagonal().sum())(A)
+    Hm = hessian(
+        lambda X: ps.matrix_function(X, "sqrt", check_hermitian=False).diagonal().sum()
+    )(A)
     assert not Hm.isnan().any() and Hm.isinf().any()
     assert torch.isfinite(Hm[1:, 1:, 1:, 1:]).all()
     B = torch.diag(torch.tensor([3.0, 2.0, 0.0], dtype=torch.float64))
@@ -429,7 +447,7 @@ def test_user_pair_without_differentiable_f_prime_raises_only_at_second_order():
     pair, triple = (torch.sinh, opaque_cosh), (torch.sinh, opaque_cosh, torch.sinh)
 
     def loss(f):
-        return lambda X: inner(ps.matrix_function(X, f), W)
+        return lambda X: inner(ps.matrix_function(X, f, check_hermitian=False), W)
 
     grad(loss(pair), H)  # first order: fine
     with pytest.raises(ps.DerivativeError, match="f_second"):
@@ -445,7 +463,9 @@ def test_user_f_second_is_validated():
     H = hermitian_with_spectrum((0.5, 1.0, 2.0), seed=32)
     X = H.clone().requires_grad_()
     bad = (torch.sinh, torch.cosh, lambda x: torch.full_like(x, float("nan")))
-    (g,) = torch.autograd.grad(ps.matrix_function(X, bad).sum(), X, create_graph=True)
+    (g,) = torch.autograd.grad(
+        ps.matrix_function(X, bad, check_hermitian=False).sum(), X, create_graph=True
+    )
     with pytest.raises(ps.DomainError, match="f_second"):
         torch.autograd.grad(g.sum(), X)
 
@@ -461,7 +481,12 @@ def test_double_backward_through_the_julia_backend_is_exact(backend):
     W = random_like(A, seed=34)
     for loss, X in [
         (lambda X: inner(ps.svd_function(X, ("pow", 2), backend=backend), W), A),
-        (lambda X: inner(ps.matrix_function(X, "sqrt", backend=backend), W), H),
+        (
+            lambda X: inner(
+                ps.matrix_function(X, "sqrt", backend=backend, check_hermitian=False), W
+            ),
+            H,
+        ),
     ]:
         D = random_like(X, seed=35)
         expected = fd_hvp(loss, X, D)
@@ -714,3 +739,94 @@ def test_forward_over_reverse_measures_only_the_clusters_its_tangent_splits():
         with pytest.warns(ps.GaugeWarning, match="rotation inside it"):
             got = hvp(loss, A, D)
         assert rel_err(got, fd_hvp(exact, A, D)) > 1e-3
+
+
+# ------------------------------------------------ reverse over forward
+#
+# jacrev / grad of a jvp's tangent through svd / eigh differentiates the
+# pushforward; at a cluster that the tangent splits it is exact where the
+# cotangent of the tangents is rotation-invariant there (sum(S), sum(S**3):
+# quiet) and warns where it is not (the polar factor, 4 % off silently before),
+# naming the route that is exact in every composition; a tangent that keeps
+# the cluster degenerate is exact.
+
+
+def _warns_with(match, run):
+    """``run()`` raises a GaugeWarning matching ``match`` (among others: the
+    first-order pullback of the same graph may warn about its own part)."""
+    import re
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run()
+    texts = [str(w.message) for w in caught if issubclass(w.category, ps.GaugeWarning)]
+    assert any(re.search(match, t, re.S) for t in texts), texts
+
+
+def _reverse_over_forward(f, dA, W):
+    """``A -> <W, jvp(f)(A; dA)>``, whose gradient is reverse over forward."""
+    return lambda A: inner(jvp(f, (A,), (dA,))[1], W)
+
+
+def _polar_from_svd(A):
+    U, _, Vh = ps.svd(A)
+    return U @ Vh
+
+
+def _rebuilt_exp(A):
+    w, V = ps.eigh(A)
+    return (V * w.exp().to(V.dtype)) @ V.mH
+
+
+@pytest.mark.parametrize("transform", ["jacrev", "grad", "dual"])
+def test_reverse_over_forward_polar_at_a_split_cluster_warns(transform):
+    """The issue's case: the polar factor U Vh through svd at S = (5, 2, 2, 1),
+    reverse over forward along a tangent that splits the pair: warns
+    (GaugeWarning naming svd_function(A, 'polar')), and that route is exact."""
+    A = matrix_with_spectrum((5.0, 2.0, 2.0, 1.0), 4, 4, seed=1)
+    dA, W = random_like(A, seed=3), random_like(A, seed=5)
+    loss = _reverse_over_forward(_polar_from_svd, dA, W)
+
+    def run():
+        if transform == "dual":  # forward-mode dual tensors and .backward()
+            X = A.clone().requires_grad_()
+            with fwAD.dual_level():
+                t = fwAD.unpack_dual(_polar_from_svd(fwAD.make_dual(X, dA))).tangent
+                inner(t, W).backward()
+        else:
+            getattr(torch.func, transform)(loss)(A)
+
+    _warns_with(r"reverse over forward.*'polar'", run)
+    exact = _reverse_over_forward(lambda A: ps.svd_function(A, "polar"), dA, W)
+    assert rel_err(jacrev(exact)(A), fd_grad(exact, A)) < TOL
+
+
+def test_reverse_over_forward_eigh_at_a_split_cluster_warns():
+    """V exp(w) V^H rebuilt from eigh: warns, naming matrix_function, which is
+    exact on the same case."""
+    H = hermitian_with_spectrum((0.25, 1.0, 1.0, 4.0, 4.0), seed=4)
+    dH, W = random_like(H, seed=3), random_like(H, seed=5)
+    loss = _reverse_over_forward(_rebuilt_exp, dH, W)
+    _warns_with(r"reverse over forward.*matrix_function", lambda: jacrev(loss)(H))
+    f = lambda A: ps.matrix_function(A, "exp", check_hermitian=False)  # noqa: E731
+    exact = _reverse_over_forward(f, dH, W)
+    assert rel_err(jacrev(exact)(H), fd_grad(exact, H)) < TOL
+
+
+def test_reverse_over_forward_exact_cases_are_quiet():
+    """At the same clusters, exact and quiet: symmetric functions of the
+    values (svdvals, eigvalsh) along the splitting tangent, and the polar
+    factor along a tangent that keeps the pair degenerate (dA = A)."""
+    A = matrix_with_spectrum((5.0, 2.0, 2.0, 1.0), 4, 4, seed=1)
+    H = hermitian_with_spectrum((0.25, 1.0, 1.0, 4.0, 4.0), seed=4)
+    dA, W = random_like(A, seed=3), random_like(A, seed=5)
+    dH = random_like(H, seed=3)
+    one = torch.ones((), dtype=A.dtype)
+    cases = [
+        (_reverse_over_forward(lambda A: ps.svdvals(A).sum(), dA, one), A),
+        (_reverse_over_forward(lambda A: ps.svdvals(A).pow(3).sum(), dA, one), A),
+        (_reverse_over_forward(lambda A: ps.eigvalsh(A).pow(3).sum(), dH, one), H),
+        (_reverse_over_forward(_polar_from_svd, A, W), A),
+    ]
+    for loss, X in cases:
+        assert rel_err(jacrev(loss)(X), fd_grad(loss, X)) < TOL

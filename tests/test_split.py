@@ -265,3 +265,256 @@ def test_the_double_backward_jvp_equals_forward_mode(spectrum, absorb):
     _, forward = torch.func.jvp(f, (A,), (dA,))
     double = torch.autograd.functional.jvp(f, A, dA)[1]
     assert rel_err(double, forward) < 1e-12
+
+
+# ------------------------------------------------ near-degenerate gaps, zeros
+
+GAPS = [1e-14, 1e-13, 1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-6]
+
+
+def by_svd_function(m: int, n: int, dtype, seed: int, absorb: str):
+    """:func:`symmetry_breaking`'s loss written with ``Y = svd_function(A,
+    ('pow', 1))`` (``= L @ R``) and ``Z = svd_function(A, 'polar')`` (``L^H C
+    L`` is ``Y^H C Y``, ``Z^H C Z`` or ``Z^H C Y``; ``|R|^2`` is ``r``,
+    ``|Y|^2`` or ``Re <Z, Y>``): exact at every spectrum, the reference."""
+    B = random_like(torch.empty(m, n, dtype=dtype), seed=seed)
+    C = random_like(torch.empty(m, m, dtype=dtype), seed=seed + 1)
+    C = C + C.mH
+
+    def loss(Y, Z):
+        fit = ((Y - B).abs() ** 2).sum()
+        P, Q = {"left": (Y, Y), "right": (Z, Z), "both": (Z, Y)}[absorb]
+        weighted = (Q.mH @ C @ P).diagonal(dim1=-2, dim2=-1).real.sum()
+        if absorb == "left":
+            norm = 0.0
+        elif absorb == "right":
+            norm = (Y.abs() ** 2).sum()
+        else:
+            norm = (Z.conj() * Y).real.sum()
+        return fit + weighted + 0.3 * norm
+
+    return loss
+
+
+def spectrum_with_gap(where: str, gap: float) -> tuple[list[float], dict]:
+    """A pair ``gap`` apart inside the kept block (``"kept"``), at a small
+    kept value (``"small"``, as an MPS spectrum decays) or across the cut
+    (``"cut"``), and the truncation rule."""
+    if where == "kept":
+        return [3.0, 2.0 + gap, 2.0, 1.0, 0.5, 0.1], dict(k=4)
+    if where == "small":
+        return [1.0, 0.3, 1e-3 + gap, 1e-3, 1e-4, 1e-5], dict(k=5)
+    return [3.0, 2.0 + gap, 2.0, 1.0, 0.5, 0.1], dict(k=2)
+
+
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+@pytest.mark.parametrize("where", ["kept", "small", "cut"])
+@pytest.mark.parametrize("absorb", ABSORB)
+@pytest.mark.parametrize("dtype", [F64, C128], ids=str)
+def test_gradient_exact_at_near_degenerate_gaps(dtype, absorb, where, backend):
+    """At gaps 1e-14 ... 1e-6 (above the degeneracy tolerance: quotients of
+    numerators that are rounding for a gauge-invariant loss), inside the kept
+    block, at a small kept value and across the truncation, for every shape:
+    the split's gradient equals svd_function's of the same loss to rounding
+    (it was 1e-6 ... 7e-5 off, silent); a cut inside a cluster (a gap below
+    the tolerance) is warned on both routes."""
+    for m, n in SHAPES:
+        for gap in GAPS:
+            spectrum, rule = spectrum_with_gap(where, gap)
+            A = matrix_with_spectrum(spectrum, m, n, dtype=dtype, seed=m + n)
+            ell = symmetry_breaking(m, n, dtype, seed=3)
+            ref_loss = by_svd_function(m, n, dtype, 3, absorb)
+
+            def split_grad(A=A, rule=rule, ell=ell):
+                X = A.clone().requires_grad_()
+                with on(backend):
+                    LR = ps.svd(X, absorb=absorb, **rule, backend=backend)
+                    return torch.autograd.grad(ell(*LR), X)[0]
+
+            def reference(A=A, rule=rule, ref_loss=ref_loss):
+                X = A.clone().requires_grad_()
+                Y = ps.svd_function(X, ("pow", 1), **rule)
+                Z = ps.svd_function(X, "polar", **rule)
+                return torch.autograd.grad(ref_loss(Y, Z), X)[0]
+
+            if where == "cut" and gap <= 3.0 * 1.8e-12:  # within max(S) eps**(3/4)
+                with pytest.warns(ps.GaugeWarning):
+                    split_grad()
+                with pytest.warns(ps.GaugeWarning):
+                    reference()
+                continue
+            # across the cut the gradient is ~ 1 / gap itself, and the gap of
+            # the computed singular values is known to eps max(S) only: two SVDs
+            # (the backends') agree to that relative to it, not better
+            tol = 1e-11 + (64 * 2.2e-16 * 3 / gap if where == "cut" else 0)
+            assert rel_err(split_grad(), reference()) < tol, (m, n, gap)
+
+
+def test_near_degenerate_against_finite_differences_batched():
+    """A batch of three gaps (1e-12, 1e-11, 1e-10), complex, absorb='both':
+    the gradient of a gauge-invariant loss against float64 central
+    differences (the loss is smooth in A, so a step far above the gaps is
+    fine)."""
+    A = torch.stack(
+        [
+            matrix_with_spectrum([3.0, 2.0 + g, 2.0, 1.0], 5, 4, dtype=C128, seed=i)
+            for i, g in enumerate((1e-12, 1e-11, 1e-10))
+        ]
+    )
+    ell = symmetry_breaking(5, 4, C128, seed=5)
+
+    def loss(X):
+        return ell(*ps.svd(X, absorb="both"))
+
+    X = A.clone().requires_grad_()
+    (g,) = torch.autograd.grad(loss(X), X)
+    assert rel_err(g, fd_grad(loss, A)) < 1e-8
+
+
+def zero_padded(m: int, n: int, rank: int, dtype, seed: int) -> torch.Tensor:
+    """``[[B, 0], [0, 0]]``-like: ``A = [B, 0]`` (or ``[B; 0]``) with exact
+    zero singular values (LAPACK returns 0.0 for them)."""
+    gen = torch.Generator().manual_seed(seed)
+    B = torch.randn(m, rank, dtype=dtype, generator=gen) if m >= n else None
+    if B is not None:
+        return torch.cat([B, torch.zeros(m, n - rank, dtype=dtype)], 1)
+    B = torch.randn(rank, n, dtype=dtype, generator=gen)
+    return torch.cat([B, torch.zeros(m - rank, n, dtype=dtype)], 0)
+
+
+# (shape, absorb) whose split is exact at kept exact zeros; the others warn
+ZERO_SHAPES = [(6, 6), (7, 5), (4, 6)]
+
+
+def zero_case_exact(shape, absorb) -> bool:
+    m, n = shape
+    if absorb == "both":
+        return False
+    return not ((absorb == "right" and m > n) or (absorb == "left" and n > m))
+
+
+@pytest.mark.parametrize("backend", ["torch", "julia"])
+@pytest.mark.parametrize("absorb", ABSORB)
+@pytest.mark.parametrize("shape", ZERO_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", [F64, C128], ids=str)
+def test_kept_exact_zero_singular_values(dtype, shape, absorb, backend):
+    """A zero-padded A (a cluster of exact zeros, kept: no truncation) and a
+    loss of L @ R (= A): the gradient and the tangent are exact, silent,
+    where the split's cotangents carry what the product needs (they were
+    3-44 % off, silent, on every absorb); where they cannot ('both' at an
+    exact zero; 'right' on a tall A, 'left' on a wide one: the factor with
+    weight 1 has an arbitrary column / row there) a GaugeWarning, and the
+    route it names (the other absorb; a truncation that drops the zeros) is
+    exact."""
+    m, n = shape
+    A = zero_padded(m, n, 3, dtype, seed=m * n)
+    assert bool((torch.linalg.svdvals(A) == 0).any())
+    W = random_like(A, seed=2)
+    E = random_like(A, seed=3)
+
+    def f(Y):
+        return (Y * W.conj()).real.sum() + (Y * Y * W).real.sum()
+
+    X = A.clone().requires_grad_()
+    (ref,) = torch.autograd.grad(f(X), X)
+    with fwAD.dual_level():
+        ref_t = fwAD.unpack_dual(f(fwAD.make_dual(A, E))).tangent
+
+    def grad_and_tangent(**kw):
+        with on(backend):
+            X = A.clone().requires_grad_()
+            L, R = ps.svd(X, backend=backend, **kw)[:2]
+            (g,) = torch.autograd.grad(f(L @ R), X)
+            with fwAD.dual_level():
+                L, R = ps.svd(fwAD.make_dual(A, E), backend=backend, **kw)[:2]
+                t = fwAD.unpack_dual(f(L @ R)).tangent
+        return g, t
+
+    if zero_case_exact(shape, absorb):
+        g, t = grad_and_tangent(absorb=absorb)
+        assert rel_err(g, ref) < 1e-12
+        assert abs(float(t - ref_t)) < 1e-12 * abs(float(ref_t))
+        return
+    with pytest.warns(ps.GaugeWarning, match="kept singular value .* absorb="):
+        grad_and_tangent(absorb=absorb)
+    other = "right" if n > m else "left"
+    for kw in (dict(absorb=other), dict(absorb=absorb, rtol=1e-10)):
+        g, t = grad_and_tangent(**kw)
+        if "rtol" in kw:  # the truncated product: compare with svd_function's
+            X = A.clone().requires_grad_()
+            Y = ps.svd_function(X, ("pow", 1), rtol=1e-10)
+            (ref_r,) = torch.autograd.grad(f(Y), X)
+            assert rel_err(g, ref_r) < 1e-12
+        else:
+            assert rel_err(g, ref) < 1e-12
+            assert abs(float(t - ref_t)) < 1e-12 * abs(float(ref_t))
+
+
+@pytest.mark.parametrize("absorb", ABSORB)
+@pytest.mark.parametrize("dtype", [F64, C128], ids=str)
+def test_forward_mode_at_a_split_triplet_and_near_degenerate_pairs(dtype, absorb):
+    """Forward mode. At an exact kept triplet with a tangent that splits it
+    (its block of U^H dA V far from a multiple of the identity) the split's
+    tangents are exact for a loss invariant under the bond gauge: the product
+    form takes the derivative of U g(S) along the tangent's Hermitian block
+    as g[s_i, s_j] herm(P) (math.md, "The split at every gap"), whatever
+    basis LAPACK returned. At a near-degenerate pair above the tolerance, the
+    tangents of L and R carry a bond rotation of size 1/gap that L @ R
+    cancels in the caller's graph: a GaugeWarning, and the reverse mode it
+    names is exact there."""
+    A = matrix_with_spectrum([3.0, 2.0, 2.0, 2.0, 0.5, 0.1], 7, 6, dtype=dtype, seed=5)
+    E = random_like(A, seed=6)
+    U, _, Vh = torch.linalg.svd(A, full_matrices=False)
+    block = (U.mH @ E @ Vh.mH)[1:4, 1:4]
+    H = (block + block.mH) / 2
+    assert float((H - H.diagonal().mean() * torch.eye(3)).abs().max()) > 0.1
+    ell = symmetry_breaking(7, 6, dtype, seed=4)
+
+    def loss(X):
+        return ell(*ps.svd(X, absorb=absorb))
+
+    with fwAD.dual_level():
+        jv = fwAD.unpack_dual(loss(fwAD.make_dual(A, E))).tangent
+    h = 1e-6
+    fd = (loss(A + h * E) - loss(A - h * E)) / (2 * h)
+    assert abs(float(jv - fd)) <= 1e-7 * abs(float(fd))
+
+    A = matrix_with_spectrum([3.0, 2.0 + 1e-10, 2.0, 1.0], 6, 4, dtype=dtype, seed=3)
+    E = random_like(A, seed=5)
+    B = random_like(A, seed=4)
+
+    def fit(X):
+        L, R = ps.svd(X, absorb=absorb)
+        return ((L @ R - B).abs() ** 2).sum()
+
+    with fwAD.dual_level():
+        with pytest.warns(ps.GaugeWarning, match="forward mode at a near-degenerate"):
+            fwAD.unpack_dual(fit(fwAD.make_dual(A, E)))
+    X = A.clone().requires_grad_()
+    (g,) = torch.autograd.grad(fit(X), X)
+    assert rel_err(g, 2 * (A - B)) < 1e-13
+
+
+@needs_julia
+@pytest.mark.parametrize("absorb", ["left", "right"])
+@pytest.mark.parametrize("dtype", [F64, C128], ids=str)
+def test_real_julia_split_agrees_at_near_degenerate_gaps_and_zeros(dtype, absorb):
+    """Julia's svd_split_pullback! / _pushforward against the native rules on
+    a batch with a near-degenerate pair (gap 1e-11) and a zero-padded square
+    matrix (kept exact zeros): gradients of a loss of L @ R, both exact."""
+    near = [3.0, 2.0 + 1e-11, 2.0, 1.0, 0.5, 0.1]
+    A = torch.stack(
+        [matrix_with_spectrum(near, 6, 6, dtype=dtype), zero_padded(6, 6, 3, dtype, 4)]
+    )
+    W = random_like(A, seed=5)
+
+    def f(L, R):
+        Y = L @ R
+        return (Y * W.conj()).real.sum() + (Y * Y * W).real.sum()
+
+    X = A.clone().requires_grad_()
+    (ref,) = torch.autograd.grad(f(X, torch.eye(6, dtype=dtype)), X)
+    for backend in ("julia", "torch"):
+        X = A.clone().requires_grad_()
+        (g,) = torch.autograd.grad(f(*ps.svd(X, absorb=absorb, backend=backend)), X)
+        assert rel_err(g, ref) < 1e-12, backend

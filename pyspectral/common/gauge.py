@@ -28,6 +28,7 @@ def check_gauge(
     scale_blocks: tuple[torch.Tensor, ...],
     opts: Options,
     extra: float = 0.0,
+    spectrum: torch.Tensor | None = None,
 ) -> None:
     """Apply the gauge policy to ``max |violation|`` over ``cluster`` pairs
     (``None``: over every entry of ``violation``) and ``extra`` (a violation
@@ -35,7 +36,14 @@ def check_gauge(
 
     A gauge-invariant loss has a cotangent whose anti-Hermitian part vanishes
     inside every degenerate cluster; what is left is the part of the gradient
-    that depends on an arbitrary basis choice and is dropped.
+    that depends on an arbitrary basis choice and is dropped. Given the
+    ``spectrum`` (``(*, k)``, the values the cluster pairs index) and no
+    ``gauge_atol``, a pair's allowance also has the data's floor
+    (:func:`data_floor` times ``max|spectrum|``: the violation a stationary
+    point's rounding shows in a cotangent of the vectors) and, as
+    :func:`check_weights`, ``WEIGHT_SLOPE`` times the pair's relative gap
+    times the cotangents' scale (an invariant loss of ``U diag(S) Vh`` has
+    ``J_a + K_a`` of about the gap times its cotangent inside the tolerance).
     """
     if opts.gauge == "ignore":
         return
@@ -50,8 +58,38 @@ def check_gauge(
         # the cotangents that gauge_atol needs (real input, distinct spectrum).
         return
     tol = gauge_tol(*scale_blocks, atol=opts.gauge_atol)
+    if measured > tol and spectrum is not None and opts.gauge_atol is None:
+        if cluster is not None and extra <= tol:
+            measured, tol = _pairwise(violation, cluster, spectrum, tol, scale_blocks)
     if measured > tol:
         apply_gauge_policy(gauge_message(op, measured, tol), opts)
+
+
+def _pairwise(
+    violation: torch.Tensor,
+    cluster: torch.Tensor,
+    spectrum: torch.Tensor,
+    tol: float,
+    scale_blocks: tuple[torch.Tensor, ...],
+) -> tuple[float, float]:
+    """``(measured, allowed)`` of the worst cluster pair over its own
+    allowance (``measured <= allowed`` where none is over): ``tol`` at least
+    the data's floor, plus the gap slope (:func:`check_gauge`)."""
+    with torch.no_grad():
+        V = peek(violation.detach()).abs()
+        x = peek(spectrum.detach()).abs()
+        inside = peek(cluster).expand_as(V)
+        scale = tol / eps34(V.dtype) if tol > 0 else 0.0  # max |cotangent|
+        floor = (data_floor(x, V.dtype) * x.amax(-1, keepdim=True)).unsqueeze(-1)
+        xi, xj = x.unsqueeze(-1), x.unsqueeze(-2)
+        gap = (xi - xj).abs()
+        rel = gap / (xi + xj).clamp_min(torch.finfo(x.dtype).tiny)
+        allowed = torch.clamp(floor, min=tol) + WEIGHT_SLOPE * rel * scale
+        over = inside & (V > allowed)
+        if not bool(over.any()):
+            return 0.0, tol
+        measured = float(V.masked_select(over).max())
+        return measured, float(allowed.masked_select(over).min())
 
 
 def gauge_message(op: str, measured: float, tol: float) -> str:
@@ -61,8 +99,15 @@ def gauge_message(op: str, measured: float, tol: float) -> str:
         f"degenerate subspace (measured {measured:.3g} > gauge_atol {tol:.3g}); "
         "that part is dropped, so this gradient is not exact. Use a loss that is "
         "invariant under rotations within degenerate subspaces, or "
-        "svd_function / matrix_function, which are exact at every spectrum."
+        f"{_GAUGE_ROUTES.get(op, _GAUGE_ROUTES[''])}, exact at every spectrum."
     )
+
+
+# The exact routes gauge_message names, by op ("": the others).
+_GAUGE_ROUTES = {
+    "eig": "eig_function(A, f) for V f(L) V^-1 (A diagonalizable), which is",
+    "": "svd_function / matrix_function, which are",
+}
 
 
 # A symmetric function of a cluster's values has equal partial derivatives
@@ -79,9 +124,36 @@ _EXACT_ROUTES = {
     "svd": "svd_function(A, f) for U f(S) Vh (('pow', 1) for U diag(S) Vh, "
     "'polar', truncations) or svd(A, absorb=...) for the two factors",
     "eigh": "matrix_function(A, f) for V f(w) V^H",
-    "eig": "a symmetric function of each cluster's eigenvalues (their sum, "
-    "product or mean) or its spectral projector",
+    "eig": "eig_function(A, f) for V f(L) V^-1 (A diagonalizable), a symmetric "
+    "function of each cluster's eigenvalues (their sum, product or mean) or its "
+    "spectral projector",
 }
+
+
+# The floor of the weights allowance (docs/settings.md, "The allowance floor").
+# The spread a cotangent shows is measured at the computed spectrum, the exact
+# one of A + dA with |dA| <= (k + 1) eps ||A|| (k values; LAPACK's backward
+# error, and as much again for the products that formed the cotangent), so a
+# cotangent that is a symmetric function of the exact spectrum differs there by
+# up to f'' (k + 1) eps ||A|| per value: twice that between two. The
+# allowance scales with max|g|, which vanishes at a stationary point where f''
+# does not (a fit ||U diag(S) Vh - B||^2 at A = B: f'' = 2, g = rounding). No
+# cotangent carries f''; the floor takes the curvature of that fit, 2, in the
+# units of A (a loss of size ||A||^2), as the least a loss needs to be worth a
+# warning: FLOOR_CURVATURE 2 (k + 1) eps ||A||. A loss much smaller than that
+# (a linear loss sum(w S) with |w| below 4 (k + 1) eps ||A||) goes unchecked
+# below it; gauge_atol sets the allowance outright.
+FLOOR_CURVATURE = 2.0
+
+
+def data_floor(spectrum_abs: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The least weights allowance of each matrix (``(*, 1)``), from the
+    spectrum's moduli (``(*, k)``): ``2 FLOOR_CURVATURE (k + 1) eps max|x|``,
+    the spread a stationary fit's cotangent shows from the rounding of ``A``
+    alone (``FLOOR_CURVATURE``)."""
+    k = spectrum_abs.shape[-1]
+    scale = spectrum_abs.amax(-1, keepdim=True).to(dtype.to_real())
+    return 2 * FLOOR_CURVATURE * (k + 1) * torch.finfo(dtype.to_real()).eps * scale
 
 
 def check_weights(
@@ -104,8 +176,8 @@ def check_weights(
     basis cannot be told apart from a symmetric function's; the check
     catches every other, as the gauge check catches a rotation-dependent
     loss. Tolerance: ``gauge_atol`` (default ``eps**(3/4) max|g|`` of each
-    matrix) plus ``WEIGHT_SLOPE`` times the pair's relative gap times
-    ``|g_i| + |g_j|``."""
+    matrix, at least :func:`data_floor`) plus ``WEIGHT_SLOPE`` times the
+    pair's relative gap times ``|g_i| + |g_j|``."""
     if opts.gauge == "ignore" or g is None or g.shape[-1] < 2:
         return
     with torch.no_grad():
@@ -118,9 +190,10 @@ def check_weights(
             return
         size = G.abs()
         base = opts.gauge_atol
+        ax = x.abs()
         if base is None:  # per matrix, as Julia's (one matrix at a time)
             base = eps34(G.dtype) * size.amax(-1, keepdim=True).unsqueeze(-1)
-        ax = x.abs()
+            base = torch.maximum(base, data_floor(ax, G.dtype).unsqueeze(-1))
         gap = (x.unsqueeze(-1) - x.unsqueeze(-2)).abs()
         scale = torch.maximum(ax.unsqueeze(-1) + ax.unsqueeze(-2), t)
         allowed = (size.unsqueeze(-1) + size.unsqueeze(-2)) * (gap / scale)
@@ -148,22 +221,86 @@ def weights_message(op: str, measured: float, limit: float) -> str:
     )
 
 
+def _qr_names(op: str) -> tuple[str, str, str, str]:
+    """``(Q's, R's, Q past j, R past j)`` in the words of ``op`` (``"lq"``
+    reads the QR of ``A^H`` transposed: rows of ``Q``, columns of ``L``)."""
+    if op == "qr":
+        return "columns", "rows", "Q[..., :, j:]", "R[..., j:, :]"
+    return "rows", "columns", "Q[..., j:, :]", "L[..., :, j:]"
+
+
 def undetermined_message(op: str, measured: float, tol: float) -> str:
-    """The gauge text of a rank-deficient QR / LQ (shared by both backends)."""
-    q, r = ("columns", "rows") if op == "qr" else ("rows", "columns")
+    """The gauge text of a rank-deficient QR / LQ whose cotangent depends on
+    the factors past the first small pivot (shared by both backends)."""
+    q, r, q2, r2 = _qr_names(op)
+    t = "R" if op == "qr" else "L"
+    prod = f"{q2} @ {r2}" if op == "qr" else f"{r2} @ {q2}"
+    return (
+        f"{op}: A is rank deficient (a pivot |{t}_jj| at or below rank_atol); Q's "
+        f"{q} and {t}'s {r} from the first such pivot j on are one choice of many "
+        f"(A determines only their product {prod} and the factors before j), "
+        f"and the incoming gradient depends on that choice (measured {measured:.3g} "
+        f"> gauge_atol {tol:.3g}); that part is dropped, so this gradient is not "
+        f"exact. Use a loss of Q @ R (L @ Q) and of Q's {q} and {t}'s {r} before j "
+        "(any function of the product is exact), or a full-rank A."
+    )
+
+
+def lost_message(op: str, measured: float, tol: float) -> str:
+    """The text of a rank-deficient QR / LQ with a thin ``Q`` whose cotangent
+    reaches the product past the first small pivot: the derivative along
+    the directions that raise the rank outside ``Q``'s range is in no
+    cotangent of the reduced factors (shared by both backends)."""
+    t, shape = ("R", "m > n") if op == "qr" else ("L", "m < n")
+    return (
+        f"{op}: A is rank deficient (a pivot |{t}_jj| at or below rank_atol) and "
+        f"Q is thin ({shape}): the derivative along the directions that raise the "
+        "rank outside the span of Q is in no cotangent of the reduced factors, and "
+        f"the incoming gradient reaches them (measured {measured:.3g} > gauge_atol "
+        f"{tol:.3g}); that part is missing, so this gradient is not exact. Use "
+        f'{op}(A, mode="complete"), whose factors carry it (exact for every loss of '
+        "the product and of the factors before j), or a full-rank A."
+    )
+
+
+def complement_message(op: str, measured: float, tol: float) -> str:
+    """The text of a complete QR / LQ whose cotangent depends on the basis of
+    the complement of A's range (shared by both backends)."""
+    if op == "qr":
+        part, proj = "columns Q2 = Q[..., :, n:]", "Q2 Q2^H"
+    else:
+        part, proj = "rows Q2 = Q[..., m:, :]", "Q2^H Q2"
+    return (
+        f"{op}: the incoming gradient depends on the basis of Q's last {part} "
+        '(mode="complete"), a basis of the complement of the span of A that A '
+        f"determines only up to rotations (measured {measured:.3g} > gauge_atol "
+        f"{tol:.3g}); that part is dropped, so this gradient is not exact. Use a "
+        f"loss of the complement through its projector {proj} (or of the other "
+        "factors), which is exact."
+    )
+
+
+def qr_forward_message(op: str, measured: float, tol: float) -> str:
+    """The text of a QR / LQ forward mode whose tangent moves the product past
+    the first small pivot (shared by both backends)."""
+    _, _, q2, r2 = _qr_names(op)
     t = "R" if op == "qr" else "L"
     return (
-        f"{op}: A is rank deficient (a pivot |{t}_ii| at or below rank_atol); Q's "
-        f"{q} and {t}'s {r} past the rank are not determined by A, and the "
-        f"incoming gradient depends on them (measured {measured:.3g} > gauge_atol "
-        f"{tol:.3g}); that part is dropped, so this gradient is not exact. Use a "
-        f"loss of Q's {q} and {t}'s {r} up to the rank, or a full-rank A."
+        f"{op}: forward mode at a rank-deficient A (a pivot |{t}_jj| at or below "
+        f"rank_atol): the tangent moves the factors from the first such pivot j on "
+        f"(measured {measured:.3g} > gauge_atol {tol:.3g}), which are one choice of "
+        f"many, so the tangents of {q2} and {r2} depend on that choice; those of "
+        f"the factors before j and of Q @ R are exact. Use reverse mode "
+        "(torch.autograd.grad, torch.func.vjp), whose rule sees how the loss uses "
+        "the factors: exact for losses of the product and of the factors before j."
     )
 
 
 # The kinds of violation a Julia pullback records, by the suffix of its op
-# name ("svd", "svd:weights", "qr:rank"): each kind has its message.
+# name ("svd", "svd:weights", "qr:rank", "qr:lost", "qr:complement"): each
+# kind has its message.
 WEIGHTS, RANK = ":weights", ":rank"
+LOST, COMPLEMENT = ":lost", ":complement"
 
 
 def apply_gauge_records(
@@ -193,6 +330,10 @@ def apply_gauge_records(
             continue
         if op.endswith(RANK):
             msg = undetermined_message(op[: -len(RANK)], value, tol)
+        elif op.endswith(LOST):
+            msg = lost_message(op[: -len(LOST)], value, tol)
+        elif op.endswith(COMPLEMENT):
+            msg = complement_message(op[: -len(COMPLEMENT)], value, tol)
         else:
             msg = gauge_message(op, value, tol)
         apply_gauge_policy(msg, opts)

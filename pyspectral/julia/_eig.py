@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
+from ..common.gauge import apply_gauge_policy
 from ..exceptions import DomainError
+from ..pullbacks.eig import split_message
 from ._bridge import call, options, present, pullback
 from ._convert import (
     check_tensor,
@@ -79,9 +81,11 @@ def eig_pullback(
 
 
 def eig_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
-    """Forward mode: ``(dL, dV)`` along ``dA`` (Julia reads ``dA^T``)."""
+    """Forward mode: ``(dL, dV)`` along ``dA`` (Julia reads ``dA^T``); the
+    call's gauge policy on a tangent that splits a cluster, as Julia
+    recorded it (``eig:split``: measured, allowed), per matrix."""
     batch, keep = dA.shape[:-2], []
-    dL, dV = _defective_as_native(
+    dL, dV, records = _defective_as_native(
         lambda: call(
             "eig",
             "eig_pushforward_batched",
@@ -89,9 +93,14 @@ def eig_pushforward(handles: tuple, dA: torch.Tensor, opts: Any) -> tuple:
             to_julia(dA, keep),
             opts.degeneracy_atol,
             opts.broadening,
+            opts.gauge != "ignore",
+            opts.gauge_atol,
             elements=elements(dA),
         )
     )
+    worst = max(((float(v), float(t)) for _, v, t in records), default=None)
+    if worst is not None:
+        apply_gauge_policy(split_message("eig", *worst), opts)
     return from_julia_vectors(dL, batch), julia_matrices(dV, batch)
 
 
@@ -102,7 +111,7 @@ def _defective_as_native(run):
         return run()
     except DomainError as err:
         text = str(err)
-        start = text.find("eig: A is defective")
+        start = text.find("eig: A is ")
         if start < 0:
             raise
         raise DomainError(text[start:]) from err

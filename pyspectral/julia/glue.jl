@@ -499,7 +499,8 @@ function qr_pullback_batched!(ΔAt, Q, R, ΔQ, ΔR, rank_atol, degeneracy_atol, 
 end
 
 function _factor_pushforward(pushforward, X, Y, ΔAt, rank_atol)
-    Δs = [pushforward(slice(X, b), slice(Y, b), slice(ΔAt, b); rank_atol)
+    # gauge=:ignore: Python applies the policy at rank deficiency (qr.py's _julia_jvp)
+    Δs = [pushforward(slice(X, b), slice(Y, b), slice(ΔAt, b); rank_atol, gauge=:ignore)
           for b in axes(ΔAt, 3)]
     return batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs])
 end
@@ -570,11 +571,55 @@ function eig_pullback_batched!(ΔAt, λ, V, Δλ, ΔV, degeneracy_atol, broadeni
     return records(recorder)
 end
 
-function eig_pushforward_batched(λ, V, ΔAt, degeneracy_atol, broadening)
+# Forward mode; a tangent that splits a cluster is recorded (op "eig:split"), and the
+# bridge applies the call's policy to the records, returned after the two tangents.
+function eig_pushforward_batched(λ, V, ΔAt, degeneracy_atol, broadening, gauge::Bool,
+                                 gauge_atol)
+    opts, recorder = pullback_options(degeneracy_atol, broadening, gauge, gauge_atol)
     ΔAt = wrap(ΔAt)
     Δs = [PySpectral.eig_pushforward(slice(λ, b), slice(V, b), transpose(slice(ΔAt, b));
-                                     degeneracy_atol, broadening) for b in axes(ΔAt, 3)]
-    return outs((batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs])))
+                                     opts...) for b in axes(ΔAt, 3)]
+    return (outs((batch([Δ[1] for Δ in Δs]), batch([Δ[2] for Δ in Δs])))...,
+            records(recorder))
+end
+
+# ---------------------------------------------------------- eig_function
+
+# f(Aᵀ) = f(A)ᵀ for a matrix function, so Julia works on the Aᵀ it reads: its Yᵀ, and
+# the gradient ΔAᵀ and tangent ΔYᵀ of that problem, are read back as Y, A's gradient and
+# Y's tangent with no transpose. The eigenbasis is Aᵀ's own, Aᵀ = Vₜ Λ Vₜ⁻¹ (the bridge
+# has A = Vₜ⁻ᵀ Λ Vₜᵀ from it for the native second-order maps), after the eigenvector
+# conditioning check; the bridge checks f's domain on λ before the forms.
+function eig_function_eigenbasis_core(At::Array{T,3}) where {T}
+    Es = [PySpectral.eig(view(At, :, :, b)) for b in axes(At, 3)]
+    Vinvs = [PySpectral.check_diagonalizable(E.values, E.vectors; op=:eig_function,
+                                              pairs=false) for E in Es]
+    return batch([E.values for E in Es]), batch([E.vectors for E in Es]), batch(Vinvs)
+end
+eig_function_eigenbasis_batched(At) = outs(eig_function_eigenbasis_core(wrap(At)))
+
+function eig_function_apply_batched(λ, V, Vinv, f, real::Bool)
+    g = fspec(f)
+    return out(batch([PySpectral.eig_function_apply(slice(λ, b), slice(V, b),
+                                                    slice(Vinv, b), g; real)
+                      for b in axes(V, 3)]))
+end
+
+function eig_function_pullback_batched!(ΔAt, λ, V, Vinv, f, ΔYt)
+    g, ΔAt, ΔYt = fspec(f), wrap(ΔAt), wrap(ΔYt)
+    for b in axes(ΔAt, 3)
+        PySpectral.eig_function_pullback!(slice(ΔAt, b), slice(λ, b), slice(V, b),
+                                          slice(Vinv, b), g, slice(ΔYt, b))
+    end
+    return nothing
+end
+
+function eig_function_pushforward_batched(λ, V, Vinv, f, ΔAt, real::Bool)
+    g, ΔAt = fspec(f), wrap(ΔAt)
+    return out(batch([PySpectral.eig_function_pushforward(slice(λ, b), slice(V, b),
+                                                          slice(Vinv, b), g,
+                                                          slice(ΔAt, b); real)
+                      for b in axes(ΔAt, 3)]))
 end
 
 # ------------------------------------------------------------ truncation

@@ -1,6 +1,6 @@
 """Non-Hermitian eigendecomposition pullback and pushforward as plain torch
-functions: ``eig_pullback``, ``eig_pushforward`` and the eigenvector
-LU factors with their conditioning check, ``eigenvector_lu``. Mirrors
+functions: ``eig_pullback``, ``eig_pushforward`` and the check that a
+derivative exists, ``check_diagonalizable``. Mirrors
 ``julia/PySpectral/src/pullbacks/eig.jl``.
 
 Derivation (Giles 2008; Boeddeker et al. 2017, eq. 4.77; torch's
@@ -21,7 +21,9 @@ there and ``N`` on the cluster is measured (the gauge policy); a loss of the
 cluster's eigenvalues must be a symmetric function of them (equal ``gL`` on
 the cluster, ``check_weights``). Both are what svd and eigh check. At a
 defective (or numerically defective) ``A`` no derivative exists: ``V`` is
-singular, and ``eigenvector_lu`` raises.
+singular, or a pair the pullback divides by is within rounding of
+coalescing, and ``check_diagonalizable`` raises (docs/math.md, "eig: when a
+derivative exists").
 """
 
 from __future__ import annotations
@@ -36,25 +38,58 @@ from .._second_order import (
     spectral_clusters,
 )
 from .._settings import Options
-from ..common.defaults import degeneracy_tol, eps, peek
-from ..common.gauge import check_gauge, check_weights
+from ..common.defaults import degeneracy_tol, eps, eps34, gauge_tol, max_abs, peek
+from ..common.gauge import apply_gauge_policy, check_gauge, check_weights
 from ..common.safemethods import gap_inverse
 from ..exceptions import DomainError
 
-__all__ = ["eig_pullback", "eig_pushforward", "eigenvector_lu"]
+__all__ = [
+    "check_diagonalizable",
+    "check_split",
+    "eig_pullback",
+    "eig_pushforward",
+]
 
 
-def eigenvector_lu(V: Tensor, op: str = "eig") -> tuple[Tensor, Tensor, Tensor | None]:
-    """``(LU, pivots, inverse)``: the LU factors of ``V``
-    (``torch.linalg.lu_factor``) and, for a small ``V``, ``V^-1`` (None
-    otherwise), after checking that ``V`` (unit-norm columns) is well enough
-    conditioned for a derivative to exist: ``DomainError`` where ``kappa(V)
-    = sqrt(n) ||V^-1|| >= eps**(-1/2)`` (``sqrt(n) = ||V||_F``; the norm of
-    the inverse: Frobenius for a small ``V``, else the 1-norm estimate of
-    LAPACK's ``xGECON``, from a few solves with vectors). That is a
-    defective ``A``, or one within rounding of defective: eigenvector angles
-    below ``sqrt(eps)``, where the eigenvalues move like ``sqrt(dA)``, not
-    linearly."""
+def check_diagonalizable(
+    w: Tensor, V: Tensor, opts: Options, op: str = "eig", *, pairs: bool = True
+) -> tuple[Tensor, Tensor, Tensor | None]:
+    """``(LU, pivots, inverse)``: the LU factors of the eigenvectors ``V``
+    (``torch.linalg.lu_factor``; ``inverse`` is ``V^-1`` for ``n <= 32``,
+    else None), after checking that a derivative of ``A = V diag(w) V^-1``
+    can be trusted there; :class:`DomainError` where it cannot.
+
+    ``w``: the eigenvalues ``(*, n)``; ``V``: unit-norm eigenvectors
+    ``(*, n, n)``; ``opts``: the call's options (``degeneracy_atol`` decides
+    which pairs are one cluster); ``op``: the name in the error text. Two
+    conditions (docs/math.md, "eig: when a derivative exists"):
+
+    1. ``V`` is invertible to half the digits: ``kappa(V) = sqrt(n)
+       ||V^-1|| < eps**(-1/2)`` (Frobenius norm for a small ``V``, else
+       LAPACK's ``xGECON`` 1-norm estimate). Inside a cluster this is what
+       says the cluster is an eigenspace (a basis of it), not a Jordan block.
+    2. Every pair the pullback divides by (``|w_i - w_j| >
+       degeneracy_atol``, default ``max|w| eps**(3/4)``) is resolved: its
+       effective gap ``2 |w_i - w_j| / (kappa_i + kappa_j)``, with
+       ``kappa_i = ||row i of V^-1||`` the condition number of ``w_i``
+       (unit-norm columns), is at least ``degeneracy_atol`` where given,
+       else ``eps**(3/4) max(max|w|, ||A||_F / sqrt(n))``. Half the
+       effective gap, ``s_ij``, is the pair's first-order distance to a
+       matrix where it coalesces; the derivatives of the pair change by
+       about ``||dA|| / s_ij`` of themselves under a perturbation ``dA``,
+       so the rounding of ``A`` (``eps ||A||``) leaves a resolved pair's
+       within about ``eps**(1/4)`` of exact: what eigh grants a pair at
+       its degeneracy tolerance (for a normal ``A``, ``kappa = 1``, every
+       pair the tolerance separates passes). A near-Jordan pair (``S J
+       S^-1``, the Jordan block perturbed by ``delta``: gap ``2
+       sqrt(delta)``, ``kappa ~ 1 / sqrt(delta)``) has ``s ~ delta`` and
+       is refused below ``delta ~ eps**(3/4)``; a well-conditioned near
+       pair (gap ``1e-9``, ``kappa ~ 1``) is not.
+
+    ``pairs=False`` checks condition 1 alone (``eig_function``, whose
+    divided differences of ``f`` replace the quotients ``1 / (w_i - w_j)``).
+    Public for those callers; the signature is stable.
+    """
     LU, pivots, info = torch.linalg.lu_factor_ex(V)
     n = V.shape[-1]
     inverse = None
@@ -65,9 +100,9 @@ def eigenvector_lu(V: Tensor, op: str = "eig") -> tuple[Tensor, Tensor, Tensor |
         F, piv, bad = (peek(t.detach()) for t in (LU, pivots, info))
         if F.numel() == 0:
             return LU, pivots, inverse
-        if inverse is not None:
-            real = torch.view_as_real(peek(inverse.detach()))
-            norm = torch.linalg.vector_norm(real, dim=(-3, -2, -1))
+        W = None if inverse is None else peek(inverse.detach())
+        if W is not None:
+            norm = torch.linalg.vector_norm(torch.view_as_real(W), dim=(-3, -2, -1))
         else:
             norm = _inverse_norm1(F, piv)
         cond = norm * n**0.5
@@ -75,16 +110,86 @@ def eigenvector_lu(V: Tensor, op: str = "eig") -> tuple[Tensor, Tensor, Tensor |
         singular = (bad != 0) | ~torch.isfinite(cond) | (cond >= limit)
         if bool(singular.any()):
             worst = float(cond.masked_fill(bad != 0, float("inf")).max())
-            raise DomainError(
-                f"{op}: A is defective or numerically defective: its eigenvectors "
-                f"are (nearly) linearly dependent (condition number {worst:.3g} >= "
-                f"eps**(-1/2) = {limit:.3g}), so its eigenvalues are not "
-                "differentiable there (they move like the square root of a "
-                "perturbation). Differentiate a function that stays smooth there "
-                "(trace(A), det(A), a matrix function computed without eig), "
-                "or perturb A."
-            )
+            raise DomainError(_defective_message(op, worst, limit))
+        if pairs and n > 1:
+            _check_pairs(peek(w.detach()), peek(V.detach()), F, piv, W, norm, opts,
+                         op)  # fmt: skip
     return LU, pivots, inverse
+
+
+def _check_pairs(w: Tensor, V: Tensor, F: Tensor, piv: Tensor, W: Tensor | None,
+                 norm: Tensor, opts: Options, op: str) -> None:  # fmt: skip
+    """Condition 2 of :func:`check_diagonalizable` (no autograd; ``W``: ``V^-1``
+    or None, ``norm``: the norm of ``V^-1`` or its estimate)."""
+    n = w.shape[-1]
+    gap = (w.unsqueeze(-1) - w.unsqueeze(-2)).abs()
+    eye = torch.eye(n, dtype=torch.bool, device=w.device)
+    divided = (gap > degeneracy_tol(w, opts.degeneracy_atol).real) & ~eye
+    if not bool(divided.any()):
+        return
+    big = w.abs().amax(-1)
+    # A cheap sufficient test first (O(n^2), passes for most matrices): with
+    # k >= ||V^-1||_2 (the Frobenius norm, or sqrt(n) times the 1-norm
+    # estimate), kappa_i <= k and ||A||_F / sqrt(n) <= ||A||_2 <= max|w|
+    # ||V||_2 k <= max|w| sqrt(n) k.
+    k = norm if W is not None else norm * n**0.5
+    least = gap.masked_fill(~divided, float("inf")).amin((-2, -1)) / k
+    if bool((least >= _resolution(big * n**0.5 * k, opts)).all()):
+        return
+    if W is None:
+        eye_n = torch.eye(n, dtype=V.dtype, device=V.device).expand_as(V)
+        W = torch.linalg.lu_solve(F, piv, eye_n)
+    kappa = torch.linalg.vector_norm(W, dim=-1)  # rows of V^-1: (*, n)
+    A = (V * w.unsqueeze(-2)) @ W
+    scale = torch.maximum(big, torch.linalg.vector_norm(A, dim=(-2, -1)) / n**0.5)
+    effective = 2 * gap / (kappa.unsqueeze(-1) + kappa.unsqueeze(-2))
+    short = divided & (effective < _resolution(scale, opts)[..., None, None])
+    if bool(short.any()):
+        worst = effective.masked_fill(~short, float("inf"))
+        i = int(worst.flatten().argmin())
+        raise DomainError(
+            pair_message(op, float(worst.flatten()[i]), float(gap.flatten()[i]),
+                         float(_resolution(scale, opts).max()))  # fmt: skip
+        )
+
+
+def _resolution(scale: Tensor, opts: Options) -> Tensor:
+    """The least effective gap of a resolved pair: ``degeneracy_atol`` where
+    given, else ``eps**(3/4)`` times ``scale``."""
+    if opts.degeneracy_atol is not None:
+        return torch.full_like(scale, opts.degeneracy_atol)
+    return scale * eps34(scale.dtype)
+
+
+def pair_message(op: str, effective: float, gap: float, limit: float) -> str:
+    """The text of :func:`check_diagonalizable`'s ``DomainError`` at a pair
+    within rounding of coalescing (both backends)."""
+    return (
+        f"{op}: A is numerically defective: two of its eigenvalues are apart "
+        f"(|w_i - w_j| = {gap:.3g}) but within rounding of coalescing: their "
+        f"effective gap 2 |w_i - w_j| / (kappa_i + kappa_j) = {effective:.3g} is "
+        f"below the resolution {limit:.3g} (eps**(3/4) max(max|w|, ||A||_F / "
+        "sqrt(n)), or degeneracy_atol; kappa_i: the condition number of w_i), "
+        "so the derivatives of the pair (which divide by w_i - w_j) are not "
+        "determined by A to any accuracy. Differentiate a function that stays "
+        "smooth there (trace(A), "
+        "det(A), torch.linalg.matrix_exp(A), torch.linalg.matrix_power(A, k)), "
+        "or perturb A."
+    )
+
+
+def _defective_message(op: str, measured: float, limit: float) -> str:
+    """The text of :func:`check_diagonalizable`'s ``DomainError`` at nearly
+    dependent eigenvectors (both backends)."""
+    return (
+        f"{op}: A is defective or numerically defective: its eigenvectors are "
+        f"(nearly) linearly dependent (condition number {measured:.3g} >= "
+        f"eps**(-1/2) = {limit:.3g}), so its eigenvalues are not differentiable "
+        "there (they move like the square root of a perturbation). Differentiate "
+        "a function that stays smooth there (trace(A), det(A), "
+        "torch.linalg.matrix_exp(A), torch.linalg.matrix_power(A, k)), or "
+        "perturb A."
+    )
 
 
 # Up to this order the inverse itself is cheaper than the estimator's
@@ -149,8 +254,8 @@ def eig_pullback(
     first = not check_second_order_cotangent(gL, (gV,), opts)
     if gL is None and gV is None:
         return None
-    factors = eigenvector_lu(V)
-    tol = degeneracy_tol(L, opts.degeneracy_atol)
+    factors = check_diagonalizable(L, V, opts)
+    tol = degeneracy_tol(L, opts.degeneracy_atol).real  # complex L: real tol
     # conj(L_j - L_i), formed conjugated: dividing by a conj() view takes a
     # slow path (4x the division's time for a batch of small matrices)
     Lc = L.conj()
@@ -215,8 +320,10 @@ def eig_pushforward(
 ) -> tuple[Tensor, Tensor]:
     """Tangents ``(dL, dV)`` of ``eig`` along ``dA``: the transpose of
     :func:`eig_pullback`, same cluster rule (no rotation inside a cluster,
-    no phase: ``Re(v_i^H dv_i) = 0`` keeps unit norm, ``Im`` is set 0)."""
-    LU, pivots, inverse = eigenvector_lu(V)
+    no phase: ``Re(v_i^H dv_i) = 0`` keeps unit norm, ``Im`` is set 0). A
+    tangent that splits a cluster (:func:`check_split`) triggers the gauge
+    policy."""
+    LU, pivots, inverse = check_diagonalizable(L, V, opts)
     B = dA.to(V.dtype) @ V
     if not plain(V, B):
         dP = torch.linalg.solve(V, B)
@@ -224,8 +331,79 @@ def eig_pushforward(
         dP = inverse @ B
     else:
         dP = torch.linalg.lu_solve(LU, pivots, B)
-    tol = degeneracy_tol(L, opts.degeneracy_atol)
+    tol = degeneracy_tol(L, opts.degeneracy_atol).real  # complex L: real tol
     gap = L.unsqueeze(-2) - L.unsqueeze(-1)  # L_j - L_i
+    if opts.gauge != "ignore" and opts.broadening is None:
+        check_split(L, dP, tol, (LU, pivots, inverse), dA, opts)
     X = V @ (dP * gap_inverse(gap, tol, opts))
     dV = X - V * (V.conj() * X).sum(-2).real.unsqueeze(-2)
     return dP.diagonal(dim1=-2, dim2=-1), dV
+
+
+def split_measure(L: Tensor, dP: Tensor, tol: Tensor) -> float:
+    """``max |dP_c - mean(diag dP_c) I|`` over the degenerate clusters ``c``
+    (``|L_i - L_j| <= tol``) of ``dP = V^-1 dA V``, pair by pair: ``|dP_ij|``
+    and ``|dP_ii - dP_jj|`` for ``i != j`` in one cluster (0: none)."""
+    with torch.no_grad():
+        Lp, D = peek(L.detach()), peek(dP.detach())
+        n = Lp.shape[-1]
+        close = (Lp.unsqueeze(-1) - Lp.unsqueeze(-2)).abs() <= peek(tol).real
+        close &= ~torch.eye(n, dtype=torch.bool, device=Lp.device)
+        if D.shape[-2:] != close.shape[-2:] or not bool(close.any()):
+            return 0.0
+        close = close.expand(D.shape)
+        d = D.diagonal(dim1=-2, dim2=-1)
+        spread = torch.maximum(D.abs(), (d.unsqueeze(-1) - d.unsqueeze(-2)).abs())
+        inside = spread.masked_select(close)
+        return float(inside.max()) if inside.numel() else 0.0
+
+
+def check_split(L: Tensor, dP: Tensor, tol: Tensor, factors: tuple, dA: Tensor,
+                opts: Options) -> None:  # fmt: skip
+    """The gauge policy where the tangent splits a degenerate cluster: the
+    block of ``dP = V^-1 dA V`` on a cluster is the first-order change of
+    ``A`` seen by its eigenspace, and the cluster stays repeated to first
+    order iff that block is a multiple of the identity. Otherwise ``A + t dA``
+    has ``k`` eigenvalue branches through the cluster, whose tangents are the
+    eigenvalues of the block and whose eigenvectors tend to the block's
+    eigenvectors, not to the basis returned: the tangents returned (the
+    block's diagonal, no rotation) follow no branch consistent with it, and
+    only the cluster's symmetric functions and spectral projector are exact.
+    Measured by :func:`split_measure`; allowed: ``gauge_atol``, default
+    ``eps**(3/4) max|dP|`` plus the rounding of ``dP`` (``4 n eps kappa(V)
+    max|dA|``)."""
+    measured = split_measure(L, dP, tol)
+    if measured == 0:
+        return
+    if opts.gauge_atol is not None:
+        allowed = opts.gauge_atol
+    else:
+        LU, pivots, inverse = factors
+        with torch.no_grad():
+            n = dP.shape[-1]
+            if inverse is not None:
+                W = torch.view_as_real(peek(inverse.detach()))
+                norm = float(torch.linalg.vector_norm(W, dim=(-3, -2, -1)).max())
+            else:
+                norm = float(_inverse_norm1(peek(LU.detach()), peek(pivots)).max())
+            D = peek(dA.detach())
+            rounding = 4 * n * eps(dP.dtype) * norm * n**0.5 * max_abs(D)
+        allowed = gauge_tol(dP, atol=None) + rounding
+    if measured > allowed:
+        apply_gauge_policy(split_message("eig", measured, allowed), opts)
+
+
+def split_message(op: str, measured: float, allowed: float) -> str:
+    """The text of :func:`check_split` (both backends)."""
+    return (
+        f"{op}: forward mode at a degenerate cluster of eigenvalues: the tangent "
+        "splits it (V^-1 dA V on the cluster is not a multiple of the identity: "
+        f"measured {measured:.3g} > allowed {allowed:.3g}), so the tangents "
+        "returned for its eigenvalues and eigenvectors follow no branch "
+        "consistent with the eigenvectors returned and are not exact (only "
+        "functions of the cluster's sum or mean and of its spectral projector "
+        "are: reverse mode, which sees the loss, tells them apart). Use "
+        "eig_function(A, f) for V f(L) V^-1 (exact at every spectrum of a "
+        "diagonalizable A, forward mode included), or a tangent dA that keeps "
+        "the cluster together."
+    )

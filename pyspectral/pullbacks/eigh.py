@@ -9,15 +9,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._autograd import plain
+from .._autograd import plain, tangent_guard
 from .._second_order import (
     check_second_order_cotangent,
     second_order_guard,
     spectral_clusters,
 )
 from .._settings import Options
-from ..common.defaults import degeneracy_tol, peek, separated
-from ..common.gauge import check_gauge, check_weights
+from ..common.defaults import degeneracy_tol, eps, eps34, peek, separated
+from ..common.gauge import (
+    apply_gauge_policy,
+    check_gauge,
+    check_weights,
+    policy_applied,
+)
 from ..common.safemethods import (
     TRANSPOSE_COPY,
     GapChecks,
@@ -30,6 +35,7 @@ from ..common.safemethods import (
     cut_rounding_rows,
     gap_checks,
     gap_inverse,
+    inv_safe,
     pair_rounding,
     with_adjoint,
 )
@@ -41,6 +47,16 @@ __all__ = [
     "hermitian_from_triangle",
     "hermitian_part",
     "tangent_scale",
+    "eigh_adapted_rotation",
+    "eigh_check_split",
+    "rounding_clusters",
+    "adapted_rotation",
+    "branch_rotation",
+    "check_cluster_split",
+    "cluster_pairs",
+    "cluster_split_message",
+    "split_pairs",
+    "split_tol",
 ]
 
 
@@ -271,19 +287,240 @@ def tangent_scale(dA: Tensor) -> Tensor:
 
 
 def eigh_pushforward(
-    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: Options, hermitian: bool = False
+    w: Tensor,
+    V: Tensor,
+    dA: Tensor,
+    uplo: str,
+    opts: Options,
+    hermitian: bool = False,
+    adapted: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Tangents ``(dw, dV)`` of ``eigh`` along ``dA`` (read from the ``uplo``
     triangle; ``hermitian``: through its Hermitian part, torch's convention):
-    the transpose of :func:`eigh_pullback`, same cluster rule."""
+    the transpose of :func:`eigh_pullback`, same cluster rule.
+
+    ``adapted``: the basis ``V`` was rotated to the tangent inside the
+    clusters degenerate to rounding (:func:`adapted_rotation`, applied by the
+    forward that saw ``dA``). The tangents then add the rotation of the
+    branch inside each cluster that ``dA`` splits (second order), and
+    measure the clusters the basis could not follow (``GaugeWarning``, see
+    :func:`check_cluster_split`). Without it (forward over reverse, whose own guard
+    measures) the cluster rule alone. Differentiated (reverse over forward),
+    the tangents are measured as :func:`tangent_guard` says."""
     # A V = V W gives dP = V^H dA_h V = Omega W - W Omega + dW with
     # Omega = V^H dV anti-Hermitian: dw = Re diag(dP) and, off the diagonal,
     # Omega_ij = dP_ij / (w_j - w_i), through the pullback's regularised
     # inverse, so 0 inside a degenerate cluster (and on the diagonal: no
     # phase rotation). No rounding cut (see svd_pushforward): dP is data.
+    # Inside a cluster the basis adapted to dA (dP diagonal there) moves by
+    # the second-order rotation Omega_ij = N_ij / (mu_j - mu_i), N = dP Omega,
+    # mu = diag(dP) (docs/math.md, forward mode at a degenerate cluster).
     dH = hermitian_part(dA) if hermitian else hermitian_from_triangle(dA, uplo)
     dP = V.mH @ dH @ V
     tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
-    dV = V @ (dP * gap_inverse(gap, tol, opts))
-    return dP.diagonal(dim1=-2, dim2=-1).real, dV
+    Omega = dP * gap_inverse(gap, tol, opts)
+    dw = dP.diagonal(dim1=-2, dim2=-1).real
+    pairs = cluster_pairs(w, tol, opts)
+    if pairs is not None:
+        t = split_tol(dH)
+        if adapted:
+            check_cluster_split("eigh", dP, pairs, t, opts)
+            same, _ = rounding_clusters(w)
+            if same is not None:  # (the clusters the forward could rotate)
+                Omega = Omega + branch_rotation(dP @ Omega, dw, pairs & same, t)
+        wp, Vp = peek(w.detach()), peek(V.detach())  # (the guard's backward: plain)
+        dw, dV = tangent_guard(
+            "eigh", (dw, V @ Omega), split_pairs(dP, pairs, t), (w, V, dA),
+            lambda g: _middle(wp, Vp, *g, uplo, opts), opts,
+        )  # fmt: skip
+        return dw, dV
+    return dw, V @ Omega
+
+
+def eigh_adapted_rotation(
+    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: Options, hermitian: bool
+) -> Tensor | None:
+    """The rotation ``R`` of ``V`` (``V R``) to the basis adapted to the
+    tangent ``dA`` (read as :func:`eigh_pushforward` reads it) inside each
+    cluster degenerate to rounding that ``dA`` splits, ascending (comment
+    below). None where there is nothing to rotate."""
+    if w.shape[-1] < 2 or opts.broadening is not None:
+        return None
+    dH = hermitian_part(dA) if hermitian else hermitian_from_triangle(dA, uplo)
+    return adapted_rotation(w, V.mH @ dH @ V, split_tol(dH), False)
+
+
+def _middle(
+    w: Tensor, V: Tensor, gw: Tensor | None, gV: Tensor | None, uplo: str, opts: Options
+) -> Tensor | None:
+    """The middle matrix of :func:`eigh_pullback` for the cotangents of the
+    tangents (``None``: nothing to measure)."""
+    if gV is None:
+        return None if gw is None else torch.diag_embed(gw).to(V.dtype)
+    return eigh_pullback(w, V, gw, gV, uplo, policy_applied(opts), middle_only=True)
+
+
+# ------------------------------------------ forward mode at a degenerate cluster
+#
+# Along A + t D, a cluster of k equal eigenvalues lam splits to first order by the
+# eigenvalues mu of its block dP_cc = V_c^H D_h V_c, and the eigenvectors converge
+# (t -> 0+) to V_c Q, Q the eigenvectors of dP_cc (degenerate perturbation theory).
+# A tangent whose block is not diagonal in the basis returned (E = off-diagonal of
+# dP_cc != 0) has tangents (dw, dV) that belong to no branch through that basis:
+# dP_cc = dW_cc is then impossible, and every output that reads the cluster's values
+# through its vectors (V diag(w) V^H: its block of the tangent is diag(dP_cc), not
+# dP_cc) is off by E. So a forward that sees the tangent returns the basis V_c Q
+# (which is as valid a basis of the cluster as LAPACK's) with mu in the order of the
+# values (ascending; S: descending), and its tangents are those of the branch:
+# dw_c = mu, and inside the cluster the rotation the second order fixes,
+#   Omega_ab = N_ab / (mu_b - mu_a),  N = dP Omega^(1)  (eigh; svd: the dilation's
+#   N = (U^H D dV + V^H D^H dU) / 2 from the first-order tangents),
+# for mu_a != mu_b (a sub-cluster left degenerate stays unrotated: its tangent is
+# scalar, consistent with any basis to first order). Only a cluster degenerate to
+# the rounding of the spectrum can be rotated (rotating a near-degenerate one would
+# change A = V W V^H by its spread); the others, degenerate within degeneracy_atol
+# only, are measured: a tangent that splits one there warns (check_cluster_split).
+
+
+def cluster_pairs(spectrum: Tensor, tol: Tensor, opts: Options) -> Tensor | None:
+    """The pairs ``i != j`` of ``spectrum`` within the degeneracy tolerance
+    ``tol`` (``(*, 1, 1)``), or None where there is none or Lorentzian
+    broadening drops nothing (one host read)."""
+    if opts.broadening is not None or spectrum.shape[-1] < 2:
+        return None
+    k = spectrum.shape[-1]
+    eye = torch.eye(k, dtype=torch.bool, device=spectrum.device)
+    pairs = ((spectrum.unsqueeze(-1) - spectrum.unsqueeze(-2)).abs() <= tol) & ~eye
+    return pairs if bool(peek(pairs).any()) else None
+
+
+def eigh_check_split(
+    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: Options, hermitian: bool
+) -> None:
+    """The measure of :func:`eigh_pushforward` with ``adapted`` alone (the
+    clusters the basis could not follow), for a backend that pushes the
+    tangents itself (Julia's pushforward: the same formulas)."""
+    tol = degeneracy_tol(w, opts.degeneracy_atol)
+    pairs = cluster_pairs(w, tol, opts)
+    if pairs is None:
+        return
+    dH = hermitian_part(dA) if hermitian else hermitian_from_triangle(dA, uplo)
+    check_cluster_split("eigh", V.mH @ dH @ V, pairs, split_tol(dH), opts)
+
+
+def split_tol(dA: Tensor) -> Tensor:
+    """``eps**(3/4) max |dA|`` per matrix (``(*, 1, 1)``): an entry of a
+    cluster's block of the tangent above it splits the cluster (as
+    ``_second_order``'s measure of the clusters a tangent splits)."""
+    return tangent_scale(dA) * eps34(dA.dtype)
+
+
+def split_pairs(H: Tensor, pairs: Tensor, t: Tensor) -> Tensor:
+    """The cluster ``pairs`` that the tangent's Hermitian block ``H`` splits:
+    an off-diagonal entry or a difference of diagonal entries above ``t``."""
+    d = H.diagonal(dim1=-2, dim2=-1).real
+    spread = (d.unsqueeze(-1) - d.unsqueeze(-2)).abs()
+    return pairs & ((H.abs() > t) | (spread > t))
+
+
+def adapted_rotation(
+    spectrum: Tensor,
+    H: Tensor,
+    t: Tensor,
+    descending: bool,
+    eligible: Tensor | None = None,
+) -> Tensor | None:
+    """The unitary ``R`` (``k x k``) that turns the basis of each cluster
+    degenerate to rounding into the one adapted to the tangent (the
+    eigenvectors of its block of ``H``, the tangent's Hermitian block in the
+    basis returned), in the order of the values (``descending``: largest
+    first, as ``S``); identity on the clusters the tangent does not split and
+    outside the ``eligible`` members (svd: not the zero cluster). None if
+    there is nothing to rotate. Branch-free over a batch: one eigh of the
+    masked blocks, each shifted by ``kappa`` times its cluster's label so that
+    the blocks' eigenvalues do not interleave."""
+    # (called by a forward, on its results: nothing here is recorded; the
+    # spectrum is read first, so that a tangent batched by the legacy vmap of
+    # gradcheck is not read where there is no cluster)
+    if spectrum.shape[-1] < 2:
+        return None
+    same, label = rounding_clusters(spectrum)
+    if same is None:
+        return None
+    s = spectrum
+    if eligible is not None:
+        same = same & eligible.unsqueeze(-1) & eligible.unsqueeze(-2)
+    split = split_pairs(H, same, t)
+    split.diagonal(dim1=-2, dim2=-1).zero_()
+    rows = (same & split.any(-1).unsqueeze(-2)).any(-1)
+    if not bool(peek(rows).any()):
+        return None
+    Hc = H * same
+    kappa = 3 * torch.linalg.matrix_norm(Hc).unsqueeze(-1) + torch.finfo(s.dtype).tiny
+    shift = torch.diag_embed(label.to(s.dtype) * kappa).to(H.dtype)
+    _, Q = torch.linalg.eigh((-Hc if descending else Hc) + shift)
+    eye = torch.eye(s.shape[-1], dtype=H.dtype, device=H.device)
+    return torch.where(rows.unsqueeze(-1), Q * same, eye)
+
+
+def rounding_clusters(spectrum: Tensor) -> tuple[Tensor | None, Tensor]:
+    """``(same, label)``: the clusters of the (sorted) ``spectrum`` degenerate
+    to its rounding, consecutive values within ``4 k eps max|s|`` (``same``:
+    the pairs in one, diagonal included; None where there is none, one host
+    read), and each value's cluster number ``label``."""
+    s = spectrum
+    k = s.shape[-1]
+    r = s.abs().amax(-1, keepdim=True) * (4 * k * eps(s.dtype))  # the rounding of s
+    breaks = (s[..., 1:] - s[..., :-1]).abs() > r
+    label = torch.cat((torch.zeros_like(breaks[..., :1]), breaks), -1).cumsum(-1)
+    if not bool(peek(~breaks).any()):
+        return None, label
+    return label.unsqueeze(-1) == label.unsqueeze(-2), label
+
+
+def branch_rotation(N: Tensor, mu: Tensor, pairs: Tensor, t: Tensor) -> Tensor:
+    """``N_ab / (mu_b - mu_a)`` on the cluster ``pairs`` whose ``mu`` (the
+    tangent's values, diagonal of its adapted block) differ by more than
+    ``t``, 0 elsewhere: the rotation of the branch inside the cluster."""
+    g = mu.unsqueeze(-2) - mu.unsqueeze(-1)  # mu_b - mu_a
+    return N * (inv_safe(g, t) * pairs).to(N.dtype)
+
+
+def check_cluster_split(
+    op: str, H: Tensor, pairs: Tensor, t: Tensor, opts: Options
+) -> None:
+    """Apply the gauge policy where the tangent splits a cluster that the
+    basis is not adapted to (``H``: its Hermitian block in the basis
+    returned, off-diagonal above ``t`` on the cluster ``pairs``): degenerate
+    within the tolerance but not to rounding, it could not be rotated."""
+    if opts.gauge == "ignore":
+        return
+    with torch.no_grad():
+        E = peek((H.abs() * pairs).detach())
+        over = peek((H.abs() > t).detach()) & peek(pairs)
+        if not bool(over.any()):
+            return
+        measured = float(E.max())
+        limit = float(peek(t.detach()).max())
+    apply_gauge_policy(cluster_split_message(op, measured, limit), opts)
+
+
+def cluster_split_message(op: str, measured: float, limit: float) -> str:
+    """The text of :func:`check_cluster_split` (shared by both backends)."""
+    values, route = (
+        ("singular values", "svd_function(A, f) for U f(S) Vh (('pow', 1) for "
+         "U diag(S) Vh)")
+        if op == "svd"
+        else ("eigenvalues", "matrix_function(A, f) for V f(w) V^H")
+    )  # fmt: skip
+    return (
+        f"{op}: forward mode: the tangent splits a cluster of {values} that are "
+        f"degenerate within degeneracy_atol but not to rounding (entry {measured:.3g} "
+        f"> {limit:.3g} off the diagonal of the tangent's block there), so the basis "
+        "returned cannot follow it: the tangents of that cluster's values and "
+        "vectors are those of no branch through this basis, and an output that "
+        "reads the values through the vectors is not exact (outputs invariant "
+        "under rotations inside the cluster are). "
+        f"Use {route}: exact at every spectrum."
+    )

@@ -36,8 +36,15 @@ def lq_pullback(
 
 
 def lq_pushforward(
-    L: Tensor, Q: Tensor, dA: Tensor, rank_atol: float | None = None
+    L: Tensor,
+    Q: Tensor,
+    dA: Tensor,
+    rank_atol: float | None = None,
+    opts: Options | None = None,
+    op: str = "lq",
 ) -> tuple[Tensor, Tensor]:
-    """Tangents ``(dL, dQ)`` of the LQ along ``dA``: the QR's of ``A^H``."""
-    dQh, dLh = qr_pushforward(Q.mH, L.mH, dA.mH, rank_atol)
+    """Tangents ``(dL, dQ)`` of the LQ along ``dA``: the QR's of ``A^H``
+    (the gauge policy of ``opts`` at rank deficiency, messages naming
+    ``op``)."""
+    dQh, dLh = qr_pushforward(Q.mH, L.mH, dA.mH, rank_atol, opts, op)
     return dLh.mH, dQh.mH

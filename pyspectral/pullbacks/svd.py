@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._autograd import plain
+from .._autograd import plain, tangent_guard
 from .._discarded import DiscardedTerm, add_discarded_term, discarded_clusters
 from .._fns import SpectralFn
 from .._second_order import (
@@ -38,13 +38,24 @@ from ..common.safemethods import (
     with_adjoint,
     with_infinite_weights,
 )
-from .eigh import tangent_scale
+from .eigh import (
+    adapted_rotation,
+    branch_rotation,
+    check_cluster_split,
+    cluster_pairs,
+    rounding_clusters,
+    split_pairs,
+    split_tol,
+    tangent_scale,
+)
 from .matfun import Nodes, contraction, spectral_nodes
 
 __all__ = [
     "svd_pullback",
     "svd_function_pullback",
     "svd_pushforward",
+    "svd_adapted_rotation",
+    "svd_check_split",
     "svd_function_pushforward",
     "svd_function_second_order",
 ]
@@ -471,7 +482,7 @@ def svd_function_pullback(
 
 
 def svd_pushforward(
-    U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: Options
+    U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: Options, adapted: bool = False
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Tangents ``(dU, dS, dVh)`` of ``A = U diag(S) Vh`` along ``dA``: the
     transpose of :func:`svd_pullback`, with the same cluster rule.
@@ -479,6 +490,13 @@ def svd_pushforward(
     ``U``/``Vh`` may be thin or full; the complement columns of a full SVD
     move only as much as orthogonality to the thin ones requires (their basis
     inside the complement is arbitrary, as in the pullback's fold).
+    ``adapted``: the basis was rotated to the tangent inside the clusters
+    degenerate to rounding (:func:`svd_adapted_rotation`), as in
+    :func:`~pyspectral.pullbacks.eigh.eigh_pushforward` (the branch's
+    rotation inside a split cluster; the clusters it could not follow are
+    measured); differentiated, the tangents are measured (``tangent_guard``).
+    The zero singular values are left as they are (their cluster is not
+    rotated: the singular values of its block are not differentiable).
     """
     # With dP = U^H dA V, Omega_U = U^H dU, Omega_V = V^H dV (anti-Hermitian),
     # dP = Omega_U S + dS - S Omega_V. Split dP = H + K (Hermitian and
@@ -514,8 +532,82 @@ def svd_pushforward(
     if Vh.shape[-1] > k:
         dAhU = dA.mH @ Uk
         dV = dV + (dAhU - Vk @ dP.mH) * Sinv
+    pairs = cluster_pairs(S, tol, opts)
+    if pairs is not None:
+        # the clusters of nonzero singular values (a zero one is not rotated)
+        nonzero = S > tol.squeeze(-1)
+        pairs = pairs & nonzero.unsqueeze(-1) & nonzero.unsqueeze(-2)
+        t = split_tol(dA)
+        if adapted:
+            # the branch's rotation inside the split clusters, common to U and
+            # V (the Hermitian dilation's eigenvectors [u; v] / sqrt 2)
+            check_cluster_split("svd", H, pairs, t, opts)
+            same, _ = rounding_clusters(S)
+            if same is not None:  # (the clusters the forward could rotate)
+                N = (Uk.mH @ (dA @ dV) + Vk.mH @ (dA.mH @ dU)) * 0.5
+                Omega = branch_rotation(N, dS, pairs & same, t)
+                dU, dV = dU + Uk @ Omega, dV + Vk @ Omega
     dU, dV = _complement_tangent(U, Uk, dU), _complement_tangent(Vh.mH, Vk, dV)
-    return dU, dS, dV.mH
+    if pairs is None:
+        return dU, dS, dV.mH
+    Up, Sp, Vhp = (peek(x.detach()) for x in (U, S, Vh))  # (the guard: plain)
+    dU, dS, dVh = tangent_guard(
+        "svd", (dU, dS, dV.mH), split_pairs(H, pairs, t), (U, S, Vh, dA),
+        lambda g: _middle(Up, Sp, Vhp, *g, opts), opts,
+    )  # fmt: skip
+    return dU, dS, dVh
+
+
+def _middle(
+    U: Tensor,
+    S: Tensor,
+    Vh: Tensor,
+    gU: Tensor | None,
+    gS: Tensor | None,
+    gVh: Tensor | None,
+    opts: Options,
+) -> Tensor | None:
+    """The middle matrix of :func:`svd_pullback` for the cotangents of the
+    tangents (``None``: nothing to measure)."""
+    if gU is None and gVh is None:
+        return None if gS is None else torch.diag_embed(gS).to(U.dtype)
+    return svd_pullback(U, S, Vh, gU, gS, gVh, policy_applied(opts), middle_only=True)
+
+
+def svd_check_split(
+    U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: Options
+) -> None:
+    """The measure of :func:`svd_pushforward` with ``adapted`` alone (the
+    clusters of nonzero values the basis could not follow), for a backend
+    that pushes the tangents itself (Julia's pushforward: the same formulas)."""
+    k = S.shape[-1]
+    tol = degeneracy_tol(S, opts.degeneracy_atol)
+    pairs = cluster_pairs(S, tol, opts)
+    if pairs is None:
+        return
+    nonzero = S > tol.squeeze(-1)
+    pairs = pairs & nonzero.unsqueeze(-1) & nonzero.unsqueeze(-2)
+    P = U[..., :k].mH @ dA @ Vh[..., :k, :].mH
+    check_cluster_split("svd", (P + P.mH) * 0.5, pairs, split_tol(dA), opts)
+
+
+def svd_adapted_rotation(
+    U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: Options
+) -> Tensor | None:
+    """The rotation ``R`` (``k x k``) of the thin factors, ``U_k R`` and
+    ``R^H Vh_k``, to the basis adapted to the tangent ``dA`` inside each
+    cluster of nonzero singular values degenerate to rounding that ``dA``
+    splits: the eigenvectors of its block of ``herm(U^H dA V)``, largest
+    first (see pullbacks/eigh.py, forward mode at a degenerate cluster).
+    None where there is nothing to rotate."""
+    k = S.shape[-1]
+    if k < 2 or opts.broadening is not None:
+        return None
+    tol = degeneracy_tol(S, opts.degeneracy_atol)
+    P = U[..., :k].mH @ dA @ Vh[..., :k, :].mH
+    H = (P + P.mH) * 0.5
+    nonzero = S > tol.squeeze(-1)
+    return adapted_rotation(S, H, split_tol(dA), True, nonzero)
 
 
 def _complement_tangent(U: Tensor, Uk: Tensor, dUk: Tensor) -> Tensor:

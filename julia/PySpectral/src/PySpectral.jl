@@ -21,7 +21,7 @@ using PrecompileTools: @compile_workload, @setup_workload
 using Random: Random
 
 export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
-export eig, polar
+export eig, polar, eig_function
 export tsvd, teigh, truncation_rank, truncation_error, svd_split
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
@@ -31,6 +31,7 @@ export svd_pushforward, svd_function_pushforward, eigh_pushforward,
     matrix_function_pushforward
 export qr_pullback!, lq_pullback!, polar_pullback!, eig_pullback!, qr_pushforward,
     lq_pushforward, polar_pushforward, eig_pushforward
+export eig_function_pullback!, eig_function_pushforward
 export truncated_svd_pushforward, truncated_eigh_pushforward,
     dense_truncated_svd_pushforward, dense_truncated_eigh_pushforward
 export GaugeError, GaugeRecorder
@@ -46,6 +47,7 @@ include("forward/topk.jl")
 include("forward/qr.jl")
 include("forward/eig.jl")
 include("forward/polar.jl")
+include("forward/eigfun.jl")
 include("pullbacks/svd.jl")
 include("pullbacks/eigh.jl")
 include("pullbacks/matfun.jl")
@@ -55,6 +57,7 @@ include("pullbacks/qr.jl")
 include("pullbacks/lq.jl")
 include("pullbacks/polar.jl")
 include("pullbacks/eig.jl")
+include("pullbacks/eigfun.jl")
 include("rrules.jl")
 include("frules.jl")
 include("precompile.jl")

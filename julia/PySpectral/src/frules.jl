@@ -26,7 +26,12 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(svd), A::AbstractMatrix; full::
     F = r === nothing ? Fall : _topk(Fall, r)  # exactly what svd(A; ...) returns
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return F, ΔA
-    ΔU, ΔS, ΔVᴴ = svd_pushforward(Fall.U, Fall.S, Fall.Vt, ΔA; degeneracy_atol, broadening)
+    # Without a truncation (whose cut it would move), the basis inside a degenerate
+    # cluster is the one the tangent follows (svd_adapted), and the tangents its branch's.
+    adapted = r === nothing
+    adapted && (Fall = F = svd_adapted(Fall, ΔA; degeneracy_atol, broadening))
+    ΔU, ΔS, ΔVᴴ = svd_pushforward(Fall.U, Fall.S, Fall.Vt, ΔA; degeneracy_atol, broadening,
+                                  adapted, gauge)
     if r !== nothing
         ΔU, ΔS, ΔVᴴ = ΔU[:, 1:r], ΔS[1:r], ΔVᴴ[1:r, :]
     end
@@ -98,7 +103,10 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(svdvals), A::AbstractMatrix)
     F = svd(A)
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return F.S, ΔA
-    _, ΔS, _ = svd_pushforward(F.U, F.S, F.Vt, ΔA)
+    # in the basis ΔA follows (svd_adapted): a split cluster's ΔS are the one-sided
+    # derivatives of the values, in their order
+    F = svd_adapted(F, ΔA)
+    _, ΔS, _ = svd_pushforward(F.U, F.S, F.Vt, ΔA; adapted=true)
     return F.S, ΔS
 end
 
@@ -119,7 +127,11 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(eigh), A::AbstractMatrix; uplo:
              gauge_atol)
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return E, ΔA
-    Δλ, ΔV = eigh_pushforward(E.values, E.vectors, ΔA; uplo, degeneracy_atol, broadening)
+    # the basis inside a degenerate cluster is the one the tangent follows (eigh_adapted),
+    # and the tangents its branch's
+    E = eigh_adapted(E, ΔA; uplo, broadening)
+    Δλ, ΔV = eigh_pushforward(E.values, E.vectors, ΔA; uplo, degeneracy_atol, broadening,
+                              adapted=true, gauge)
     return E, Tangent{typeof(E)}(; values=Δλ, vectors=ΔV)
 end
 
@@ -129,7 +141,9 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(eigvalsh), A::AbstractMatrix;
     E = eigh(A; uplo, check_hermitian, hermitian_tol)
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return E.values, ΔA
-    Δλ, _ = eigh_pushforward(E.values, E.vectors, ΔA; uplo)
+    # in the basis ΔA follows: a split cluster's Δλ are the one-sided derivatives
+    E = eigh_adapted(E, ΔA; uplo)
+    Δλ, _ = eigh_pushforward(E.values, E.vectors, ΔA; uplo, adapted=true)
     return E.values, Δλ
 end
 
@@ -142,6 +156,16 @@ function ChainRulesCore.frule((_, ΔA, _), ::typeof(matrix_function), A::Abstrac
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return Y, ΔA
     return Y, matrix_function_pushforward(E.values, E.vectors, f, ΔA; uplo, degeneracy_atol)
+end
+
+function ChainRulesCore.frule((_, ΔA, _), ::typeof(eig_function), A::AbstractMatrix, f)
+    E = eig(A)
+    Vinv = check_diagonalizable(E.values, E.vectors; op=:eig_function, pairs=false)
+    real = !(eltype(A) <: Complex)
+    Y = eig_function_apply(E.values, E.vectors, Vinv, f; real)
+    ΔA = unthunk(ΔA)
+    ΔA isa AbstractZero && return Y, ΔA
+    return Y, eig_function_pushforward(E.values, E.vectors, Vinv, f, ΔA; real)
 end
 
 # Top-k: the forward's block (kept triplets, the certified extras, the preconditioning
@@ -192,7 +216,8 @@ for (f, pushforward) in ((:qr, :qr_pushforward), (:lq, :lq_pushforward))
         XY = $f(A; full, positive, rank_atol, gauge, gauge_atol)
         ΔA = unthunk(ΔA)
         ΔA isa AbstractZero && return XY, ΔA
-        return XY, Tangent{typeof(XY)}($pushforward(XY..., ΔA; rank_atol)...)
+        return XY, Tangent{typeof(XY)}($pushforward(XY..., ΔA; rank_atol, gauge,
+                                                    gauge_atol)...)
     end
 end
 
@@ -212,7 +237,8 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(eig), A::AbstractMatrix;
     E = eig(A; degeneracy_atol, broadening, gauge, gauge_atol)
     ΔA = unthunk(ΔA)
     ΔA isa AbstractZero && return E, ΔA
-    Δλ, ΔV = eig_pushforward(E.values, E.vectors, ΔA; degeneracy_atol, broadening)
+    Δλ, ΔV = eig_pushforward(E.values, E.vectors, ΔA; degeneracy_atol, broadening, gauge,
+                             gauge_atol)
     return E, Tangent{typeof(E)}(; values=Δλ, vectors=ΔV)
 end
 

@@ -230,6 +230,23 @@ function ChainRulesCore.rrule(::typeof(matrix_function), A::AbstractMatrix, f;
     return Y, matrix_function_back
 end
 
+# eig_function (src/pullbacks/eigfun.jl): the eigenbasis and V⁻¹ kept for the pullback.
+function ChainRulesCore.rrule(::typeof(eig_function), A::AbstractMatrix, f)
+    E = eig(A)
+    Vinv = check_diagonalizable(E.values, E.vectors; op=:eig_function, pairs=false)
+    real = !(eltype(A) <: Complex)
+    Y = eig_function_apply(E.values, E.vectors, Vinv, f; real)
+    project_A, sz = ProjectTo(A), size(A)  # not A itself: the closure need not keep it
+    function eig_function_back(ΔY)
+        ΔY = unthunk(ΔY)
+        iszerotangent(ΔY) && return NoTangent(), ZeroTangent(), NoTangent()
+        ΔA = zeros(real ? Base.real(eltype(E.vectors)) : eltype(E.vectors), sz)
+        eig_function_pullback!(ΔA, E.values, E.vectors, Vinv, f, ΔY)
+        return NoTangent(), project_A(ΔA), NoTangent()
+    end
+    return Y, eig_function_back
+end
+
 # Top-k: the forward's block (kept triplets, the certified extras, the preconditioning
 # ones) goes to the truncated pullback, which multiplies by A again: the closures keep A.
 function ChainRulesCore.rrule(::typeof(svd_topk), A::AbstractMatrix, k::Integer;

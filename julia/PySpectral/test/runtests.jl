@@ -2008,6 +2008,62 @@ end
     @test_throws ArgumentError svd_split(Z; absorb=:middle)
 end
 
+@testset "svd split near-degenerate gaps and kept zeros" begin
+    Random.seed!(32)
+    # Gaps 1e-12 ... 1e-8 above the degeneracy tolerance (the SVD's quotients there
+    # carry the rounding of numerators that are 0 for a gauge-invariant loss): the
+    # gradient of a fit of L R (= A) is 2 (A - B) to rounding, for every absorb; it was
+    # up to 7e-5 off. And a zero-padded A (kept exact zeros, square or the shape whose
+    # weight-1 factor has no arbitrary complement column): exact, gradient and tangent
+    # (they were 3-44 % off).
+    for T in (Float64, ComplexF64), absorb in (:left, :right, :both),
+        gap in (1e-12, 1e-11, 1e-10, 1e-9, 1e-8)
+        A = with_singular_values(T, 6, 4, [3, 2 + gap, 2, 1])
+        B = randn(T, 6, 4)
+        g = Zygote.gradient(X -> sum(abs2, *(svd_split(X; absorb)...) - B), A)[1]
+        @test norm(g - 2 * (A - B), Inf) <= 1e-12 * norm(2 * (A - B), Inf)
+    end
+    for T in (Float64, ComplexF64), (m, n, absorb) in ((6, 6, :left), (6, 6, :right),
+                                                       (7, 5, :left), (4, 6, :right))
+        A = m >= n ? hcat(randn(T, m, 3), zeros(T, m, n - 3)) :
+            vcat(randn(T, 3, n), zeros(T, m - 3, n))
+        @test any(iszero, PySpectral.svd(A).S)
+        W, E = randn(T, m, n), randn(T, m, n)
+        f(Y) = real(dot(W, Y)) + real(sum(Y .* Y .* W))
+        ref = Zygote.gradient(f, A)[1]
+        g = Zygote.gradient(X -> f(*(svd_split(X; absorb)...)), A)[1]
+        @test norm(g - ref, Inf) <= 1e-12 * norm(ref, Inf)
+        LR, ΔLR = frule((NoTangent(), E), svd_split, A; absorb)
+        t = real(dot(Zygote.gradient(f, LR[1] * LR[2])[1], ΔLR[1] * LR[2] + LR[1] * ΔLR[2]))
+        @test t ≈ real(dot(ref, E)) rtol = 1e-12
+    end
+end
+
+@testset "weights allowance floor" begin
+    # the floor 2 FLOOR_CURVATURE (k + 1) eps max|λ| (pyspectral's data_floor): a spread
+    # below it is quiet however small the cotangent (a stationary point's rounding),
+    # above it recorded; gauge_atol replaces it
+    S = [3.0, 2.0, 2.0, 1.0]
+    floor = PySpectral.data_floor(S, Float64)
+    @test floor == 2 * PySpectral.FLOOR_CURVATURE * 5 * eps(Float64) * 3.0
+    for (scale, quiet) in ((0.9, true), (1.1, false))
+        rec = GaugeRecorder()
+        PySpectral.check_weights(:svd, [1e-30, scale * floor, 0.0, 0.0], S, 1e-9, rec)
+        @test isempty(rec.records) == quiet
+    end
+    rec = GaugeRecorder()
+    PySpectral.check_weights(:svd, [0.0, 0.5 * floor, 0.0, 0.0], S, 1e-9, rec;
+                             gauge_atol=0.0)
+    @test length(rec.records) == 1
+    # at the minimum of ‖U S Vᴴ - A₀‖² (rebuilt from the triplets) with a doublet: quiet
+    for T in (Float64, ComplexF64)
+        A₀ = with_singular_values(T, 6, 4, [3.0, 2.0, 2.0, 1.0])
+        fit(X) = (F = PySpectral.svd(X); sum(abs2, F.U * Diagonal(F.S) * F.Vt - A₀))
+        g = @test_logs Zygote.gradient(fit, A₀)[1]
+        @test norm(g, Inf) < 100 * eps(Float64) * norm(A₀, Inf)
+    end
+end
+
 @testset "truncation ties" begin
     Random.seed!(23)
     # keeping 1 of (0.7, 0.3) discards exactly 0.3: error_atol = 0.3 keeps 1
@@ -2230,7 +2286,9 @@ end
             X -> real(sum(PySpectral.qr(X; full=true)[1][:, 5])), A)
     end
     # rank deficient: exact for the first r columns of Q and rows of R, the rest warns
-    for T in (Float64, ComplexF64), (m, n, r) in ((6, 4, 2), (4, 4, 3), (3, 5, 2))
+    # (the columns past r span two dimensions or more: a real square Q's last column
+    # alone is determined up to its sign, and its losses are exact)
+    for T in (Float64, ComplexF64), (m, n, r) in ((6, 4, 2), (4, 4, 2), (3, 5, 1))
         A = randn(T, m, r) * randn(T, r, n)
         @test PySpectral.qr_rank(PySpectral.qr(A)[2]) == r
         G1, G2 = randn(T, m, r), randn(T, r, n)
@@ -2244,6 +2302,111 @@ end
         qr_pullback!(zeros(T, m, n), Q, R, ones(T, size(Q)), nothing; gauge=rec)
         @test first(rec.records[1]) === Symbol("qr:rank")
     end
+end
+
+@testset "qr and lq at rank deficiency" begin
+    # Pivot patterns (exact zeros, rounding-level dependent columns; first, middle,
+    # last; several), real and complex, both gauges, lq, complete: the entries A
+    # determines and f(Q R) exact (square, wide, complete Q), a loss of the choice past
+    # the first small pivot and a thin Q's product that lacks its rank-raising part
+    # warn, each kind recorded by its name; forward mode likewise (docs/math.md).
+    Random.seed!(43)
+    zeroed(T, m, n, cols) = (A = randn(T, m, n); A[:, cols] .= 0; A)
+    function dependent(T, m, n, c)
+        A = randn(T, m, n)
+        A[:, c] = A[:, 1] - 2 * A[:, 2]
+        return A
+    end
+    product(W; full=false, positive=false) =
+        X -> (QR = PySpectral.qr(X; full, positive, gauge=:raise);
+              sum(sin, real.(W .* (QR[1] * QR[2]))))
+    function determined(j, G; positive=false)
+        return X -> (QR = PySpectral.qr(X; positive, gauge=:raise);
+                     real(dot(G, QR[2][1:j, :])) + sum(abs2, QR[1][:, 1:j] * QR[1][:, 1:j]'))
+    end
+    for T in (Float64, ComplexF64), positive in (false, true)
+        # square and wide: f(Q R) exact at every zero pivot; the determined part too
+        for (m, n, cols) in ((4, 4, [1]), (4, 4, [2]), (4, 4, [4]), (4, 4, [2, 3]),
+                             (3, 5, [2]), (5, 5, [2, 4]))
+            A = zeroed(T, m, n, cols)
+            W = randn(T, m, n)
+            test_grad(product(W; positive), A; rtol=1e-6)
+            j = cols[1] - 1
+            test_grad(determined(j, randn(T, j, n); positive), A; rtol=1e-6)
+        end
+        # rounding-level pivots: square, wide, and a tall A's last column
+        for (m, n, c) in ((4, 4, 3), (4, 6, 4), (5, 4, 4))
+            A = dependent(T, m, n, c)
+            test_grad(product(randn(T, m, n); positive), A; rtol=1e-6)
+            test_grad(determined(c - 1, randn(T, c - 1, n); positive), A; rtol=1e-6)
+        end
+        # a thin Q of a tall A at a zero middle column: determined exact; the product
+        # warns (lost), mode="complete" is exact
+        A = zeroed(T, 6, 3, [2])
+        W = randn(T, 6, 3)
+        test_grad(X -> abs2(PySpectral.qr(X; positive, gauge=:raise)[2][1, 3]), A)
+        @test_logs (:warn, r"qr: A is rank deficient .* and Q is thin") Zygote.gradient(
+            X -> (QR = PySpectral.qr(X; positive); sum(sin, real.(W .* (QR[1] * QR[2])))), A)
+        test_grad(product(W; full=true, positive), A; rtol=1e-6)
+        # lq: a zero middle row, the same through the transpose
+        L, Q = PySpectral.lq(Matrix(A'))
+        @test L * Q ≈ A'
+        test_grad(X -> (LQ = PySpectral.lq(X; full=true, positive, gauge=:raise);
+                        sum(sin, real.(W' .* (LQ[1] * LQ[2])))), Matrix(A'); rtol=1e-6)
+        @test_logs (:warn, r"lq: A is rank deficient .* and Q is thin") Zygote.gradient(
+            X -> (LQ = PySpectral.lq(X); sum(sin, real.(W' .* (LQ[1] * LQ[2])))),
+            Matrix(A'))
+    end
+    # the choice past j warns (recorded as "qr:rank"); a complete Q's complement basis
+    # as "qr:complement"; a thin Q's missing part as "qr:lost"
+    A = zeroed(Float64, 4, 4, [2])
+    @test_logs (:warn, r"qr: A is rank deficient.*one choice of many") Zygote.gradient(
+        X -> sum(PySpectral.qr(X)[1][:, 3]), A)
+    Q, R = PySpectral.qr(A)
+    rec = GaugeRecorder()
+    qr_pullback!(zeros(4, 4), Q, R, ones(4, 4), nothing; gauge=rec)
+    @test first(rec.records[1]) === Symbol("qr:rank")
+    B = zeroed(Float64, 6, 3, [2])
+    Q, R = PySpectral.qr(B)
+    rec = GaugeRecorder()
+    G = randn(6, 3)
+    qr_pullback!(zeros(6, 3), Q, R, G * R', Q' * G; gauge=rec)
+    @test Symbol("qr:lost") in first.(rec.records)
+    @test !(Symbol("qr:rank") in first.(rec.records))
+    Qc, Rc = PySpectral.qr(randn(6, 3); full=true)
+    rec = GaugeRecorder()
+    ΔQ = zeros(6, 6)
+    ΔQ[:, 5] .= 1
+    qr_pullback!(zeros(6, 3), Qc, Rc, ΔQ, nothing; gauge=rec)
+    @test first(rec.records[1]) === Symbol("qr:complement")
+    @test occursin("Q2 Q2^H", PySpectral.complement_message(:qr, 1.0, 0.5))
+    # forward mode: the determined entries' and the product's tangents exact (square),
+    # a tangent that moves the choice warns, one that leaves Z alone is silent
+    for T in (Float64, ComplexF64)
+        A = zeroed(T, 4, 4, [2])
+        ΔA = randn(T, 4, 4)
+        Q, R = PySpectral.qr(A)
+        ΔQ, ΔR = @test_logs (:warn, r"qr: forward mode at a rank-deficient A") (
+            PySpectral.qr_pushforward(Q, R, ΔA))
+        @test ΔQ * R + Q * ΔR ≈ ΔA
+        f(t) = PySpectral.qr(A + t * ΔA)[2][1, 3]
+        @test ΔR[1, 3] ≈ central_fdm(5, 1)(f, 0.0) rtol = 1e-6
+        t = randn(T, 1, 4)
+        t[1] = real(t[1])
+        ΔA0 = Q[:, 1:1] * t  # moves R[1, :] only: Z is unmoved
+        ΔQ0, ΔR0 = @test_logs PySpectral.qr_pushforward(Q, R, ΔA0)
+        @test ΔQ0 * R + Q * ΔR0 ≈ ΔA0
+        L, Ql = PySpectral.lq(Matrix(A'))
+        @test_logs (:warn, r"lq: forward mode") PySpectral.lq_pushforward(L, Ql,
+                                                                          Matrix(ΔA'))
+    end
+    # the issue's thin case, forward: R[1, 3] of a 6x3 with a zero middle column
+    A = zeroed(Float64, 6, 3, [2])
+    ΔA = randn(6, 3)
+    Q, R = PySpectral.qr(A; positive=true)
+    ΔQ, ΔR = PySpectral.qr_pushforward(Q, R, ΔA; gauge=:ignore)
+    g(t) = PySpectral.qr(A + t * ΔA; positive=true)[2][1, 3]
+    @test ΔR[1, 3] ≈ central_fdm(5, 1)(g, 0.0) rtol = 1e-6
 end
 
 @testset "polar" begin
@@ -2291,7 +2454,8 @@ end
         end
         test_grad(cluster, B; rtol=1e-5)
         ΔB = randn(T, 5, 5)
-        (_, ΔE) = frule((NoTangent(), ΔB), eig, B)
+        # ΔB splits the cluster: forward mode cannot see that `cluster` is invariant
+        (_, ΔE) = @test_logs (:warn, r"eig: .*splits it") frule((NoTangent(), ΔB), eig, B)
         @test real(dot(only(Zygote.gradient(cluster, B)), ΔB)) ≈
               FiniteDifferences.jvp(central_fdm(5, 1), cluster, (B, ΔB)) rtol = 1e-5
         @test_logs (:warn, r"eig: .*unequally") Zygote.gradient(
@@ -2299,6 +2463,179 @@ end
     end
     J = [2.0 1.0 0.0; 0.0 2.0 0.0; 0.0 0.0 1.0]
     @test_throws DomainError Zygote.gradient(X -> real(sum(PySpectral.eigvals(X))), J)
+end
+
+@testset "eig defective and forward clusters" begin
+    Random.seed!(36)
+    # S J S⁻¹, J the Jordan block of 1 with δ in its corner (eigenvalues 1 ± √δ)
+    near_jordan(δ, T=Float64) = (S = I + 0.3randn(2, 2); T.(S * [1.0 1.0; δ 1.0] / S))
+    function refused(A)
+        E = eig(A)
+        try
+            PySpectral.check_diagonalizable(E.values, E.vectors)
+        catch err
+            err isa DomainError || rethrow()
+            return true
+        end
+        return false
+    end
+    # a Jordan block to rounding, or within eps^(3/4) of one: refused (before: 2 of 20
+    # exact Jordan blocks passed with a gradient of norm 4e7)
+    @test all(refused(near_jordan(δ)) for δ in (0.0, 1e-14) for _ in 1:20)
+    @test all(refused(near_jordan(δ, Float32)) for δ in (0.0, 1e-8) for _ in 1:20)
+    @test !any(refused(near_jordan(δ)) for δ in (1e-8, 1e-4) for _ in 1:20)
+    A = near_jordan(1e-14)
+    @test_throws DomainError Zygote.gradient(X -> abs(-(PySpectral.eigvals(X)...)), A)
+    # resolved: exact against finite differences (of a smooth loss at δ = 1e-2)
+    A = near_jordan(1e-2)
+    splitting(X) = abs(-(PySpectral.eigvals(X)...))
+    @test only(Zygote.gradient(splitting, A)) ≈ only(FiniteDifferences.grad(
+        central_fdm(5, 1), splitting, A)) rtol = 1e-6
+    # a well-conditioned near pair is not refused
+    S = I + 0.3randn(3, 3)
+    @test !refused(S * Diagonal([1.0, 1.0 + 1e-9, 2.0]) / S)
+    # the message names routes that exist
+    E = eig(near_jordan(1e-14))
+    err = try
+        PySpectral.check_diagonalizable(E.values, E.vectors)
+    catch e
+        e
+    end
+    @test err isa DomainError && occursin("matrix_power", sprint(showerror, err))
+
+    # forward mode at a triple eigenvalue: a tangent that splits it warns (the tangent
+    # of V exp(Λ) V⁻¹ is off), one that keeps it together is exact and silent
+    S = I + 0.3randn(4, 4)
+    B = S * Diagonal([1.0, 1, 1, 2]) / S
+    E = eig(B)
+    function expm_tangent(ΔB)
+        Δλ, ΔV = eig_pushforward(E.values, E.vectors, ΔB)
+        V, W, e = E.vectors, inv(E.vectors), exp.(E.values)
+        Y = V * Diagonal(e) * W
+        return real(ΔV * Diagonal(e) * W + V * Diagonal(e .* Δλ) * W - Y * ΔV * W)
+    end
+    exact(ΔB) = FiniteDifferences.jvp(central_fdm(5, 1), exp, (B, ΔB))
+    ΔB = randn(4, 4)
+    t = @test_logs (:warn, r"eig: forward mode .*splits it.*eig_function") expm_tangent(ΔB)
+    @test norm(t - exact(ΔB)) > 1e-3 * norm(exact(ΔB))
+    for ΔB in (B * B - 2B, Matrix(1.0I, 4, 4))
+        t = @test_logs expm_tangent(ΔB)
+        @test t ≈ exact(ΔB) rtol = 1e-8
+    end
+    @test_throws GaugeError eig_pushforward(E.values, E.vectors, randn(4, 4); gauge=:raise)
+    @test_logs eig_pushforward(E.values, E.vectors, randn(4, 4); gauge=:ignore)
+    recorder = PySpectral.GaugeRecorder()
+    eig_pushforward(E.values, E.vectors, randn(4, 4); gauge=recorder)
+    @test first(only(recorder.records)) === Symbol("eig:split")
+end
+
+@testset "eig_function" begin
+    Random.seed!(36)
+    # S Diagonal(λ) S⁻¹ with a well-conditioned S: a diagonalizable matrix with a
+    # chosen, possibly repeated, spectrum.
+    similar_to(T, λ) = (S = I + 0.3randn(T, length(λ), length(λ)); S * Diagonal(T.(λ)) / S)
+    for T in (Float64, ComplexF64)
+        A = similar_to(T, [1.0, 2.0, 3.5, 0.6])
+        @test PySpectral.eig_function(A, :exp) ≈ exp(A)
+        @test PySpectral.eig_function(A, (:pow, 3)) ≈ A^3
+        @test PySpectral.eig_function(A, (:pow, -1)) ≈ inv(A)
+        @test eltype(PySpectral.eig_function(A, :exp)) == T
+        R = PySpectral.eig_function(A, :sqrt)
+        @test R * R ≈ A
+        @test exp(PySpectral.eig_function(A, :log)) ≈ A
+        for f in (:exp, :log, :sqrt, :invsqrt, (:pow, 3), (:pow, -2), (:pow, 0.7),
+                  (z -> z^2 + exp(z), z -> 2z + exp(z)))
+            test_rrule(PySpectral.eig_function, A, f ⊢ NoTangent(); check_inferred=false,
+                       rtol=RTOL, atol=ATOL)
+            test_frule(PySpectral.eig_function, A, f ⊢ NoTangent(); check_inferred=false,
+                       rtol=RTOL, atol=ATOL)
+        end
+    end
+    # Exact at repeated eigenvalues of a diagonalizable A: against exp(A)'s and A^3's
+    # derivatives by finite differences, and the pullback against the pushforward.
+    for T in (Float64, ComplexF64), λ in ([1.0, 1.0, 2.0, 3.0], [2.0, 2.0, 2.0, 0.5])
+        A = similar_to(T, λ)
+        W, ΔA = randn(T, 4, 4), randn(T, 4, 4)
+        for (f, ref) in ((:exp, exp), ((:pow, 3), X -> X^3))
+            Y, back = rrule(PySpectral.eig_function, A, f)
+            @test Y ≈ ref(A)
+            g = back(W)[2]
+            g_fd = only(FiniteDifferences.grad(central_fdm(5, 1),
+                                               X -> real(dot(W, ref(X))), A))
+            @test g ≈ g_fd rtol = 1e-7 atol = 1e-8
+            _, ΔY = frule((NoTangent(), ΔA, NoTangent()), PySpectral.eig_function, A, f)
+            @test real(dot(W, ΔY)) ≈ real(dot(g, ΔA)) rtol = 1e-10
+        end
+    end
+    # A real matrix with a repeated complex-conjugate pair: a real Y and gradient.
+    B = [1.0 -2.0 0 0; 2.0 1.0 0 0; 0 0 1.0 -2.0; 0 0 2.0 1.0]
+    S = I + 0.3randn(4, 4)
+    A = S * B / S
+    Y = PySpectral.eig_function(A, :exp)
+    @test eltype(Y) == Float64 && Y ≈ exp(A)
+    W4 = randn(4, 4)
+    test_grad(X -> real(dot(W4, PySpectral.eig_function(X, :exp))), A; rtol=1e-6)
+    # Refusals: a defective A (the routes that do not diagonalize are exact there),
+    # the cut of a branch, a user f that is not real on a real A.
+    J = [2.0 1.0 0.0; 0.0 2.0 0.0; 0.0 0.0 -1.0]
+    @test_throws DomainError PySpectral.eig_function(J, :exp)
+    @test_throws DomainError PySpectral.eig_function(similar_to(Float64, [1.0, -2.0, 3.0]),
+                                                     :log)
+    @test_throws DomainError PySpectral.eig_function(similar_to(Float64, [0.0, 1.0, 2.0]),
+                                                     (:pow, -1))
+    @test_throws ArgumentError PySpectral.eig_function(A, (z -> exp(im * z),
+                                                           z -> im * exp(im * z)))
+    @test PySpectral.eig_function(complex(A), (z -> exp(im * z), z -> im * exp(im * z))) ≈
+          exp(im * A)
+    @test_throws ArgumentError PySpectral.eig_function(A, :cosh)
+end
+
+# Forward mode at a degenerate cluster: the frules return the basis the tangent follows
+# (pyspectral/pullbacks/eigh.py), so an output that reads a cluster's values through its
+# vectors (V Λ Vᴴ, U S Vᴴ) is exact, a split cluster's values get their one-sided
+# derivatives and its vectors the branch's; a split near-degenerate cluster, which
+# cannot be rotated, warns, and the route it names is exact there.
+onesided(f, h) = (-3 .* f(0.0) .+ 4 .* f(h) .- f(2h)) ./ (2h)
+
+@testset "frules at a degenerate cluster" begin
+    Random.seed!(36)
+    h = 1e-4
+    for T in (Float64, ComplexF64)
+        A, ΔA = with_eigenvalues(T, [0.5, 2.0, 2.0, 2.0, 3.0]), randn(T, 5, 5)
+        ΔH = PySpectral.hermitian_from_triangle(ΔA, :L)
+        E, ΔE = frule((NoTangent(), ΔA), PySpectral.eigh, A; gauge=:raise)
+        V, λ, ΔV, Δλ = E.vectors, E.values, ΔE.vectors, ΔE.values
+        @test V * Diagonal(λ) * V' ≈ A atol = 1e-13
+        @test ΔV * Diagonal(λ) * V' + V * Diagonal(Δλ) * V' + V * Diagonal(λ) * ΔV' ≈ ΔH atol = 1e-12
+        @test Δλ ≈ onesided(t -> PySpectral.eigh(A + t * ΔH).values, h) rtol = 1e-6
+        function vectors(t)  # the eigenvectors of A + tΔH, phases aligned with V's
+            t == 0 && return V
+            W = PySpectral.eigh(A + t * ΔH).vectors
+            return W .* transpose([conj(c) / abs(c) for c in diag(V' * W)])
+        end
+        @test ΔV ≈ onesided(vectors, h) rtol = 1e-6 atol = 1e-6
+        @test last(frule((NoTangent(), ΔA), PySpectral.eigvalsh, A)) ≈ Δλ
+        B, ΔB = with_singular_values(T, 6, 4, [5.0, 2.0, 2.0, 2.0]), randn(T, 6, 4)
+        F, ΔF = frule((NoTangent(), ΔB), PySpectral.svd, B; gauge=:raise)
+        @test F.U * Diagonal(F.S) * F.Vt ≈ B atol = 1e-13
+        @test ΔF.U * Diagonal(F.S) * F.Vt + F.U * Diagonal(ΔF.S) * F.Vt +
+              F.U * Diagonal(F.S) * ΔF.Vt ≈ ΔB atol = 1e-12
+        @test last(frule((NoTangent(), ΔB), PySpectral.svdvals, B)) ≈
+              onesided(t -> PySpectral.svdvals(B + t * ΔB), h) rtol = 1e-6
+        # near-degenerate (1e-13 apart): not rotatable, warns; the named route is exact
+        A2 = with_eigenvalues(T, [0.25, 1.0, 1.0 + 1e-13, 4.0, 5.0])
+        @test_logs (:warn, r"eigh: forward mode.*matrix_function") match_mode = :any frule(
+            (NoTangent(), ΔA), PySpectral.eigh, A2)
+        _, ΔY = frule((NoTangent(), ΔA, NoTangent()), PySpectral.matrix_function, A2,
+                      (:pow, 1))
+        @test ΔY ≈ ΔH atol = 1e-10
+        B2 = with_singular_values(T, 5, 4, [5.0, 2.0, 2.0 + 1e-13, 1.0])
+        @test_logs (:warn, r"svd: forward mode.*svd_function") match_mode = :any frule(
+            (NoTangent(), ΔB[1:5, :]), PySpectral.svd, B2)
+        _, ΔY = frule((NoTangent(), ΔB[1:5, :], NoTangent()), PySpectral.svd_function, B2,
+                      (:pow, 1))
+        @test ΔY ≈ ΔB[1:5, :] atol = 1e-10
+    end
 end
 
 # Script runs: close the outer testset (see the top of the file); throws if any failed.

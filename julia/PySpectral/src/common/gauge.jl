@@ -21,8 +21,14 @@ function gauge_message(op, viol, tol)
         "degenerate subspace (measured ", round(viol; sigdigits=3), " > gauge_atol ",
         round(tol; sigdigits=3), "); that part is dropped, so this gradient is not ",
         "exact. Use a loss that is invariant under rotations within degenerate ",
-        "subspaces, or svd_function / matrix_function, which are exact at every spectrum.")
+        "subspaces, or ", get(GAUGE_ROUTES, Symbol(op), GAUGE_ROUTES[Symbol("")]),
+        ", exact at every spectrum.")
 end
+
+# The exact routes gauge_message names, by op (as in Python; Symbol(""): the others).
+const GAUGE_ROUTES = Dict(
+    :eig => "eig_function(A, f) for V f(L) V^-1 (A diagonalizable), which is",
+    Symbol("") => "svd_function / matrix_function, which are")
 
 """
     check_gauge(op::Symbol, viol, tol, policy) -> nothing
@@ -103,8 +109,9 @@ const EXACT_ROUTES = Dict(
     :svd => "svd_function(A, f) for U f(S) Vh (('pow', 1) for U diag(S) Vh, " *
             "'polar', truncations) or svd(A, absorb=...) for the two factors",
     :eigh => "matrix_function(A, f) for V f(w) V^H",
-    :eig => "a symmetric function of each cluster's eigenvalues (their sum, " *
-            "product or mean) or its spectral projector")
+    :eig => "eig_function(A, f) for V f(L) V^-1 (A diagonalizable), a symmetric " *
+            "function of each cluster's eigenvalues (their sum, product or mean) or its " *
+            "spectral projector")
 
 # Same text as pyspectral.common.gauge.weights_message.
 function weights_message(op, measured, limit)
@@ -119,6 +126,20 @@ function weights_message(op, measured, limit)
         ": exact at every spectrum.")
 end
 
+# The floor of the weights allowance: the spread a stationary fit's cotangent shows from
+# the rounding of A alone, FLOOR_CURVATURE 2 (k + 1) eps ‖A‖ (pyspectral.common.gauge's
+# data_floor, where the derivation is; docs/settings.md "The allowance floor").
+const FLOOR_CURVATURE = 2
+
+"""
+    data_floor(λ, T) -> T
+
+The least weights allowance for the spectrum `λ` (k values) in the precision `T`:
+`2 FLOOR_CURVATURE (k + 1) eps(T) maximum(abs, λ)`.
+"""
+data_floor(λ, ::Type{T}) where {T} =
+    isempty(λ) ? zero(T) : T(2 * FLOOR_CURVATURE * (length(λ) + 1) * eps(T) * maximum(abs, λ))
+
 """
     check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing) -> nothing
 
@@ -128,14 +149,16 @@ eigenvalues, complex eigenvalues) weights the members of a degenerate cluster
 for a loss that is a symmetric function of the cluster's values, whose weights are
 equal there; otherwise the loss reads the values through the basis inside the cluster
 (`U Diagonal(S) Vᴴ`) and the part of the gradient that needs is not in the cotangents.
-Tolerance per pair: `gauge_atol` (default `eps^(3/4) maximum(abs, Δλ)`) plus
+Tolerance per pair: `gauge_atol` (default `eps^(3/4) maximum(abs, Δλ)`, at least
+[`data_floor`](@ref)) plus
 `WEIGHT_SLOPE` times the relative gap times `|Δλᵢ| + |Δλⱼ|`. A recording policy
 receives `Symbol(op, ":weights")`, the largest spread and its pair's allowance.
 """
 function check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing)
     (iszerotangent(Δλ) || !_checks_gauge(policy) || length(λ) < 2) && return nothing
     T = real(float(eltype(Δλ)))
-    base = gauge_atol === nothing ? _eps34(T) * _maxabs(Δλ) : gauge_atol
+    base = gauge_atol === nothing ? max(_eps34(T) * _maxabs(Δλ), data_floor(λ, T)) :
+           gauge_atol
     measured, limit = zero(T), zero(T)
     for j in eachindex(λ), i in eachindex(λ)
         i == j && continue
@@ -153,13 +176,64 @@ function check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing)
                               weights_message(op, measured, limit))
 end
 
-# Same text as pyspectral.common.gauge.undetermined_message: a rank-deficient QR / LQ.
+# The words of a QR / LQ's factors past pivot j (as pyspectral.common.gauge._qr_names).
+_qr_names(op) = op === :qr ? ("columns", "rows", "Q[..., :, j:]", "R[..., j:, :]") :
+                ("rows", "columns", "Q[..., j:, :]", "L[..., :, j:]")
+
+# Same text as pyspectral.common.gauge.undetermined_message: a rank-deficient QR / LQ
+# whose cotangent depends on the factors past the first small pivot.
 function undetermined_message(op, measured, tol)
-    q, r, t = op === :qr ? ("columns", "rows", "R") : ("rows", "columns", "L")
-    return string(op, ": A is rank deficient (a pivot |", t, "_ii| at or below ",
-        "rank_atol); Q's ", q, " and ", t, "'s ", r, " past the rank are not determined ",
-        "by A, and the incoming gradient depends on them (measured ",
+    q, r, q2, r2 = _qr_names(op)
+    t = op === :qr ? "R" : "L"
+    prod = op === :qr ? string(q2, " @ ", r2) : string(r2, " @ ", q2)
+    return string(op, ": A is rank deficient (a pivot |", t, "_jj| at or below ",
+        "rank_atol); Q's ", q, " and ", t, "'s ", r, " from the first such pivot j on ",
+        "are one choice of many (A determines only their product ", prod, " and the ",
+        "factors before j), and the incoming gradient depends on that choice (measured ",
         round(measured; sigdigits=3), " > gauge_atol ", round(tol; sigdigits=3),
-        "); that part is dropped, so this gradient is not exact. Use a loss of Q's ", q,
-        " and ", t, "'s ", r, " up to the rank, or a full-rank A.")
+        "); that part is dropped, so this gradient is not exact. Use a loss of Q @ R ",
+        "(L @ Q) and of Q's ", q, " and ", t, "'s ", r, " before j (any function of ",
+        "the product is exact), or a full-rank A.")
+end
+
+# Same text as pyspectral.common.gauge.lost_message: a thin Q at rank deficiency whose
+# cotangent reaches what no cotangent of the reduced factors carries.
+function lost_message(op, measured, tol)
+    t, shape = op === :qr ? ("R", "m > n") : ("L", "m < n")
+    return string(op, ": A is rank deficient (a pivot |", t, "_jj| at or below ",
+        "rank_atol) and Q is thin (", shape, "): the derivative along the directions ",
+        "that raise the rank outside the span of Q is in no cotangent of the reduced ",
+        "factors, and the incoming gradient reaches them (measured ",
+        round(measured; sigdigits=3), " > gauge_atol ", round(tol; sigdigits=3),
+        "); that part is missing, so this gradient is not exact. Use ", op,
+        "(A, mode=\"complete\"), whose factors carry it (exact for every loss of the ",
+        "product and of the factors before j), or a full-rank A.")
+end
+
+# Same text as pyspectral.common.gauge.complement_message: a complete QR / LQ whose
+# cotangent depends on the basis of the complement of A's range.
+function complement_message(op, measured, tol)
+    part, proj = op === :qr ? ("columns Q2 = Q[..., :, n:]", "Q2 Q2^H") :
+                 ("rows Q2 = Q[..., m:, :]", "Q2^H Q2")
+    return string(op, ": the incoming gradient depends on the basis of Q's last ", part,
+        " (mode=\"complete\"), a basis of the complement of the span of A that A ",
+        "determines only up to rotations (measured ", round(measured; sigdigits=3),
+        " > gauge_atol ", round(tol; sigdigits=3), "); that part is dropped, so this ",
+        "gradient is not exact. Use a loss of the complement through its projector ",
+        proj, " (or of the other factors), which is exact.")
+end
+
+# Same text as pyspectral.common.gauge.qr_forward_message: forward mode of a QR / LQ
+# whose tangent moves the factors past the first small pivot.
+function qr_forward_message(op, measured, tol)
+    _, _, q2, r2 = _qr_names(op)
+    t = op === :qr ? "R" : "L"
+    return string(op, ": forward mode at a rank-deficient A (a pivot |", t, "_jj| at or ",
+        "below rank_atol): the tangent moves the factors from the first such pivot j ",
+        "on (measured ", round(measured; sigdigits=3), " > gauge_atol ",
+        round(tol; sigdigits=3), "), which are one choice of many, so the tangents of ",
+        q2, " and ", r2, " depend on that choice; those of the factors before j and of ",
+        "Q @ R are exact. Use reverse mode (torch.autograd.grad, torch.func.vjp), whose ",
+        "rule sees how the loss uses the factors: exact for losses of the product and ",
+        "of the factors before j.")
 end

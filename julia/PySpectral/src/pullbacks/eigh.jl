@@ -122,18 +122,155 @@ Tangents of the eigenvalues `λ` (ascending) and eigenvectors `V` of [`eigh`](@r
 the diagonal (no rotation within a degenerate subspace, no phase rotation).
 """
 function eigh_pushforward(λ::AbstractVector, V::AbstractMatrix, ΔA::AbstractMatrix;
-                          uplo::Symbol=:L, degeneracy_atol=nothing, broadening=nothing)
+                          uplo::Symbol=:L, degeneracy_atol=nothing, broadening=nothing,
+                          adapted::Bool=false, gauge=:warn)
     # A V = V Λ gives ΔP = Ω Λ - Λ Ω + ΔΛ with Ω = Vᴴ ΔV anti-Hermitian: Δλᵢ = ΔPᵢᵢ
     # and Ωᵢⱼ = ΔPᵢⱼ / (λⱼ - λᵢ) off the diagonal, through the regularised inverse. No
-    # rounding cut (see svd_pushforward): ΔP is data.
+    # rounding cut (see svd_pushforward): ΔP is data. `adapted`: V is the basis adapted
+    # to ΔA ([`eigh_adapted`](@ref)): the branch's rotation inside each split cluster,
+    # Ωᵢⱼ = Nᵢⱼ / (μⱼ - μᵢ) with N = ΔP Ω, μ = Δλ, and the clusters the basis could not
+    # follow measured ([`check_cluster_split`](@ref)).
     uplo = _check_uplo("eigh", uplo)
     n = length(λ)
     size(ΔA) == (n, n) || throw(DimensionMismatch("ΔA has size $(size(ΔA)), expected ($n, $n)"))
-    ΔP = V' * hermitian_from_triangle(ΔA, uplo) * V
+    ΔH = hermitian_from_triangle(ΔA, uplo)
+    ΔP = V' * ΔH * V
     tol = degeneracy_atol === nothing ? default_degeneracy_atol(λ) : degeneracy_atol
     ginv(x) = gap_inverse(x, tol, broadening)
-    ΔV = V * (ΔP .* ginv.(transpose(λ) .- λ))
-    return [real(ΔP[i, i]) for i in 1:n], ΔV
+    Ω = ΔP .* ginv.(transpose(λ) .- λ)
+    Δλ = [real(ΔP[i, i]) for i in 1:n]
+    if adapted && broadening === nothing
+        pairs = [i != j && abs(λ[i] - λ[j]) <= tol for i in 1:n, j in 1:n]
+        if any(pairs)
+            t = split_tol(ΔH)
+            check_cluster_split(:eigh, ΔP, pairs, t, gauge)
+            # (the clusters degenerate to rounding: those the frule could rotate)
+            Ω += branch_rotation(ΔP * Ω, Δλ, pairs .& rounding_clusters(λ), t)
+        end
+    end
+    return Δλ, V * Ω
+end
+
+# ------------------------------------------ forward mode at a degenerate cluster
+# (the derivation: pyspectral/pullbacks/eigh.py and docs/math.md.) Along A + tΔA a
+# cluster of equal eigenvalues splits by the eigenvalues μ of its block of ΔP = Vᴴ ΔA_h V,
+# and the eigenvectors converge (t → 0+) to V_c Q, Q the eigenvectors of that block: a
+# basis not adapted to ΔA has tangents that belong to no branch through it (V Λ Vᴴ
+# rebuilt from them is off by the block's off-diagonal part). A frule sees ΔA, so it
+# returns the adapted basis of every cluster degenerate to rounding (a near-degenerate
+# one cannot be rotated without changing A by its spread: measured, check_cluster_split).
+
+"""
+    split_tol(ΔA) -> Real
+
+`eps^(3/4) max|ΔA|`: an entry of a cluster's block of the tangent above it splits the
+cluster (as `pyspectral.pullbacks.eigh.split_tol`).
+"""
+split_tol(ΔA) = maximum(abs, ΔA; init=zero(real(eltype(ΔA)))) * eps(real(eltype(ΔA)))^(3 / 4)
+
+"""
+    adapted_rotation(s, H, t, descending; eligible=nothing) -> Union{Nothing,Matrix}
+
+The unitary `R` that turns the basis of each cluster of `s` degenerate to rounding
+(consecutive values within `4 k eps max|s|`) into the one adapted to the tangent: the
+eigenvectors of its block of `H` (the tangent's Hermitian block in the basis returned),
+in the order of the values (`descending`: largest first, as `S`); identity on the
+clusters the tangent does not split (no entry, off-diagonal or difference of diagonal
+entries, above `t`) and outside `eligible`. `nothing` if there is nothing to rotate.
+"""
+function adapted_rotation(s::AbstractVector, H::AbstractMatrix, t, descending::Bool;
+                          eligible=nothing)
+    k = length(s)
+    k < 2 && return nothing
+    label = _rounding_labels(s)
+    R = nothing
+    for c in unique(label)
+        idx = [i for i in 1:k if label[i] == c && (eligible === nothing || eligible[i])]
+        length(idx) < 2 && continue
+        B = H[idx, idx]
+        d = real.(LinearAlgebra.diag(B))
+        any(abs(B[a, b]) > t || abs(d[a] - d[b]) > t
+            for a in eachindex(idx), b in eachindex(idx) if a != b) || continue
+        Hc = Hermitian((B + B') / 2)
+        Q = LinearAlgebra.eigen(descending ? -Hc : Hc).vectors
+        R === nothing && (R = Matrix{eltype(H)}(I, k, k))
+        R[idx, idx] = Q
+    end
+    return R
+end
+
+# The cluster number of each value of the sorted `s`: consecutive values within the
+# rounding of the spectrum, `4 k eps max|s|`, share one.
+function _rounding_labels(s::AbstractVector)
+    k = length(s)
+    r = maximum(abs, s; init=zero(real(eltype(s)))) * 4k * eps(real(eltype(s)))
+    return cumsum([0; [abs(s[i+1] - s[i]) > r for i in 1:k-1]])
+end
+
+"""
+    rounding_clusters(s) -> BitMatrix
+
+The pairs of the sorted `s` in one cluster degenerate to rounding (as
+`pyspectral.pullbacks.eigh.rounding_clusters`): the clusters a frule can rotate.
+"""
+function rounding_clusters(s::AbstractVector)
+    label = _rounding_labels(s)
+    return label .== transpose(label)
+end
+
+"""
+    branch_rotation(N, μ, pairs, t) -> Matrix
+
+`Nᵢⱼ / (μⱼ - μᵢ)` on the cluster `pairs` whose `μ` (the tangent's values) differ by more
+than `t`, 0 elsewhere: the rotation of the branch inside a split cluster.
+"""
+function branch_rotation(N::AbstractMatrix, μ::AbstractVector, pairs::AbstractMatrix, t)
+    k = length(μ)
+    return [pairs[i, j] && abs(μ[j] - μ[i]) > t ? N[i, j] / (μ[j] - μ[i]) : zero(N[i, j])
+            for i in 1:k, j in 1:k]
+end
+
+# Same text as pyspectral.pullbacks.eigh.cluster_split_message.
+function cluster_split_message(op, measured, limit)
+    values, route = op === :svd ?
+        ("singular values", "svd_function(A, f) for U f(S) Vh (('pow', 1) for U diag(S) Vh)") :
+        ("eigenvalues", "matrix_function(A, f) for V f(w) V^H")
+    return string(op, ": forward mode: the tangent splits a cluster of ", values, " that ",
+        "are degenerate within degeneracy_atol but not to rounding (entry ",
+        round(measured; sigdigits=3), " > ", round(limit; sigdigits=3), " off the ",
+        "diagonal of the tangent's block there), so the basis returned cannot follow it: ",
+        "the tangents of that cluster's values and vectors are those of no branch through ",
+        "this basis, and an output that reads the values through the vectors is not exact ",
+        "(outputs invariant under rotations inside the cluster are). Use ", route,
+        ": exact at every spectrum.")
+end
+
+"""
+    check_cluster_split(op, H, pairs, t, policy) -> nothing
+
+Apply the gauge `policy` where the tangent splits a cluster that the basis is not adapted
+to: an off-diagonal entry of its Hermitian block `H` above `t` on the cluster `pairs`.
+"""
+function check_cluster_split(op::Symbol, H::AbstractMatrix, pairs::AbstractMatrix, t, policy)
+    _checks_gauge(policy) || return nothing
+    over = [abs(H[i, j]) for i in axes(H, 1), j in axes(H, 2) if pairs[i, j] && abs(H[i, j]) > t]
+    isempty(over) && return nothing
+    measured = maximum(over)
+    return apply_gauge_policy(policy, op, measured, t, cluster_split_message(op, measured, t))
+end
+
+"""
+    eigh_adapted(E::Eigen, ΔA; uplo=:L, broadening=nothing) -> Eigen
+
+`E` with its vectors rotated to the basis adapted to the tangent `ΔA` (read from the
+`uplo` triangle) inside each cluster degenerate to rounding that `ΔA` splits,
+ascending ([`adapted_rotation`](@ref)); `E` itself where nothing is rotated.
+"""
+function eigh_adapted(E::Eigen, ΔA::AbstractMatrix; uplo::Symbol=:L, broadening=nothing)
+    broadening === nothing || return E
+    ΔH = hermitian_from_triangle(ΔA, uplo)
+    R = adapted_rotation(E.values, E.vectors' * ΔH * E.vectors, split_tol(ΔH), false)
+    return R === nothing ? E : Eigen(E.values, E.vectors * R)
 end
 
 """

@@ -9,9 +9,10 @@ _adjoint_or_nothing(x) = iszerotangent(x) ? nothing : Matrix(x')
 
 Add to `ΔA` the gradient w.r.t. `A = L Q` ([`lq`](@ref)) given the cotangents `ΔL`,
 `ΔQ` (either may be `nothing`): [`qr_pullback!`](@ref) of `Aᴴ = Qᴴ Lᴴ` with the
-cotangents `ΔQᴴ`, `ΔLᴴ`, transposed. The rank rule reads `|Lᵢᵢ|`: losses of `L[:, 1:r]`
-and `Q[1:r, :]` are exact, of the rest measured and dropped (messages name `op`:
-pyspectral's QR is Julia's LQ of the transpose).
+cotangents `ΔQᴴ`, `ΔLᴴ`, transposed. The rank rule reads `|Lⱼⱼ|`: losses of `L[:, 1:j]`,
+`Q[1:j, :]` and `L Q` are exact (where the cotangents carry what they need), what the
+cotangents put on the rest measured and dropped (messages name `op`: pyspectral's QR
+is Julia's LQ of the transpose).
 """
 function lq_pullback!(ΔA::AbstractMatrix, L::AbstractMatrix, Q::AbstractMatrix, ΔL, ΔQ;
                       rank_atol=nothing, gauge=:warn, gauge_atol=nothing, op::Symbol=:lq)
@@ -24,13 +25,16 @@ function lq_pullback!(ΔA::AbstractMatrix, L::AbstractMatrix, Q::AbstractMatrix,
 end
 
 """
-    lq_pushforward(L, Q, ΔA; rank_atol=nothing) -> (ΔL, ΔQ)
+    lq_pushforward(L, Q, ΔA; rank_atol=nothing, gauge=:warn, gauge_atol=nothing, op=:lq)
+        -> (ΔL, ΔQ)
 
 Tangents of [`lq`](@ref)'s factors along `ΔA`: [`qr_pushforward`](@ref) of `Aᴴ`,
-transposed.
+transposed (the gauge policy at rank deficiency, messages naming `op`).
 """
 function lq_pushforward(L::AbstractMatrix, Q::AbstractMatrix, ΔA::AbstractMatrix;
-                        rank_atol=nothing)
-    ΔQᴴ, ΔLᴴ = qr_pushforward(Matrix(Q'), Matrix(L'), Matrix(ΔA'); rank_atol)
+                        rank_atol=nothing, gauge=:warn, gauge_atol=nothing,
+                        op::Symbol=:lq)
+    ΔQᴴ, ΔLᴴ = qr_pushforward(Matrix(Q'), Matrix(L'), Matrix(ΔA'); rank_atol, gauge,
+                              gauge_atol, op)
     return Matrix(ΔLᴴ'), Matrix(ΔQᴴ')
 end

@@ -272,7 +272,8 @@ columns of full factors move only as much as orthogonality to the first `k` requ
 (their basis inside the complement is arbitrary, as in the pullback's fold).
 """
 function svd_pushforward(U::AbstractMatrix, S::AbstractVector, Vᴴ::AbstractMatrix,
-                         ΔA::AbstractMatrix; degeneracy_atol=nothing, broadening=nothing)
+                         ΔA::AbstractMatrix; degeneracy_atol=nothing, broadening=nothing,
+                         adapted::Bool=false, gauge=:warn)
     # With Ω_U = Uᴴ dU and Ω_V = Vᴴ dV anti-Hermitian, dP = Ω_U S + dS - S Ω_V; its
     # Hermitian and anti-Hermitian parts give Ω_U ± Ω_V entrywise as above (the diagonal
     # of the second term is the phase i Im(dPᵢᵢ)/(2sᵢ) for each of U and V). No rounding
@@ -297,9 +298,44 @@ function svd_pushforward(U::AbstractMatrix, S::AbstractVector, Vᴴ::AbstractMat
     Sinv = transpose(ginv.(S))
     m > k && (ΔU += (ΔAV - Uk * ΔP) .* Sinv)
     n > k && (ΔV += (ΔA' * Uk - Vk * ΔP') .* Sinv)
+    if adapted && broadening === nothing
+        # the basis adapted to ΔA (svd_adapted): the branch's rotation inside each split
+        # cluster of nonzero values, common to U and V (the Hermitian dilation's
+        # eigenvectors [u; v]/√2): N = (Uᴴ ΔA ΔV + Vᴴ ΔAᴴ ΔU)/2, Ωᵢⱼ = Nᵢⱼ / (μⱼ - μᵢ)
+        pairs = [i != j && abs(S[i] - S[j]) <= tol && S[i] > tol && S[j] > tol
+                 for i in 1:k, j in 1:k]
+        if any(pairs)
+            t = split_tol(ΔA)
+            check_cluster_split(:svd, H, pairs, t, gauge)
+            Ω = branch_rotation((Uk' * (ΔA * ΔV) + Vk' * (ΔA' * ΔU)) / 2, ΔS,
+                                pairs .& rounding_clusters(S), t)
+            ΔU, ΔV = ΔU + Uk * Ω, ΔV + Vk * Ω
+        end
+    end
     ΔU = _complement_tangent(U, Uk, ΔU)
     ΔV = _complement_tangent(Matrix(Vᴴ'), Vk, ΔV)
     return ΔU, ΔS, Matrix(ΔV')
+end
+
+"""
+    svd_adapted(F::SVD, ΔA; degeneracy_atol=nothing, broadening=nothing) -> SVD
+
+`F` with its thin factors rotated (`U_k R`, `Rᴴ Vᴴ_k`) to the basis adapted to the
+tangent `ΔA` inside each cluster of nonzero singular values degenerate to rounding that
+`ΔA` splits: the eigenvectors of its block of `herm(Uᴴ ΔA V)`, largest first
+([`adapted_rotation`](@ref)); `F` itself where nothing is rotated.
+"""
+function svd_adapted(F::SVD, ΔA::AbstractMatrix; degeneracy_atol=nothing, broadening=nothing)
+    broadening === nothing || return F
+    k = length(F.S)
+    Uk, Vᴴk = F.U[:, 1:k], F.Vt[1:k, :]
+    P = Uk' * ΔA * Vᴴk'
+    tol = degeneracy_atol === nothing ? default_degeneracy_atol(F.S) : degeneracy_atol
+    R = adapted_rotation(F.S, (P + P') / 2, split_tol(ΔA), true; eligible=F.S .> tol)
+    R === nothing && return F
+    U, Vᴴ = copy(F.U), copy(F.Vt)
+    U[:, 1:k], Vᴴ[1:k, :] = Uk * R, R' * Vᴴk
+    return SVD(U, F.S, Vᴴ)
 end
 
 # The tangent of the columns k+1:end of full factors: ΔUp = -U_k (ΔU_kᴴ Up), the least
