@@ -640,6 +640,7 @@ def svd(
         A, full_matrices=call.full_matrices, out=out), call.rule)  # fmt: skip
     if res is not None:
         return SVDResult(*res)
+    call.opts.state.split = call.absorb is not None
     if call.rule is None:
         args = (call.full_matrices, call.opts, forward_tangent(A))
         res = SVDResult(*decompose("svd", _FUNCTIONS, A, backend, *args))

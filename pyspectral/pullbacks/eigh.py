@@ -149,7 +149,7 @@ def eigh_pullback(
         Ka = cut_rounding(Ka, pair_rounding(column_rounding(gV, n)), is_plain)
     tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
-    check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
+    check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts, spectrum=w)
     if first:
         check_weights("eigh", gw, w, tol, opts)
     M = Ka * (0.5 * gap_inverse(gap, tol, opts))
@@ -493,8 +493,9 @@ def check_cluster_split(
     """Apply the gauge policy where the tangent splits a cluster that the
     basis is not adapted to (``H``: its Hermitian block in the basis
     returned, off-diagonal above ``t`` on the cluster ``pairs``): degenerate
-    within the tolerance but not to rounding, it could not be rotated."""
-    if opts.gauge == "ignore":
+    within the tolerance but not to rounding, it could not be rotated. Not
+    for a split (``opts.state.split``), whose own rule is exact there."""
+    if opts.gauge == "ignore" or opts.state.split:
         return
     with torch.no_grad():
         E = peek((H.abs() * pairs).detach())
