@@ -15,7 +15,7 @@ import torch
 
 from .._warnings import warn
 from ..exceptions import GaugeError, GaugeWarning
-from .defaults import eps34, gauge_tol, max_abs, peek
+from .defaults import degeneracy_tol, eps34, gauge_tol, max_abs, peek
 
 if TYPE_CHECKING:
     from .._settings import Options
@@ -60,7 +60,9 @@ def check_gauge(
     tol = gauge_tol(*scale_blocks, atol=opts.gauge_atol)
     if measured > tol and spectrum is not None and opts.gauge_atol is None:
         if cluster is not None and extra <= tol:
-            measured, tol = _pairwise(violation, cluster, spectrum, tol, scale_blocks)
+            measured, tol = _pairwise(
+                violation, cluster, spectrum, tol, scale_blocks, opts.degeneracy_atol
+            )
     if measured > tol:
         apply_gauge_policy(gauge_message(op, measured, tol), opts)
 
@@ -71,6 +73,7 @@ def _pairwise(
     spectrum: torch.Tensor,
     tol: float,
     scale_blocks: tuple[torch.Tensor, ...],
+    degeneracy_atol: float | None,
 ) -> tuple[float, float]:
     """``(measured, allowed)`` of the worst cluster pair over its own
     allowance (``measured <= allowed`` where none is over): ``tol`` at least
@@ -83,7 +86,10 @@ def _pairwise(
         floor = (data_floor(x, V.dtype) * x.amax(-1, keepdim=True)).unsqueeze(-1)
         xi, xj = x.unsqueeze(-1), x.unsqueeze(-2)
         gap = (xi - xj).abs()
-        rel = gap / (xi + xj).clamp_min(torch.finfo(x.dtype).tiny)
+        # relative to the degeneracy tolerance at least, as check_weights: values
+        # at rounding level (a cluster of zeros) have no meaningful relative gap
+        dtol = degeneracy_tol(x, degeneracy_atol)
+        rel = gap / torch.maximum(xi + xj, dtol).clamp_min(torch.finfo(x.dtype).tiny)
         allowed = torch.clamp(floor, min=tol) + WEIGHT_SLOPE * rel * scale
         over = inside & (V > allowed)
         if not bool(over.any()):
