@@ -43,6 +43,12 @@ from ._validation import (
 )
 from ._values import ValuesOp, apply_values, differentiated
 from .common.defaults import degeneracy_tol, peek
+from .common.gauge import (
+    apply_gauge_policy,
+    herm_in_basis,
+    near_pair_cancellation,
+    near_pair_message,
+)
 from .exceptions import DomainError, InputError, InputTypeError
 from .julia import _eigh as jeigh
 from .pullbacks.eigh import (
@@ -99,6 +105,29 @@ class EighResult(NamedTuple):
 # ----------------------------------------------------- autograd functions
 
 
+def eigh_near_pairs(
+    w: Tensor, V: Tensor, dA: Tensor, uplo: str, opts: Options, hermitian: bool
+) -> None:
+    """Apply the gauge policy where forward mode meets a pair of eigenvalues
+    just above the degeneracy tolerance, whose rotation an invariant output
+    (a projector onto a subspace holding it) cancels after the pushforward
+    (:func:`~pyspectral.common.gauge.near_pair_cancellation`; both backends)."""
+    if opts.gauge == "ignore" or w.shape[-1] < 2:
+        return
+
+    def tangent() -> Tensor:
+        dH = hermitian_part(dA) if hermitian else hermitian_from_triangle(dA, uplo)
+        return herm_in_basis(V, dH, V.mH)
+
+    with torch.no_grad():
+        w = peek(w)
+        top = w.abs().amax(-1, keepdim=True).unsqueeze(-1)
+        pair = (2 * top).expand(*w.shape, w.shape[-1])
+    found = near_pair_cancellation(w, tangent, pair, float(w.shape[-1]), opts)
+    if found is not None:
+        apply_gauge_policy(near_pair_message("eigh", *found), opts)
+
+
 class _Eigh(torch.autograd.Function):
     """``eigh`` with its derivatives under the convention ``hermitian``
     (torch's: the Hermitian gradient; else w.r.t. the ``uplo`` triangle)."""
@@ -132,6 +161,7 @@ class _Eigh(torch.autograd.Function):
         check_not_nested_forward_mode("eigh")
         w, V = ctx.saved_tensors
         opts, herm = ctx.opts, ctx.hermitian
+        eigh_near_pairs(w, V, dA, ctx.uplo, opts, herm)
         tangents = eigh_pushforward(w, V, dA, ctx.uplo, opts, herm, ctx.adapted)
         return tuple(map(in_layout_of, tangents, (w, V)))
 
@@ -176,6 +206,7 @@ class _EighJulia(torch.autograd.Function):
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         w, V = ctx.saved_tensors
         herm = ctx.hermitian
+        eigh_near_pairs(w, V, dA, ctx.uplo, ctx.opts, herm)
         grad = torch.is_grad_enabled() and (dA.requires_grad or V.requires_grad)
         if grad or ctx.native:
             # the tangent will be differentiated: the native pushforward is the

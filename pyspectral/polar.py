@@ -257,8 +257,11 @@ def zero_singular_value_message(op: str, detail: str) -> str:
     found = re.search(f"{python}|{julia}", detail)
     where = ""
     if found:
-        i, v = (found.group(1), found.group(2)) if found.group(1) else (
-            str(int(found.group(3)) - 1), found.group(4))  # Julia counts from 1
+        i, v = (
+            (found.group(1), found.group(2))
+            if found.group(1)
+            else (str(int(found.group(3)) - 1), found.group(4))
+        )  # Julia counts from 1
         where = f" (singular value {i} is {float(v):.3g})"
     return (
         f"{op}: A has a (numerically) zero singular value{where}, at most "

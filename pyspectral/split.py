@@ -21,8 +21,8 @@ from torch import Tensor
 
 from ._autograd import apply
 from ._settings import Options
-from .common.defaults import degeneracy_tol, eps34, peek
-from .common.gauge import apply_gauge_policy
+from .common.defaults import degeneracy_tol, peek
+from .common.gauge import apply_gauge_policy, herm_in_basis, near_pair_cancellation
 from .julia import _svd as jsvd
 from .pullbacks.split import split_weights, svd_split_pullback, svd_split_pushforward
 
@@ -184,35 +184,21 @@ def _near_degenerate_tangent(
     carry a rotation of the bond, ``L E``, ``-E R`` with ``E_ij = H_ij /
     (s_j - s_i)`` (``H = herm(U^H dA V)``), so large that an output invariant
     under it (``L @ R``, any contraction over the bond) cancels it in the
-    caller's graph with a relative error about ``(m + n) / 2 eps |H_ij| (s_i
-    + s_j) / (gap max|H|)``, above ``eps**(3/4)``. The split's tangents are
-    each exact; the cancellation happens after them (reverse mode cancels it
-    before it divides: exact at every gap)."""
+    caller's graph (:func:`~pyspectral.common.gauge.near_pair_cancellation`).
+    The split's tangents are each exact; the cancellation happens after them
+    (reverse mode cancels it before it divides: exact at every gap)."""
     if opts.gauge == "ignore" or S.shape[-1] < 2:
         return
     with torch.no_grad():
-        x, kept = peek(S.detach()), peek(keep)
-        tol = degeneracy_tol(x, opts.degeneracy_atol)
-        xi, xj = x.unsqueeze(-1), x.unsqueeze(-2)
-        gap = (xi - xj).abs()
-        res = eps34(x.dtype)
-        window = (gap > tol) & (gap < res ** (1 / 3) * (xi + xj))  # eps**(1/4)
-        window &= kept.unsqueeze(-1) & kept.unsqueeze(-2)
-        if not bool(window.any()):
-            return
-        P = peek(U.detach()).mH @ peek(dA.detach()) @ peek(Vh.detach()).mH
-        H = ((P + P.mH) * 0.5).abs()
-        scale = H.amax((-2, -1), keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-        # (m + n) / 2: the products of the caller's graph that cancel it
-        dims = (U.shape[-2] + Vh.shape[-1]) / 2
-        ratio = H * (xi + xj) / (gap.clamp_min(torch.finfo(x.dtype).tiny) * scale)
-        loss = dims * torch.finfo(x.dtype).eps * ratio
-        over = window & (loss > res)
-        if not bool(over.any()):
-            return
-        measured = float(loss.masked_select(over).max())
-        g = float(gap.masked_select(over).min())
-    apply_gauge_policy(near_tangent_message(absorb, g, measured, float(res)), opts)
+        S = peek(S)
+        pair = S.unsqueeze(-1) + S.unsqueeze(-2)
+    # (m + n) / 2: the products of the caller's graph that cancel it
+    dims = (U.shape[-2] + Vh.shape[-1]) / 2
+    found = near_pair_cancellation(
+        S, lambda: herm_in_basis(U, dA, Vh), pair, dims, opts, kept=keep
+    )
+    if found is not None:
+        apply_gauge_policy(near_tangent_message(absorb, *found), opts)
 
 
 def near_tangent_message(absorb: str, gap: float, measured: float, res: float) -> str:

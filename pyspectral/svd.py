@@ -42,7 +42,12 @@ from ._validation import (
 )
 from ._values import ValuesOp, apply_values, differentiated
 from .common.defaults import degeneracy_tol, peek
-from .common.gauge import apply_gauge_policy
+from .common.gauge import (
+    apply_gauge_policy,
+    herm_in_basis,
+    near_pair_cancellation,
+    near_pair_message,
+)
 from .exceptions import DomainError, InputError, InputTypeError
 from .julia import _svd as jsvd
 from .pullbacks.svd import (
@@ -108,6 +113,25 @@ def _adapted(factors: tuple, T: Tensor | None, opts: Options) -> tuple:
     return Uk, S, Vhk
 
 
+def svd_near_pairs(U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: Options) -> None:
+    """Apply the gauge policy where forward mode meets a pair of singular
+    values just above the degeneracy tolerance, whose rotation an invariant
+    output (the polar factor) cancels after the pushforward
+    (:func:`~pyspectral.common.gauge.near_pair_cancellation`; both backends)."""
+    if opts.gauge == "ignore" or S.shape[-1] < 2:
+        return
+    k = S.shape[-1]
+    with torch.no_grad():
+        S = peek(S)
+        pair = S.unsqueeze(-1) + S.unsqueeze(-2)
+    dims = (U.shape[-2] + Vh.shape[-1]) / 2
+    found = near_pair_cancellation(
+        S, lambda: herm_in_basis(U[..., :k], dA, Vh[..., :k, :]), pair, dims, opts
+    )
+    if found is not None:
+        apply_gauge_policy(near_pair_message("svd", *found), opts)
+
+
 class _SVD(torch.autograd.Function):
     generate_vmap_rule = True
 
@@ -140,6 +164,7 @@ class _SVD(torch.autograd.Function):
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         check_not_nested_forward_mode("svd")
         U, S, Vh = ctx.saved_tensors
+        svd_near_pairs(U, S, Vh, dA, ctx.opts)
         tangents = svd_pushforward(U, S, Vh, dA, ctx.opts, ctx.adapted)
         return tuple(map(in_layout_of, tangents, (U, S, Vh)))
 
@@ -183,6 +208,7 @@ class _SVDJulia(torch.autograd.Function):
     @staticmethod
     def jvp(ctx: Any, dA: Tensor, *_: Any) -> tuple:
         U, S, Vh = ctx.saved_tensors
+        svd_near_pairs(U, S, Vh, dA, ctx.opts)
         grad = torch.is_grad_enabled() and (dA.requires_grad or U.requires_grad)
         if grad or ctx.native:
             # the tangent will be differentiated: the native pushforward is the

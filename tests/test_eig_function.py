@@ -104,7 +104,8 @@ def test_log_sqrt_invert_exp_and_square() -> None:
 
 @pytest.mark.parametrize("dtype", [F64, C128])
 @pytest.mark.parametrize(
-    "f", ["exp", "log", "sqrt", "invsqrt", ("pow", 3), ("pow", -2), ("pow", 0.7)],
+    "f",
+    ["exp", "log", "sqrt", "invsqrt", ("pow", 3), ("pow", -2), ("pow", 0.7)],
     ids=str,
 )
 def test_gradcheck_generic(f, dtype) -> None:
@@ -326,6 +327,7 @@ def test_user_f_parameters_get_their_gradient() -> None:
     assert torch.allclose(g, want, rtol=1e-10)
     # forward mode in the parameter
     one = torch.ones((), dtype=F64)
+
     def filtered(b):
         return ps.eig_function(A0, lambda z: torch.exp(-b * z))
 
@@ -425,9 +427,7 @@ def test_bad_arguments() -> None:
 
 
 def non_hermitian() -> torch.Tensor:
-    return torch.tensor(
-        [[1.0, 2.0, 0.0], [0.5, 1.0, 1.0], [0.0, 0.3, 0.5]], dtype=F64
-    )
+    return torch.tensor([[1.0, 2.0, 0.0], [0.5, 1.0, 1.0], [0.0, 0.3, 0.5]], dtype=F64)
 
 
 @pytest.mark.parametrize("f", ["exp", ("pow", 3)], ids=str)

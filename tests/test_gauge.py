@@ -22,6 +22,7 @@ from pyspectral.common.gauge import (
     data_floor,
     gauge_message,
     policy_applied,
+    weights_floor,
     weights_message,
 )
 
@@ -169,13 +170,17 @@ def test_julia_weights_records_keep_julias_verdict() -> None:
 
 def test_weights_floor_is_the_documented_formula() -> None:
     """``data_floor``: ``2 FLOOR_CURVATURE (k + 1) eps max|x|`` per matrix;
-    a spread just below it at a cluster is quiet whatever the cotangent's
+    ``weights_floor``: ``eps**(3/4) FLOOR_CURVATURE max|x|``, at least that.
+    A spread just below it at a cluster is quiet whatever the cotangent's
     size (here 1e-30), just above it warns."""
     S = torch.tensor([[3.0, 2.0, 2.0, 1.0], [6.0, 4.0, 4.0, 2.0]], dtype=F64)
-    floor = data_floor(S.abs(), F64)
     eps = torch.finfo(F64).eps
-    expected = 2 * FLOOR_CURVATURE * 5 * eps * S.amax(-1, keepdim=True)
-    torch.testing.assert_close(floor, expected, rtol=0, atol=0)
+    top = S.amax(-1, keepdim=True)
+    expected = 2 * FLOOR_CURVATURE * 5 * eps * top
+    torch.testing.assert_close(data_floor(S.abs(), F64), expected, rtol=0, atol=0)
+    floor = weights_floor(S.abs(), F64)
+    resolution = eps**0.75 * FLOOR_CURVATURE * top
+    torch.testing.assert_close(floor, torch.maximum(resolution, expected))
     tol = torch.full((2, 1, 1), 1e-9, dtype=F64)
     for scale, quiet in ((0.9, True), (1.1, False)):
         g = torch.zeros(2, 4, dtype=F64)

@@ -255,3 +255,81 @@ def test_column_rounding_bounds_the_error_of_the_skew_part():
         err = ((J - J.mT).to(torch.float64) - (J64 - J64.mT)).abs()
         c = column_rounding(G, 50).to(torch.float64)
         assert bool((err <= c.unsqueeze(-1) + c.unsqueeze(-2)).all())
+
+
+# Forward mode at a near-degenerate gap (issue 36, items 3 and 7): the
+# pushforwards' tangents are each exact, but an invariant output cancels the
+# pair's rotation |tangent| / gap after them, in the caller's graph: measured
+# and warned, naming reverse mode and the composite, which are exact there.
+FORWARD_GAPS = [1e-11, 1e-9]
+
+
+def _jvp(f, X, T):
+    return torch.func.jvp(f, (X,), (T,))[1]
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("julia", marks=needs_julia)])
+@pytest.mark.parametrize("gap", FORWARD_GAPS)
+def test_forward_polar_factor_at_a_near_degenerate_gap_warns(gap, backend):
+    A = pair_matrix(gap)
+    T = random_like(A, seed=3)
+
+    def polar(X):
+        U, _, Vh = ps.svd(X, backend=backend)
+        return U @ Vh
+
+    if backend == "julia":  # torch.func runs the native backend only
+        import torch.autograd.forward_ad as fwAD
+
+        with fwAD.dual_level(), pytest.warns(ps.GaugeWarning, match="near-degenerate"):
+            U, _, Vh = ps.svd(fwAD.make_dual(A, T), backend=backend)
+            assert fwAD.unpack_dual(U @ Vh).tangent is not None
+    else:
+        with pytest.warns(ps.GaugeWarning, match="forward mode at a near-degenerate"):
+            _jvp(polar, A, T)
+    # the routes the warning names: the composite in forward mode, reverse mode
+    exact = _jvp(lambda X: ps.svd_function(X, "polar"), A, T)
+    W = random_like(A, seed=4)
+    g = grad(lambda X: inner(polar(X), W), A)
+    assert abs(float(inner(T, g)) - float(inner(exact, W))) < 1e-10 * float(
+        exact.norm() * W.norm()
+    )
+
+
+@pytest.mark.parametrize("gap", FORWARD_GAPS)
+def test_forward_projector_at_a_near_degenerate_gap_warns(gap):
+    A = pair_hermitian(gap)
+    T = hermitian_tangent(A)
+
+    def projector(X):
+        _, V = ps.eigh(X)
+        return V[:, 1:3] @ V[:, 1:3].mH
+
+    with pytest.warns(ps.GaugeWarning, match="forward mode at a near-degenerate"):
+        _jvp(projector, A, T)
+    lo, hi = step(1.5, 2.5)
+    exact = _jvp(lambda X: ps.matrix_function(X, (lo, hi)), A, T)
+    W = hermitian_tangent(A, seed=6)
+    g = grad(lambda X: inner(projector(X), W), A)
+    assert abs(float(inner(T, g)) - float(inner(exact, W))) < 1e-10 * float(
+        exact.norm() * W.norm()
+    )
+
+
+def test_forward_mode_at_separated_values_is_quiet():
+    """Gaps of 1e-3 and more: no pair in the window, no warning (the suite
+    turns a GaugeWarning into an error)."""
+    A, H = pair_matrix(1e-3), pair_hermitian(1e-3)
+    _jvp(lambda X: (lambda U, S, Vh: U @ Vh)(*ps.svd(X)), A, random_like(A, seed=3))
+    _jvp(lambda X: ps.eigh(X)[1], H, hermitian_tangent(H))
+
+
+def test_forward_near_pair_ignored_under_gauge_ignore():
+    A = pair_matrix(1e-11)
+    with ps.defaults(gauge="ignore"):
+        _jvp(lambda X: ps.svd(X)[0], A, random_like(A, seed=3))
+
+
+def hermitian_tangent(A, seed=5):
+    T = random_like(A, seed=seed)
+    return (T + T.mH) / 2

@@ -258,9 +258,10 @@ def test_mps_sweep_with_a_zero_bond_column(backend):
             k = s[0] * s[1] * s[2]
             ts.append(flat[i : i + k].reshape(s))
             i += k
-        ts[zero_site] = ts[zero_site] * torch.tensor([1.0, 0.0] + [1.0] * 2)[
-            : ts[zero_site].shape[-1]
-        ]  # a zero bond column (index 1)
+        ts[zero_site] = (
+            ts[zero_site]
+            * torch.tensor([1.0, 0.0] + [1.0] * 2)[: ts[zero_site].shape[-1]]
+        )  # a zero bond column (index 1)
         R = torch.ones(1, 1, dtype=F64)
         out = []
         for T in ts:

@@ -148,8 +148,12 @@ def _check_pairs(w: Tensor, V: Tensor, F: Tensor, piv: Tensor, W: Tensor | None,
         worst = effective.masked_fill(~short, float("inf"))
         i = int(worst.flatten().argmin())
         raise DomainError(
-            pair_message(op, float(worst.flatten()[i]), float(gap.flatten()[i]),
-                         float(_resolution(scale, opts).max()))  # fmt: skip
+            pair_message(
+                op,
+                float(worst.flatten()[i]),
+                float(gap.flatten()[i]),
+                float(_resolution(scale, opts).max()),
+            )  # fmt: skip
         )
 
 

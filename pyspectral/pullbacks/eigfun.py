@@ -59,9 +59,7 @@ def _real(Y: Tensor, real: bool) -> Tensor:
     return Y.real if real else Y
 
 
-def eig_function_pullback(
-    T: tuple, fd: tuple, gY: Tensor, real: bool
-) -> Tensor:
+def eig_function_pullback(T: tuple, fd: tuple, gY: Tensor, real: bool) -> Tensor:
     """Gradient of ``Y = V f(diag(L)) V^-1`` at the cotangent ``gY``:
     ``V^-H (conj(F) o (V^H gY V^-H)) V^H``, ``F`` the divided differences of
     ``f`` (``fd = (f(L), f'(L))``); exact at every spectrum of a
@@ -73,9 +71,7 @@ def eig_function_pullback(
     return _real(Vinv.mH @ (F.conj() * Gt) @ V.mH, real)
 
 
-def eig_function_pushforward(
-    T: tuple, fd: tuple, dA: Tensor, real: bool
-) -> Tensor:
+def eig_function_pushforward(T: tuple, fd: tuple, dA: Tensor, real: bool) -> Tensor:
     """Tangent of ``Y`` along ``dA``: ``V (F o (V^-1 dA V)) V^-1``, the
     transpose of :func:`eig_function_pullback`."""
     L, V, Vinv = T

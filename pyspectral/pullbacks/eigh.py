@@ -149,7 +149,7 @@ def eigh_pullback(
         Ka = cut_rounding(Ka, pair_rounding(column_rounding(gV, n)), is_plain)
     tol = degeneracy_tol(w, opts.degeneracy_atol)
     gap = w.unsqueeze(-2) - w.unsqueeze(-1)  # w_j - w_i
-    check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts)
+    check_gauge("eigh", Ka, gap.abs() <= tol, (gV,), opts, spectrum=w)
     if first:
         check_weights("eigh", gw, w, tol, opts)
     M = Ka * (0.5 * gap_inverse(gap, tol, opts))

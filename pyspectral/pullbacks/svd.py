@@ -149,7 +149,9 @@ def svd_pullback(
     Si, Sj = S.unsqueeze(-1), S.unsqueeze(-2)
     gap = Sj - Si
     blocks = _blocks(gU, gVh)
-    check_gauge("svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra)
+    check_gauge(
+        "svd", JKa, gap.abs() <= tol, blocks, opts, extra=gauge_extra, spectrum=S
+    )
     if first:
         check_weights("svd", gS, S, tol, opts)
     M = JKa * (0.5 * gap_inverse(gap, tol, opts)) + JKd * (

@@ -44,6 +44,50 @@ function check_gauge(op::Symbol, viol, tol, policy)
 end
 
 """
+    gauge_pairwise(P, λ, tol, gtol) -> (measured, allowed)
+
+The basis check of a degenerate cluster (`|λⱼ - λᵢ| <= tol`) pair by pair, for the
+default tolerance `gtol`: the largest `|P[i, j]|` over the cluster pairs above their own
+allowance, `max(gtol, data_floor(λ) maximum(abs, λ))` (what a stationary point's rounding
+shows in a cotangent of the vectors) plus `WEIGHT_SLOPE` times the pair's relative gap
+times the cotangents' scale `gtol / eps^(3/4)` (an invariant loss of `U Diagonal(S) Vᴴ`
+has `Jₐ + Kₐ` of about the gap times its cotangent inside the tolerance), and the least
+allowance among them; `(0, gtol)` where none is above. The same measure as
+pyspectral.common.gauge's `_pairwise`, so both backends warn alike.
+"""
+function gauge_pairwise(P, λ, tol, gtol)
+    T = real(float(eltype(P)))
+    x = abs.(λ)
+    floor = max(T(gtol), data_floor(x, T) * _maxabs(x))
+    scale = gtol > 0 ? gtol / _eps34(T) : zero(T)
+    measured, allowed = zero(T), T(Inf)
+    for j in eachindex(x), i in eachindex(x)
+        abs(λ[j] - λ[i]) <= tol || continue
+        # relative to the degeneracy tolerance at least: values at rounding level (a
+        # cluster of zeros) have no meaningful relative gap
+        rel = abs(x[i] - x[j]) / max(x[i] + x[j], T(tol), floatmin(T))
+        a = floor + WEIGHT_SLOPE * rel * scale
+        v = abs(P[i, j])
+        if v > a
+            measured, allowed = max(measured, v), min(allowed, a)
+        end
+    end
+    return measured > 0 ? (measured, allowed) : (zero(T), T(gtol))
+end
+
+# The basis check of a pullback: `viol` (the largest entry of `P` on a cluster, and
+# `extra` measured elsewhere) against `gtol`, pair by pair where the default tolerance
+# applies (gauge_pairwise).
+function check_cluster_gauge(op::Symbol, P, λ, tol, gtol, policy; extra=zero(gtol),
+                             default_tol::Bool=true)
+    viol = max(_cluster_max(P, λ, tol), extra)
+    if viol > gtol && default_tol && extra <= gtol
+        viol, gtol = gauge_pairwise(P, λ, tol, gtol)
+    end
+    return check_gauge(op, viol, gtol, policy)
+end
+
+"""
     apply_gauge_policy(policy, op, viol, tol, msg) -> nothing
 
 The action of [`check_gauge`](@ref) once a violation is established, with message
@@ -141,6 +185,17 @@ data_floor(λ, ::Type{T}) where {T} =
     isempty(λ) ? zero(T) : T(2 * FLOOR_CURVATURE * (length(λ) + 1) * eps(T) * maximum(abs, λ))
 
 """
+    weights_floor(λ, T) -> T
+
+The least allowance of [`check_weights`](@ref): `eps(T)^(3/4) FLOOR_CURVATURE
+maximum(abs, λ)` (the package's resolution relative to the cotangent of a loss of size
+`‖A‖²`; near a stationary point the weights are the loss's residual noise, not its
+scale), and [`data_floor`](@ref) at least. As pyspectral.common.gauge.weights_floor.
+"""
+weights_floor(λ, ::Type{T}) where {T} =
+    isempty(λ) ? zero(T) : max(T(_eps34(T) * FLOOR_CURVATURE * _maxabs(λ)), data_floor(λ, T))
+
+"""
     check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing) -> nothing
 
 Apply the gauge `policy` where the cotangent `Δλ` of the spectrum `λ` (singular values,
@@ -150,14 +205,15 @@ for a loss that is a symmetric function of the cluster's values, whose weights a
 equal there; otherwise the loss reads the values through the basis inside the cluster
 (`U Diagonal(S) Vᴴ`) and the part of the gradient that needs is not in the cotangents.
 Tolerance per pair: `gauge_atol` (default `eps^(3/4) maximum(abs, Δλ)`, at least
-[`data_floor`](@ref)) plus
-`WEIGHT_SLOPE` times the relative gap times `|Δλᵢ| + |Δλⱼ|`. A recording policy
+[`weights_floor`](@ref)) plus
+`WEIGHT_SLOPE` times the relative gap times `|Δλᵢ| + |Δλⱼ|`, and (default only) plus
+`FLOOR_CURVATURE` times the gap. A recording policy
 receives `Symbol(op, ":weights")`, the largest spread and its pair's allowance.
 """
 function check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing)
     (iszerotangent(Δλ) || !_checks_gauge(policy) || length(λ) < 2) && return nothing
     T = real(float(eltype(Δλ)))
-    base = gauge_atol === nothing ? max(_eps34(T) * _maxabs(Δλ), data_floor(λ, T)) :
+    base = gauge_atol === nothing ? max(_eps34(T) * _maxabs(Δλ), weights_floor(λ, T)) :
            gauge_atol
     measured, limit = zero(T), zero(T)
     for j in eachindex(λ), i in eachindex(λ)
@@ -167,6 +223,10 @@ function check_weights(op::Symbol, Δλ, λ, tol, policy; gauge_atol=nothing)
         spread = abs(Δλ[i] - Δλ[j])
         allowed = WEIGHT_SLOPE * (abs(Δλ[i]) + abs(Δλ[j])) *
                   (gap / max(abs(λ[i]) + abs(λ[j]), tol)) + base
+        # the floor's curvature across the gap (default tolerance only): a symmetric
+        # loss's weights differ by f″ times the gap, small weights or not (pyspectral's
+        # check_weights)
+        gauge_atol === nothing && (allowed += FLOOR_CURVATURE * gap)
         if spread > allowed && spread > measured
             measured, limit = T(spread), T(allowed)
         end

@@ -66,7 +66,8 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
     end
     if checks
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔV) : gauge_atol
-        check_gauge(:eigh, _cluster_max(Kₐ, λ, tol), gtol, gauge)
+        check_cluster_gauge(:eigh, Kₐ, λ, tol, gtol, gauge;
+                            default_tol=gauge_atol === nothing)
         iszerotangent(Δλ) || check_weights(:eigh, real.(Δλ), λ, tol, gauge; gauge_atol)
     end
     ginv(x) = gap_inverse(x, tol, broadening)

@@ -130,7 +130,8 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
     end
     if _checks_gauge(gauge)
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
-        check_gauge(:svd, max(_cluster_max(P, S, tol), gauge_extra), gtol, gauge)
+        check_cluster_gauge(:svd, P, S, tol, gtol, gauge; extra=gauge_extra,
+                            default_tol=gauge_atol === nothing)
         iszerotangent(ΔS) || check_weights(:svd, real.(ΔS), S, tol, gauge; gauge_atol)
     end
     ginv(x) = gap_inverse(x, tol, broadening)
