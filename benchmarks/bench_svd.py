@@ -52,7 +52,9 @@ def rows(
         times = _timing.interleaved(
             {
                 "torch": step(lambda A: torch.linalg.svd(A, full_matrices=False), A, W),
-                "pyspectral": step(lambda A: ps.svd(A, backend=backend), A, W),
+                "pyspectral": step(
+                    lambda A: ps.svd(A, backend=backend, full_matrices=False), A, W
+                ),
             },
             repeat,
             what=f"svd {_timing.label(batch, n)} fwd+bwd",

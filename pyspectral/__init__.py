@@ -11,6 +11,7 @@ from .eigfun import eig_function
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
     BackendError,
+    ChoiceError,
     ConvergenceWarning,
     DerivativeError,
     DomainError,
@@ -26,6 +27,7 @@ from .exceptions import (
     UPLOError,
 )
 from .operator import LinearOperator, eigh_topk, svd_topk
+from .patch import patch_torch
 from .polar import PolarResult, polar
 from .qr import LQResult, QRResult, lq, qr
 from .split import SVDSplit, TruncatedSVDSplit
@@ -60,6 +62,7 @@ __all__ = [
     "TruncatedSVDResult",
     "TruncatedSVDSplit",
     "UPLOError",
+    "ChoiceError",
     "__version__",
     "defaults",
     "eig",
@@ -72,6 +75,7 @@ __all__ = [
     "julia",
     "lq",
     "matrix_function",
+    "patch_torch",
     "polar",
     "qr",
     "set_defaults",

@@ -29,6 +29,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import _linalg
 from ._settings import GAUGE_POLICIES, Options, gradient_convention, options
 from ._validation import check_hermitian_matrix, check_matrix
 from .pullbacks.eig import eig_pullback
@@ -80,7 +81,7 @@ def svd(
     """``torch.linalg.svd(A, full_matrices)``, row-major outputs (the fake
     kernel's layout)."""
     check_matrix("svd", A)
-    U, S, Vh = torch.linalg.svd(A, full_matrices=full_matrices)
+    U, S, Vh = _linalg.svd(A, full_matrices=full_matrices)
     return U.contiguous(), S.contiguous(), Vh.contiguous()
 
 
@@ -146,7 +147,7 @@ def eigh(
 ) -> tuple[Tensor, Tensor]:
     """``torch.linalg.eigh(A, UPLO=uplo)``, row-major eigenvectors."""
     check_matrix("eigh", A, square=True, uplo=uplo)
-    w, V = torch.linalg.eigh(A, UPLO=uplo)
+    w, V = _linalg.eigh(A, UPLO=uplo)
     return w.contiguous(), V.contiguous()
 
 
@@ -204,8 +205,8 @@ eigh.register_autograd(_eigh_backward, setup_context=_eigh_setup)
 # ------------------------------------------- spectral functions, named f
 
 
-# The builders of the named spectral functions, ``svd.py``'s ``_svd_fn(f, k)``
-# and ``eigh.py``'s ``_matfun(f)``: those modules import this one, and
+# The builders of the named spectral functions (``_svd_function._svd_fn(f, k)``
+# and ``_matrix_function._matfun(f)``): those modules import this one, and
 # register them here when they are imported.
 NAMED: dict = {}
 
@@ -231,7 +232,7 @@ def svd_function(
     ``x``); the triplets are outputs for the backward, not differentiated."""
     check_matrix("svd_function", A)
     opts = _opts(degeneracy_atol, None, gauge, None, "svd_function")
-    U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+    U, S, Vh = _linalg.svd(A, full_matrices=False)
     f, _ = _svd_named(name, x, S.shape[-1])(S, opts)
     Y = (U * f.unsqueeze(-2).to(U.dtype)) @ Vh
     return Y.contiguous(), U.contiguous(), S.contiguous(), Vh.contiguous()
@@ -303,7 +304,7 @@ def matrix_function(
     if check_hermitian:
         check_hermitian_matrix("matrix_function", A, None, NON_HERMITIAN)
     opts = _opts(degeneracy_atol, None, None, None, "matrix_function")
-    w, V = torch.linalg.eigh(A, UPLO=uplo)
+    w, V = _linalg.eigh(A, UPLO=uplo)
     f, _ = _matfun_named(name, x)(w, opts)
     Y = (V * f.unsqueeze(-2).to(V.dtype)) @ V.mH
     return Y.contiguous(), w.contiguous(), V.contiguous()
@@ -371,7 +372,7 @@ def qr(
     """``torch.linalg.qr(A, mode)`` (``"reduced"`` or ``"complete"``), in the
     positive gauge if asked, row-major outputs."""
     check_matrix("qr", A)
-    Q, R = torch.linalg.qr(A, mode=mode)
+    Q, R = _linalg.qr(A, mode=mode)
     if positive:
         Q, R = positive_gauge(Q, R)
     return Q.contiguous(), R.contiguous()
@@ -430,7 +431,7 @@ def eig(
 ) -> tuple[Tensor, Tensor]:
     """``torch.linalg.eig(A)``, row-major eigenvectors."""
     check_matrix("eig", A, square=True)
-    L, V = torch.linalg.eig(A)
+    L, V = _linalg.eig(A)
     return L.contiguous(), V.contiguous()
 
 

@@ -70,10 +70,13 @@ class CallState:
     the call's ``Options``): two calls from one line, or from two threads,
     never see each other's state."""
 
-    __slots__ = ("second_order", "split")
+    __slots__ = ("driver", "second_order", "split")
 
     def __init__(self) -> None:
         self.second_order: Any = None
+        # torch.linalg.svd's driver= (cuSOLVER's algorithm, CUDA only), which
+        # the call's dense forward runs
+        self.driver: str | None = None
         # The call returns the split (absorb=): its own forward rule is exact
         # at a cluster the tangent splits, so svd's pushforward does not warn.
         self.split = False

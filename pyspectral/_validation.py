@@ -7,6 +7,7 @@ same words, as ``julia/PySpectral/src/common/defaults.jl``).
 from __future__ import annotations
 
 import cmath
+import inspect
 import math
 import numbers
 from collections.abc import Callable
@@ -17,6 +18,7 @@ import torch
 from .common.defaults import eps, peek
 from .exceptions import (
     BackendError,
+    ChoiceError,
     DtypeError,
     InputError,
     InputTypeError,
@@ -384,17 +386,44 @@ def check_hermitian_matrix(
         raise InputError(f"{err}. {advice}") from None
 
 
-def check_choice(op: str, name: str, value: Any, choices: tuple[str, ...]) -> str:
-    """``value`` if it is one of the strings ``choices``, else ``InputError``
-    naming them (``InputTypeError`` for a non-string)."""
+def check_choice(
+    op: str,
+    name: str,
+    value: Any,
+    choices: tuple[str, ...],
+    error: type[InputError] = InputError,
+) -> str:
+    """``value`` if it is one of the strings ``choices``, else ``error``
+    naming them (``InputTypeError`` for a non-string; ``ChoiceError`` for an
+    argument torch.linalg also checks, whose class is a ``RuntimeError``)."""
     if not isinstance(value, str):
         raise InputTypeError(
             f"{op}: {name} must be a str, one of {choices}, got "
             f"{type(value).__name__} {value!r}"
         )
     if value not in choices:
-        raise InputError(f"{op}: {name} must be one of {choices}, got {value!r}")
+        raise error(f"{op}: {name} must be one of {choices}, got {value!r}")
     return value
+
+
+# cuSOLVER's SVD algorithms, torch.linalg.svd's driver= (CUDA tensors only)
+DRIVERS = ("gesvd", "gesvdj", "gesvda")
+
+
+def check_driver(op: str, driver: Any, A: torch.Tensor) -> str | None:
+    """``driver`` as torch.linalg.svd takes it: None, or on a CUDA tensor one
+    of cuSOLVER's algorithms (``DRIVERS``), which the dense forward then runs;
+    elsewhere ``ChoiceError`` (a ``RuntimeError``, as torch raises)."""
+    if driver is None:
+        return None
+    driver = check_choice(op, "driver", driver, DRIVERS, ChoiceError)
+    if A.device.type != "cuda":
+        raise ChoiceError(
+            f"{op}: driver={driver!r} chooses cuSOLVER's algorithm, for CUDA tensors "
+            f"only (as in torch.linalg.{op}); drop driver= for a {A.device.type} "
+            "tensor"
+        )
+    return driver
 
 
 def check_flag(op: str, name: str, value: Any) -> bool:
@@ -498,10 +527,10 @@ def _is(value: Any, default: Any) -> bool:
     return type(value) is int and value == default
 
 
-def check_absorb(op: str, absorb: Any, full_matrices: bool, out: Any) -> str | None:
+def check_absorb(op: str, absorb: Any, out: Any) -> str | None:
     """``absorb``: None (the triplets) or where the singular values go in a
     split, ``"left"``, ``"right"`` or ``"both"`` (quimb's names); not with
-    ``full_matrices=True`` or ``out=`` (a split has two factors, thin)."""
+    ``out=`` (a split has two new factors, thin whatever ``full_matrices``)."""
     if absorb is None:
         return None
     if not (isinstance(absorb, str) and absorb in ("left", "right", "both")):
@@ -509,11 +538,28 @@ def check_absorb(op: str, absorb: Any, full_matrices: bool, out: Any) -> str | N
             f"{op}: absorb must be None, 'left' (U S, Vh), 'right' (U, S Vh) or "
             f"'both' (U sqrt(S), sqrt(S) Vh), got {absorb!r}"
         )
-    if full_matrices:
-        raise InputError(
-            f"{op}: absorb={absorb!r} splits the thin SVD into two factors; it "
-            "cannot be combined with full_matrices=True"
-        )
     if out is not None:
         raise InputError(f"{op}: absorb={absorb!r} returns two new factors; drop out=")
     return absorb
+
+
+def keyword_defaults(fn: Any, *, skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The keyword-only parameters of ``fn`` and their defaults, but ``skip``:
+    what a fast path compares a call with (:func:`at_defaults`), read off the
+    signature so that a keyword added later is compared too."""
+    params = inspect.signature(fn).parameters.values()
+    kinds = (inspect.Parameter.KEYWORD_ONLY,)
+    return {p.name: p.default for p in params if p.kind in kinds and p.name not in skip}
+
+
+def at_defaults(call: dict[str, Any], defaults: dict[str, Any]) -> bool:
+    """Whether every argument named in ``defaults`` has its default in
+    ``call`` (the function's ``locals()`` on entry): the same object, or an
+    equal one of the same type (``500``, not ``500.0``; ``"auto"``)."""
+    for name, default in defaults.items():
+        value = call[name]
+        if value is not default and (
+            type(value) is not type(default) or value != default
+        ):
+            return False
+    return True

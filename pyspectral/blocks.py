@@ -113,7 +113,7 @@ def svd_blocks(
     )
     rule = truncation_rule("svd_blocks", kw, multiplets, return_error)
     opts = options(kw["degeneracy_atol"], None, gauge, None, op="svd_blocks")
-    absorb = check_absorb("svd_blocks", absorb, False, None)
+    absorb = check_absorb("svd_blocks", absorb, None)
     on_julia = [
         B.numel() > 0 and resolve_backend("svd_blocks", backend, B) == "julia"
         for B in blocks

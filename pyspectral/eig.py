@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from . import _ops
+from . import _linalg, _ops
 from ._autograd import check_not_nested_forward_mode, in_layout_of
 from ._route import Functions, compiled, decompose, on_julia, with_out
 from ._second_order import check_second_order_cotangent
@@ -44,7 +44,7 @@ class _Eig(torch.autograd.Function):
 
     @staticmethod
     def forward(A: Tensor, opts: Options) -> tuple[Tensor, Tensor]:
-        return tuple(torch.linalg.eig(A))
+        return tuple(_linalg.eig(A))
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
@@ -198,7 +198,7 @@ def eig(
     if res is not None:
         return EigResult(*res)
     opts = _check("eig", A, degeneracy_atol, broadening, gauge, gauge_atol)
-    res = with_out("eig", out, backend, A, lambda: torch.linalg.eig(A, out=out))
+    res = with_out("eig", out, backend, A, lambda: _linalg.eig(A, out=out))
     if res is not None:
         return EigResult(*res)
     return EigResult(*decompose("eig", _FUNCTIONS, A, backend, opts))
@@ -237,14 +237,12 @@ def eigvals(A: Tensor, *, backend: str = "auto", out: Tensor | None = None) -> T
     if res is not None:
         return res[0]
     opts = _check("eigvals", A, None, None, None, None)
-    res = with_out("eigvals", out, backend, A, lambda: torch.linalg.eigvals(A, out=out))
+    res = with_out("eigvals", out, backend, A, lambda: _linalg.eigvals(A, out=out))
     if res is not None:
         return res
     if not differentiated(A):  # the values alone: no eigenvectors
         return (
-            jeig.eigvals(A)
-            if on_julia("eigvals", backend, A)
-            else torch.linalg.eigvals(A)
+            jeig.eigvals(A) if on_julia("eigvals", backend, A) else _linalg.eigvals(A)
         )
     return decompose("eigvals", _FUNCTIONS, A, backend, opts)[0]
 

@@ -13,6 +13,7 @@ import torch
 import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
+from . import _linalg
 from ._autograd import LinearInA, SpectralMaps, apply
 from ._fns import (
     SpectralFn,
@@ -302,14 +303,14 @@ def _eigenbasis(
     instead of quotients), amplified by at most ``kappa(V)**2``, so no pair
     counts as divided here (``pairs=False``)."""
     with torch.no_grad():
-        L, V = torch.linalg.eig(A.detach())
+        L, V = _linalg.eig(A.detach())
         try:
             LU, pivots, inverse = check_diagonalizable(L, V, opts, OP, pairs=False)
         except DomainError as err:
             raise DomainError(f"{err} {_defective_route(fn)}") from err
         if inverse is None:
             eye = torch.eye(V.shape[-1], dtype=V.dtype, device=V.device)
-            inverse = torch.linalg.lu_solve(LU, pivots, eye.expand_as(V))
+            inverse = _linalg.lu_solve(LU, pivots, eye.expand_as(V))
     return L, V, inverse
 
 

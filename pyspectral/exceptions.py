@@ -23,6 +23,7 @@ __all__ = [
     "DtypeError",
     "ShapeError",
     "UPLOError",
+    "ChoiceError",
     "NonFiniteError",
     "DomainError",
     "GaugeError",
@@ -144,6 +145,25 @@ class UPLOError(InputError, RuntimeError):
     """
 
 
+class ChoiceError(InputError, RuntimeError):
+    """A string argument ``torch.linalg`` also takes names no choice it offers
+    here: ``qr``'s / ``lq``'s ``mode``, ``svd``'s / ``svdvals``'s ``driver``
+    (cuSOLVER's, on CUDA tensors only, as in torch); a ``RuntimeError`` too, as
+    torch raises for the same misuse (a non-string is an
+    :class:`InputTypeError`, a ``TypeError`` as in torch).
+
+    Raised by ``qr``, ``lq``, ``svd`` and ``svdvals``.
+
+    Example::
+
+        >>> import torch, pyspectral as ps
+        >>> ps.qr(torch.eye(2, dtype=torch.float64), "foo")
+        Traceback (most recent call last):
+            ...
+        pyspectral.exceptions.ChoiceError: qr: mode must be ...
+    """
+
+
 class NonFiniteError(InputError, LinAlgError):
     """``A`` has NaN or Inf entries where they are read; a
     ``torch.linalg.LinAlgError`` too, as ``torch.linalg`` raises for NaN.
@@ -211,6 +231,21 @@ class GaugeWarning(UserWarning):
     message starts with the op, gives the measured value and the remedy.
     The gradient is still finite (the basis-dependent part is dropped).
 
+    Every warning pyspectral warns carries its values (this class's and
+    :class:`ConvergenceWarning`'s instances, ``w.message`` of a caught one):
+
+    - ``measured``: the numbers the message measured (the measured value, the
+      tolerance, ...), as floats, in the order of the text;
+    - ``detail``: the full message, those numbers included.
+
+    Under Python's default filter a warning shows once per line and text, so
+    a repeated one takes a stable text: the first occurrence of a cause at a
+    line shows the full message, later ones ``<value>`` in place of the
+    numbers (and a note that they are on the warning), which Python then
+    shows once; every occurrence still has its own ``measured`` and
+    ``detail``. Under the ``"always"`` and ``"error"`` filters every
+    occurrence has its full message.
+
     Example::
 
         >>> import warnings, torch, pyspectral as ps
@@ -221,7 +256,15 @@ class GaugeWarning(UserWarning):
         ...     U[:, 0].sum().backward()
         >>> [w.category.__name__ for w in caught]
         ['GaugeWarning']
+        >>> w = caught[0].message  # (measured, gauge_atol)
+        >>> w.detail == str(w), len(w.measured)
+        (True, 2)
     """
+
+    #: The numbers the message measured, as floats, in the order of the text.
+    measured: tuple[float, ...] = ()
+    #: The full message, the measured numbers included.
+    detail: str = ""
 
 
 class ConvergenceWarning(UserWarning):
@@ -233,7 +276,9 @@ class ConvergenceWarning(UserWarning):
 
     Warned by ``svd`` and ``eigh`` with ``k``, and by ``svd_topk`` /
     ``eigh_topk`` (for an operator too large to form, also under
-    ``"auto"``).
+    ``"auto"``). As for :class:`GaugeWarning`, the warning carries its
+    values, ``measured`` (floats) and ``detail`` (the full message), and a
+    repeated one takes a stable text under Python's default filter.
 
     Example::
 
@@ -245,7 +290,14 @@ class ConvergenceWarning(UserWarning):
         ...     U, S, Vh = ps.svd(A, k=3, method="randomized", n_iter=0)
         >>> [w.category.__name__ for w in caught]
         ['ConvergenceWarning']
+        >>> len(caught[0].message.measured)  # (residual, tolerance)
+        2
     """
+
+    #: The numbers the message measured, as floats, in the order of the text.
+    measured: tuple[float, ...] = ()
+    #: The full message, the measured numbers included.
+    detail: str = ""
 
 
 class BackendError(PySpectralError, RuntimeError):

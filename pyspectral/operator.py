@@ -26,44 +26,40 @@ from typing import Any
 
 import torch
 from torch import Tensor
-from torch._C._functorch import is_functorch_wrapped_tensor
 
-from . import topk as TK
-from ._backend import BACKENDS
-from ._settings import options
-from ._validation import (
-    _as_integer,
-    check_flag,
-    check_keywords,
-    check_top_k_keywords,
-    truncation_rule,
+# The helpers that moved to _operator_plan / _operator_grad stay importable
+# from here under their old names (``x as x``: an explicit re-export).
+from ._operator_grad import _backward_warning as _backward_warning
+from ._operator_grad import _eigh_cotangent as _eigh_cotangent
+from ._operator_grad import _eigh_factors, _hermitian, _svd_factors
+from ._operator_grad import _EighTopKOperator as _EighTopKOperator
+from ._operator_grad import _hermitian_cotangent as _hermitian_cotangent
+from ._operator_grad import _split_svd_gradient as _split_svd_gradient
+from ._operator_grad import _svd_cotangents as _svd_cotangents
+from ._operator_grad import _SVDTopKOperator as _SVDTopKOperator
+from ._operator_grad import _tracked as _tracked
+from ._operator_plan import _DTYPES as _DTYPES
+from ._operator_plan import (
+    _NO_ITERATION,
+    _check_call,
+    _check_operator,
+    _device,
+    _iterate,
+    _not_certified,
 )
-from ._warnings import warn
-from .common.defaults import peek
+from ._operator_plan import _check_backend as _check_backend
+from ._operator_plan import _check_k as _check_k
+from ._operator_plan import _checked as _checked
+from ._operator_plan import _finite as _finite
+from ._operator_plan import _iteration as _iteration
+from ._operator_plan import _Op as _Op
+from ._operator_plan import _operator_rule as _operator_rule
+from ._operator_plan import _plan as _plan
 from .eigh import EighResult, eigh
-from .exceptions import (
-    BackendError,
-    ConvergenceWarning,
-    DtypeError,
-    InputError,
-    InputTypeError,
-    NonFiniteError,
-    ShapeError,
-)
-from .forward import topk as F
-from .pullbacks.truncated import (
-    dense_truncated_eigh_pullback,
-    dense_truncated_svd_pullback,
-    pad_block,
-    truncated_eigh_pullback,
-    truncated_svd_pullback,
-)
 from .svd import SVDResult, svd
 from .truncation import eigh_ranks, svd_ranks, truncated_eigh, truncated_svd
 
 __all__ = ["LinearOperator", "svd_topk", "eigh_topk"]
-
-_DTYPES = (torch.float32, torch.float64, torch.complex64, torch.complex128)
 
 
 class LinearOperator:
@@ -133,326 +129,6 @@ class LinearOperator:
             f"LinearOperator(shape={tuple(self.shape)}, dtype={self.dtype}, "
             f"device={self.device}, rmatmul={self.rmatmul is not None})"
         )
-
-
-# ------------------------------------------------------------- validation
-
-
-def _check_operator(name: str, op: Any, need_rmatmul: bool) -> None:
-    """Raise ``InputTypeError`` / ``InputError`` / ``DtypeError`` for an
-    ``op`` that is not a usable linear operator."""
-    need = ("shape", "dtype", "device", "matmul")
-    missing = [a for a in need if not hasattr(op, a)]
-    if missing:
-        raise InputTypeError(
-            f"{name}: op must be a torch.Tensor or a linear operator with "
-            f"attributes shape, dtype, device and matmul (and rmatmul for "
-            f"svd_topk), e.g. pyspectral.LinearOperator; got "
-            f"{type(op).__name__}, which lacks {', '.join(missing)}"
-        )
-    for attr in ("matmul", "rmatmul") if need_rmatmul else ("matmul",):
-        f = getattr(op, attr, None)
-        if not callable(f):
-            why = "svd_topk needs A^H @ X" if attr == "rmatmul" else "A @ X"
-            raise InputTypeError(
-                f"{name}: op.{attr} must be a callable ({why}), got "
-                f"{type(f).__name__}; pass {attr}= to pyspectral.LinearOperator"
-            )
-    shape = op.shape
-    ok = isinstance(shape, (tuple, torch.Size)) and len(shape) >= 2
-    if not ok or not all(_as_integer(s) is not None and int(s) >= 0 for s in shape):
-        raise ShapeError(
-            f"{name}: op.shape must be a tuple (*, m, n) of at least 2 "
-            f"non-negative integers, got {shape!r}"
-        )
-    if op.dtype not in _DTYPES:
-        raise DtypeError(
-            f"{name}: op.dtype must be float32, float64, complex64 or "
-            f"complex128, got {op.dtype!r}"
-        )
-
-
-def _checked(name: str, f: Callable, out_shape: tuple, dtype: torch.dtype):
-    """``f`` with its result checked: shape ``(*, out_rows, p)``, ``dtype``."""
-
-    def g(X: Tensor) -> Tensor:
-        Y = f(X)
-        want = (*out_shape[:-1], X.shape[-1])
-        if not isinstance(Y, Tensor) or tuple(Y.shape) != want or Y.dtype != dtype:
-            got = (
-                f"shape {tuple(Y.shape)}, dtype {Y.dtype}"
-                if isinstance(Y, Tensor)
-                else type(Y).__name__
-            )
-            raise InputError(
-                f"{name} of an input of shape {tuple(X.shape)} must return a "
-                f"tensor of shape {want} and dtype {dtype}, got {got}"
-            )
-        if not _finite(Y):
-            raise NonFiniteError(
-                f"{name} of an input of shape {tuple(X.shape)} returned NaN or Inf "
-                "entries; the products of the operator must be finite (check the "
-                "tensors it uses, or its scale)"
-            )
-        return Y
-
-    return g
-
-
-def _finite(Y: Tensor) -> bool:
-    """Whether every entry of a product is finite: one reduction (a NaN or
-    Inf entry makes the sum non-finite) and one host sync, per product; only
-    a sum that overflows is looked at entry by entry."""
-    P = peek(Y).detach()
-    if P.numel() == 0:
-        return True
-    total = P.sum()
-    if bool(torch.isfinite(total.real if total.is_complex() else total)):
-        return True
-    return bool(torch.isfinite(P).all())
-
-
-def _device(name: str, device: Any) -> torch.device:
-    """``device`` as a ``torch.device`` (a device or its name), else
-    ``InputTypeError`` naming it."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError) as err:
-        raise InputTypeError(
-            f"{name}: device must be a torch.device or a device name such as "
-            f"'cpu' or 'cuda:0', got {device!r}"
-        ) from err
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        # (else torch's AssertionError "Torch not compiled with CUDA enabled"
-        # from the first tensor made there, deep inside the iteration)
-        build = f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only"
-        raise BackendError(
-            f"{name}: device {device!r}, but CUDA is not available here (torch "
-            f"{torch.__version__}, a {build} build). Install a CUDA build of torch "
-            "on a machine with an NVIDIA GPU, or use device='cpu'"
-        )
-    return dev
-
-
-class _Op:
-    """A validated operator: checked products, shape, dtype, device."""
-
-    def __init__(self, op: Any, need_rmatmul: bool, who: str) -> None:
-        *batch, m, n = self.shape = tuple(int(s) for s in op.shape)
-        self.dtype, self.device = op.dtype, _device(f"{who}: op.device", op.device)
-        matmul, rmatmul = f"{who}: op.matmul", f"{who}: op.rmatmul"
-        self.matmul = _checked(matmul, op.matmul, (*batch, m, 1), op.dtype)
-        self.rmatmul = (
-            _checked(rmatmul, op.rmatmul, (*batch, n, 1), op.dtype)
-            if need_rmatmul
-            else None
-        )
-        # stands in for A where only shape, dtype and numel are read
-        self.meta = torch.empty(self.shape, dtype=op.dtype, device="meta")
-
-    def dense(self) -> Tensor:
-        """``A`` formed as ``matmul(I)`` (differentiable where grad is on)."""
-        *batch, _, n = self.shape
-        eye = torch.eye(n, dtype=self.dtype, device=self.device)
-        return self.matmul(eye.expand(*batch, n, n).contiguous())
-
-    def small(self) -> bool:
-        """Small enough to form (``m n min(m, n) <= DENSE_FALLBACK_MAX``)."""
-        return TK._small(self.meta)
-
-    def size(self) -> str:
-        m, n = self.shape[-2:]
-        return f"m n min(m, n) = {m * n * min(m, n):.3g} > {TK.DENSE_FALLBACK_MAX:.3g}"
-
-
-def _check_backend(name: str, backend: Any) -> None:
-    if backend not in BACKENDS:
-        raise BackendError(
-            f"{name}: backend must be one of {BACKENDS}, got {backend!r}"
-        )
-    if backend == "julia":
-        raise BackendError(
-            f"{name}: a linear operator runs on the native backend only (its "
-            "products are Python callables, which Julia cannot call); use "
-            "backend='torch', or pass the matrix as a tensor"
-        )
-
-
-def _plan(which: str, A: _Op, kw: dict, method: str) -> tuple[str, Any]:
-    """``("dense", None)`` (form ``A`` and take the full path) or
-    ``("iterate", cfg)``. ``full`` forms ``A``; ``randomized`` (subspace
-    iteration) and ``krylov`` (block Krylov) iterate; ``auto`` decides as for
-    a tensor where ``A`` is small enough to form (``DENSE_FALLBACK_MAX``), and
-    otherwise iterates as ``randomized`` does (a result it cannot certify
-    comes with a ``ConvergenceWarning``), handing over to block Krylov where
-    its cost model predicts that cheaper, as for a tensor."""
-    if method not in F.TOP_K_METHODS:
-        raise InputError(
-            f"{which}_topk: method must be 'auto', 'full', 'randomized' or "
-            f"'krylov', got {method!r}"
-        )
-    rest = (kw["oversample"], kw["n_iter"], kw["backward_rtol"], kw["backward_maxiter"])
-    path, cfg = F.top_k_method(which, A.meta, kw["k"], method, *rest)
-    if method == "full" or A.meta.numel() == 0:  # an empty batch costs nothing
-        return "dense", None
-    if method == "auto":
-        if A.small():
-            return ("dense", None) if path == "full" else ("iterate", cfg)
-        _, cfg = F.top_k_method(which, A.meta, kw["k"], "randomized", *rest)
-        cfg = cfg._replace(switch=True)
-    return "iterate", cfg
-
-
-def _not_certified(name: str, k: int, method: str, A: _Op, why: str) -> None:
-    if method in ("randomized", "krylov"):
-        remedy = (
-            "raise n_iter or oversample, or use method='auto' (which forms an "
-            f"operator with m n min(m, n) <= {TK.DENSE_FALLBACK_MAX:.3g} and "
-            "takes the full decomposition)"
-        )
-    else:
-        remedy = (
-            f"the operator is too large to form for the full decomposition "
-            f"({A.size()}); raise oversample (so that the block reaches past a "
-            "gap of the spectrum) or n_iter, or choose k at a gap"
-        )
-    warn(
-        f"{name}(k={k}, method='{method}'): not certified: {why}. The result is "
-        f"approximate; {remedy}.",
-        ConvergenceWarning,
-    )
-
-
-def _backward_warning(name: str, A: _Op, maxiter: int, residual: float, opts):
-    warn(
-        f"{name} backward: the Sylvester solve did not converge in {maxiter} "
-        f"iterations (relative residual {residual:.2g}): there is no gap "
-        "between the kept spectrum and the rest beyond the certified block, "
-        f"and the operator is too large to form for the exact dense fallback "
-        f"({A.size()}). The gradient is approximate; choose k at a gap, or "
-        "raise oversample or backward_maxiter.",
-        ConvergenceWarning,
-        opts.site,
-    )
-
-
-def _check_k(name: str, A: _Op, k: Any) -> None:
-    """``k`` is required (``check_keywords`` takes None for "no k")."""
-    if k is None:
-        raise InputError(
-            f"{name}: k must be an integer >= 0 (the maximum rank; a k past "
-            f"min(m, n) = {min(A.shape[-2:])} keeps every value), got None"
-        )
-
-
-def _operator_rule(name: str, kw: dict, multiplets: Any, return_error: Any) -> Any:
-    """The truncation rule of an operator call: the rules that cut inside the
-    top ``k`` (``atol``, ``rtol``, ``multiplets`` "cut" or "down"); what
-    needs the spectrum past ``k`` or ``||A||_F`` raises ``InputError``."""
-    rule = truncation_rule(name, kw, multiplets, return_error)
-    if rule.beyond_k:
-        what = (
-            "error_atol / error_rtol (the discarded weight)"
-            if rule.by_error
-            else "multiplets='up'"
-        )
-        raise InputError(
-            f"{name}: {what} depends on the spectrum past the top k, which the "
-            "linear-operator form does not compute; pass the matrix as a tensor "
-            "(method='auto' then takes the full decomposition)"
-        )
-    if return_error:
-        raise InputError(
-            f"{name}: return_error=True needs ||A||_F (the truncation error is "
-            "||A - U_r S_r V_r^H||_F), which a linear operator does not give; "
-            "pass the matrix as a tensor, or compute the error from a norm of "
-            "A you know"
-        )
-    return rule
-
-
-# the full path, taken by the formed matrix, does not iterate
-_NO_ITERATION = {
-    "oversample": None,
-    "n_iter": None,
-    "backward_rtol": None,
-    "backward_maxiter": 500,
-}
-
-
-def _iteration(numeric: dict) -> dict:
-    """The keywords that configure the iteration (``check_top_k_keywords``)."""
-    names = ("oversample", "n_iter", "backward_rtol", "backward_maxiter")
-    return {name: numeric[name] for name in names}
-
-
-def _tracked(t: Tensor) -> bool:
-    """Whether autograd (or torch.func) follows ``t``."""
-    return t.requires_grad or is_functorch_wrapped_tensor(t)
-
-
-# ------------------------------------------------------------------- svd
-
-
-class _SVDTopKOperator(torch.autograd.Function):
-    """Returns the (already computed) top-k triplets; differentiable inputs
-    ``Z = A V_k`` and ``W = A^H U_d``, whose cotangents are ``X`` and ``T^H``
-    (module docstring). The other tensor inputs are the certified block and
-    the extras, not differentiable."""
-
-    @staticmethod
-    def forward(Z, W, Uk, Sk, Vhk, U, S, V, Ue, Se, A, k, cfg, opts) -> tuple:
-        return tuple(
-            t.clone(memory_format=torch.contiguous_format) for t in (Uk, Sk, Vhk)
-        )
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-        Z, W, _, _, _, U, S, V, Ue, Se, ctx.A, ctx.k, ctx.cfg, ctx.opts = inputs
-        ctx.save_for_backward(Z, W, U, S, V, Ue, Se)
-        ctx.set_materialize_grads(False)
-
-    @staticmethod
-    def backward(ctx: Any, gU: Tensor, gS: Tensor, gVh: Tensor) -> tuple:
-        Z, W, U, S, V, Ue, Se = ctx.saved_tensors
-        with torch.no_grad():
-            gZ, gW = _svd_cotangents(ctx, (U, S, V), (Ue, Se), (gU, gS, gVh))
-        return (TK._first_order(gZ, Z), TK._first_order(gW, W), *(None,) * 12)
-
-    jvp = staticmethod(TK._no_forward_mode)
-
-
-def _svd_cotangents(ctx: Any, block: tuple, extras: tuple, cot: tuple) -> tuple:
-    """``(grad_Z, grad_W)`` from the factors ``P = [U_d, X]``,
-    ``Q = [T; V_k^H]`` of the pullback (``grad_W = None``: zero)."""
-    A, k, cfg, opts = ctx.A, ctx.k, ctx.cfg, ctx.opts
-    U, S, V = block
-    gU, gS, gVh = cot
-    out = truncated_svd_pullback(
-        A.matmul, A.rmatmul, *block, k, *cot, opts, cfg.rtol, cfg.maxiter, extras
-    )
-    if out is None:
-        return None, None
-    P, Q, residual = out
-    if gU is None and gVh is None:  # dL/dA = (U_k diag(gS)) V_k^H = P V_k^H
-        return P, None
-    d = S.shape[-1]
-    if residual > TK.RTOL_SLACK * cfg.rtol:
-        if A.small():
-            gA = dense_truncated_svd_pullback(A.dense(), *block, k, *cot, opts)
-            return _split_svd_gradient(gA, U[..., :k], V[..., :k], d)
-        _backward_warning("svd_topk", A, cfg.maxiter, residual, opts)
-    return P[..., d:], Q[..., :d, :].mH
-
-
-def _split_svd_gradient(G: Tensor, Uk: Tensor, Vk: Tensor, d: int) -> tuple:
-    """``(grad_Z, grad_W)`` for a dense top-k gradient ``G``, which has the
-    form ``U_k Y^H + X V_k^H`` (cotangents on the kept triplets only), so
-    ``G = G V_k V_k^H + U_k U_k^H G (I - V_k V_k^H)``: ``grad_Z = G V_k`` and
-    ``grad_W = [(I - V_k V_k^H) G^H U_k, 0]``."""
-    GhU = G.mH @ Uk
-    gW = GhU - Vk @ (Vk.mH @ GhU)
-    return G @ Vk, pad_block(gW, d)
 
 
 def svd_topk(
@@ -575,142 +251,33 @@ def svd_topk(
         True
     """
     numeric = dict(
-        degeneracy_atol=degeneracy_atol,
-        broadening=broadening,
-        gauge_atol=gauge_atol,
-        oversample=oversample,
-        n_iter=n_iter,
-        backward_rtol=backward_rtol,
+        degeneracy_atol=degeneracy_atol, broadening=broadening, gauge_atol=gauge_atol,
+        oversample=oversample, n_iter=n_iter, backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
-    )
-    trunc = dict(
-        atol=atol,
-        rtol=rtol,
-        error_atol=error_atol,
-        error_rtol=error_rtol,
-        multiplets=multiplets,
-        min_rank=min_rank,
-    )
-    if isinstance(op, Tensor):
+    )  # fmt: skip
+    trunc = dict(atol=atol, rtol=rtol, error_atol=error_atol, error_rtol=error_rtol,
+                 multiplets=multiplets, min_rank=min_rank)  # fmt: skip
+    if isinstance(op, Tensor):  # the same call as svd
         return svd(
-            op,
-            k=k,
-            method=method,
-            gauge=gauge,
-            backend=backend,
-            return_error=return_error,
-            **trunc,
-            **numeric,
-        )
-    _check_backend("svd_topk", backend)
-    _check_operator("svd_topk", op, need_rmatmul=True)
-    A = _Op(op, need_rmatmul=True, who="svd_topk")
-    _check_k("svd_topk", A, k)
-    names = ("atol", "rtol", "error_atol", "error_rtol", "min_rank")
-    tols = {name: trunc[name] for name in names}
-    kw = check_keywords("svd_topk", A.meta, k=k, **tols, **numeric)
-    check_top_k_keywords("svd_topk", kw["k"], method, **_iteration(numeric))
-    rule = _operator_rule("svd_topk", kw, multiplets, return_error)
-    *batch, m, n = A.shape
-    k = min(kw["k"], m, n)
-    opts = options(
-        kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="svd_topk"
+            op, k=k, method=method, gauge=gauge, backend=backend,
+            return_error=return_error, **trunc, **numeric,
+        )  # fmt: skip
+    call = _check_call(
+        "svd", op, k, method, gauge, backend, trunc, numeric, return_error
     )
-    plan, cfg = _plan("svd", A, {**kw, "k": max(k, 1)}, method)
+    A, k = call.A, call.k
     if k == 0:  # nothing to compute
-        real = A.meta.real.dtype
-        return SVDResult(
-            torch.zeros((*batch, m, 0), dtype=A.dtype, device=A.device),
-            torch.zeros((*batch, 0), dtype=real, device=A.device),
-            torch.zeros((*batch, 0, n), dtype=A.dtype, device=A.device),
-        )
-    res = None
-    if plan == "iterate":
-        with torch.no_grad():
-            res = F.svd_topk(
-                A.matmul, A.rmatmul, A.shape, A.dtype, A.device, k, cfg, opts
-            )
+        return _empty_svd(A)
+    res = _iterate("svd", call)
     if res is None:  # formed: the full path, differentiable through A itself
         full = {**numeric, **_NO_ITERATION}
         return svd(A.dense(), k=k, method="full", gauge=gauge, **trunc, **full)
     if res.message:
         _not_certified("svd_topk", k, method, A, res.message)
-    U, S, V, d = res.U, res.S, res.V, res.d
-    Uk, Sk, Vhk = U[..., :k], S[..., :k], V[..., :k].mH
-    out = (Uk.contiguous(), Sk.contiguous(), Vhk.contiguous())
-    if torch.is_grad_enabled():
-        Z, W = A.matmul(V[..., :k]), A.rmatmul(U[..., :d])
-        if _tracked(Z) or _tracked(W):
-            block = (U[..., :d], S[..., :d], V[..., :d], U[..., d:], S[..., d:])
-            out = _SVDTopKOperator.apply(Z, W, Uk, Sk, Vhk, *block, A, k, cfg, opts)
-    full = S.shape[-1] == min(m, n)
-    r, _ = svd_ranks(S, rule._replace(k=k), opts, False, complete=full)
+    out = _svd_factors(call, res)
+    full = res.S.shape[-1] == min(A.shape[-2:])
+    r, _ = svd_ranks(res.S, call.rule._replace(k=k), call.opts, False, complete=full)
     return SVDResult(*truncated_svd(None, *out, r, k, False, full=False))
-
-
-# ------------------------------------------------------------------ eigh
-
-
-class _EighTopKOperator(torch.autograd.Function):
-    """Returns the (already computed) k extreme eigenpairs; differentiable
-    input ``Z = A V_d``, whose cotangent is ``T^H + [X / 2, 0]``."""
-
-    @staticmethod
-    def forward(Z, wk, Vk, w, V, Ve, we, A, k, largest, cfg, opts) -> tuple:
-        return tuple(t.clone(memory_format=torch.contiguous_format) for t in (wk, Vk))
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
-        Z, _, _, w, V, Ve, we, ctx.A, ctx.k, ctx.largest, ctx.cfg, ctx.opts = inputs
-        ctx.save_for_backward(Z, w, V, Ve, we)
-        ctx.set_materialize_grads(False)
-
-    @staticmethod
-    def backward(ctx: Any, gw: Tensor, gV: Tensor) -> tuple:
-        Z, w, V, Ve, we = ctx.saved_tensors
-        with torch.no_grad():
-            gZ = _eigh_cotangent(ctx, w, V, (Ve, we), gw, gV)
-        return (TK._first_order(gZ, Z), *(None,) * 11)
-
-    jvp = staticmethod(TK._no_forward_mode)
-
-
-def _eigh_cotangent(ctx: Any, w: Tensor, V: Tensor, extras: tuple, gw, gV):
-    """``grad_Z`` from the factors ``P = [V_d, X]``, ``Q = [T; V_k^H / 2]``
-    of the pullback (the gradient ``V_d T + X V_k^H / 2``)."""
-    A, k, cfg, opts = ctx.A, ctx.k, ctx.cfg, ctx.opts
-    out = truncated_eigh_pullback(
-        A.matmul, w, V, k, gw, gV, ctx.largest, opts, cfg.rtol, cfg.maxiter, extras
-    )
-    if out is None:
-        return None
-    P, Q, residual = out
-    d = w.shape[-1]
-    if gV is None:  # V_k diag(gw) V_k^H: Hermitian, grad_Z = [V_k diag(gw), 0]
-        return pad_block(P, d)
-    if residual > TK.RTOL_SLACK * cfg.rtol:
-        if A.small():
-            L = dense_truncated_eigh_pullback(
-                _hermitian(A.dense()), w, V, k, gw, gV, "L", opts
-            )
-            return pad_block(_hermitian_cotangent((L + L.mH) / 2, V[..., :k]), d)
-        _backward_warning("eigh_topk", A, cfg.maxiter, residual, opts)
-    T, X = Q[..., :d, :].mH, P[..., d:]
-    return torch.cat([T[..., :k] + X / 2, T[..., k:]], -1)
-
-
-def _hermitian(H: Tensor) -> Tensor:
-    return (H + H.mH) / 2
-
-
-def _hermitian_cotangent(G: Tensor, Vk: Tensor) -> Tensor:
-    """``g`` with ``(V_k g^H + g V_k^H) / 2 = G`` for a Hermitian top-k
-    gradient ``G = P G + G P - P G P`` (``P = V_k V_k^H``; cotangents on the
-    kept pairs only): ``g = 2 G V_k - V_k (V_k^H G V_k)``. (The triangle
-    ``L`` that ``dense_truncated_eigh_pullback`` returns, off-diagonal
-    entries doubled, unfolds to ``G = (L + L^H) / 2``.)"""
-    GV = G @ Vk
-    return 2 * GV - Vk @ (Vk.mH @ GV)
 
 
 def eigh_topk(
@@ -800,64 +367,23 @@ def eigh_topk(
         True
     """
     numeric = dict(
-        degeneracy_atol=degeneracy_atol,
-        broadening=broadening,
-        gauge_atol=gauge_atol,
-        oversample=oversample,
-        n_iter=n_iter,
-        backward_rtol=backward_rtol,
+        degeneracy_atol=degeneracy_atol, broadening=broadening, gauge_atol=gauge_atol,
+        oversample=oversample, n_iter=n_iter, backward_rtol=backward_rtol,
         backward_maxiter=backward_maxiter,
-    )
-    trunc = dict(
-        atol=atol,
-        rtol=rtol,
-        error_atol=error_atol,
-        error_rtol=error_rtol,
-        multiplets=multiplets,
-        min_rank=min_rank,
-    )
-    if isinstance(op, Tensor):
+    )  # fmt: skip
+    trunc = dict(atol=atol, rtol=rtol, error_atol=error_atol, error_rtol=error_rtol,
+                 multiplets=multiplets, min_rank=min_rank)  # fmt: skip
+    if isinstance(op, Tensor):  # the same call as eigh
         return eigh(
-            op,
-            k=k,
-            largest=largest,
-            method=method,
-            gauge=gauge,
-            backend=backend,
-            return_error=return_error,
-            **trunc,
-            **numeric,
-        )
-    _check_backend("eigh_topk", backend)
-    _check_operator("eigh_topk", op, need_rmatmul=False)
-    A = _Op(op, need_rmatmul=False, who="eigh_topk")
-    if A.shape[-1] != A.shape[-2]:
-        raise ShapeError(
-            f"eigh_topk: op must be square, shape (*, n, n), got shape {A.shape}"
-        )
-    _check_k("eigh_topk", A, k)
-    names = ("atol", "rtol", "error_atol", "error_rtol", "min_rank")
-    tols = {name: trunc[name] for name in names}
-    kw = check_keywords("eigh_topk", A.meta, k=k, **tols, **numeric)
-    check_top_k_keywords("eigh_topk", kw["k"], method, **_iteration(numeric))
-    largest = check_flag("eigh_topk", "largest", largest)
-    rule = _operator_rule("eigh_topk", kw, multiplets, return_error)
-    *batch, n, _ = A.shape
-    k = min(kw["k"], n)
-    opts = options(
-        kw["degeneracy_atol"], kw["broadening"], gauge, kw["gauge_atol"], op="eigh_topk"
-    )
-    plan, cfg = _plan("eigh", A, {**kw, "k": max(k, 1)}, method)
+            op, k=k, largest=largest, method=method, gauge=gauge, backend=backend,
+            return_error=return_error, **trunc, **numeric,
+        )  # fmt: skip
+    call = _check_call("eigh", op, k, method, gauge, backend, trunc, numeric,
+                       return_error, largest)  # fmt: skip
+    A, k, largest = call.A, call.k, call.largest
     if k == 0:  # nothing to compute
-        w0 = torch.zeros((*batch, 0), dtype=A.meta.real.dtype, device=A.device)
-        V0 = torch.zeros((*batch, n, 0), dtype=A.dtype, device=A.device)
-        return EighResult(w0, V0)
-    res = None
-    if plan == "iterate":
-        with torch.no_grad():
-            res = F.eigh_topk(
-                A.matmul, A.shape, A.dtype, A.device, k, largest, cfg, opts
-            )
+        return _empty_eigh(A)
+    res = _iterate("eigh", call)
     if res is None:  # formed: the full path, differentiable through A itself
         full = {**numeric, **_NO_ITERATION}
         H = _hermitian(A.dense())
@@ -866,13 +392,29 @@ def eigh_topk(
         )
     if res.message:
         _not_certified("eigh_topk", k, method, A, res.message)
-    w, V, d = res.S, res.U, res.d
-    wk, Vk = w[..., :k], V[..., :k]
-    out = (wk.contiguous(), Vk.contiguous())
-    if torch.is_grad_enabled():
-        Z = A.matmul(V[..., :d])
-        if _tracked(Z):
-            block = (w[..., :d], V[..., :d], V[..., d:], w[..., d:])
-            out = _EighTopKOperator.apply(Z, wk, Vk, *block, A, k, largest, cfg, opts)
-    r, _ = eigh_ranks(w, rule._replace(k=k), largest, opts, False, kept_first=k)
+    out = _eigh_factors(call, res)
+    rule = call.rule._replace(k=k)
+    r, _ = eigh_ranks(res.S, rule, largest, call.opts, False, kept_first=k)
     return EighResult(*truncated_eigh(None, *out, r, k, largest, False))
+
+
+# ----------------------------------------------------------------- empty
+
+
+def _empty_svd(A: _Op) -> SVDResult:
+    """The factors for ``k = 0``, made without a product."""
+    *batch, m, n = A.shape
+    real = A.meta.real.dtype
+    return SVDResult(
+        torch.zeros((*batch, m, 0), dtype=A.dtype, device=A.device),
+        torch.zeros((*batch, 0), dtype=real, device=A.device),
+        torch.zeros((*batch, 0, n), dtype=A.dtype, device=A.device),
+    )
+
+
+def _empty_eigh(A: _Op) -> EighResult:
+    """The eigenpairs for ``k = 0``, made without a product."""
+    *batch, n, _ = A.shape
+    w0 = torch.zeros((*batch, 0), dtype=A.meta.real.dtype, device=A.device)
+    V0 = torch.zeros((*batch, n, 0), dtype=A.dtype, device=A.device)
+    return EighResult(w0, V0)

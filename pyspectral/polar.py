@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from . import _linalg
 from ._route import Functions, compiled, decompose, on_julia
 from ._settings import Options, options
 from ._validation import check_choice, check_keywords, check_matrix
@@ -55,7 +56,7 @@ class _Polar(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: Any, A: Tensor, side: str, opts: Options) -> tuple[Tensor, Tensor]:
-        U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+        U, S, Vh = _linalg.svd(A, full_matrices=False)
         zero_singular_value(S, opts, "'polar' (f = 1, f(0) = 1)")
         W = U @ Vh
         P = hermitian_part(W.mH @ A if side == "right" else A @ W.mH)

@@ -9,13 +9,13 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from . import _ops
+from . import _linalg, _ops
 from ._autograd import check_not_nested_forward_mode, in_layout_of
 from ._route import Functions, compiled, decompose, with_out
 from ._settings import Options, options
 from ._validation import check_choice, check_flag, check_keywords, check_matrix
 from .common.defaults import peek
-from .exceptions import InputError
+from .exceptions import ChoiceError, InputError
 from .julia import _qr as jqr
 from .pullbacks.lq import lq_pullback, lq_pushforward
 from .pullbacks.qr import positive_gauge, qr_pullback, qr_pushforward, qr_rank
@@ -69,7 +69,7 @@ class _QR(torch.autograd.Function):
     def forward(
         A: Tensor, mode: str, positive: bool, rank_atol: Any, opts: Options
     ) -> tuple[Tensor, Tensor]:
-        Q, R = torch.linalg.qr(A, mode=mode)
+        Q, R = _linalg.qr(A, mode=mode)
         return positive_gauge(Q, R) if positive else (Q, R)
 
     @staticmethod
@@ -274,7 +274,8 @@ def qr(
         DtypeError: ``A`` is not float32, float64, complex64 or complex128.
         ShapeError: ``A`` has fewer than 2 dimensions.
         NonFiniteError: ``A`` has NaN or Inf entries.
-        InputError: an unknown ``mode`` or ``gauge``, a negative
+        ChoiceError: an unknown ``mode`` (a ``RuntimeError``, as torch's).
+        InputError: an unknown ``gauge``, a negative
             ``rank_atol`` / ``gauge_atol``, or ``out=`` with ``positive=True``
             or ``backend="julia"``.
         BackendError: an unknown ``backend``, or ``backend="julia"`` where
@@ -299,7 +300,7 @@ def qr(
         return QRResult(*res)
     mode, positive, rank_atol, opts = _check("qr", A, mode, positive, rank_atol, gauge,
                                              gauge_atol, out)  # fmt: skip
-    res = with_out("qr", out, backend, A, lambda: torch.linalg.qr(A, mode, out=out))
+    res = with_out("qr", out, backend, A, lambda: _linalg.qr(A, mode, out=out))
     if res is not None:
         return QRResult(*res)
     return QRResult(*_decompose("qr", A, mode, positive, rank_atol, opts, backend))
@@ -340,7 +341,8 @@ def lq(
         DtypeError: ``A`` is not float32, float64, complex64 or complex128.
         ShapeError: ``A`` has fewer than 2 dimensions.
         NonFiniteError: ``A`` has NaN or Inf entries.
-        InputError: an unknown ``mode`` or ``gauge``, a negative
+        ChoiceError: an unknown ``mode`` (a ``RuntimeError``, as torch's).
+        InputError: an unknown ``gauge``, a negative
             ``rank_atol`` / ``gauge_atol``.
         BackendError: an unknown ``backend``, or ``backend="julia"`` where
             Julia cannot run the call.
@@ -377,7 +379,7 @@ def _check(
 ) -> tuple[str, bool, float | None, Options]:
     """The arguments of :func:`qr` / :func:`lq` checked, and the call's options."""
     check_matrix(op, A)
-    mode = check_choice(op, "mode", mode, MODES)
+    mode = check_choice(op, "mode", mode, MODES, ChoiceError)
     positive = check_flag(op, "positive", positive)
     if positive and out is not None:
         raise InputError(

@@ -26,6 +26,7 @@ import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from . import _linalg
 from ._settings import Options
 from ._warnings import warn
 from .exceptions import ConvergenceWarning, DerivativeError
@@ -177,7 +178,7 @@ class SVDTopK(torch.autograd.Function):
             opts,
         )
         if res is None:  # auto, not certified within budget: the full path
-            U, S, Vh = torch.linalg.svd(A, full_matrices=False)
+            U, S, Vh = _linalg.svd(A, full_matrices=False)
             V, d = Vh.mH, S.shape[-1]
         else:
             if res.message:
@@ -291,7 +292,7 @@ class EighTopK(torch.autograd.Function):
             dense_ops(H)[0], tuple(A.shape), A.dtype, A.device, k, largest, cfg, opts
         )
         if res is None:  # auto, not certified within budget: the full path
-            w, V = torch.linalg.eigh(A, UPLO=uplo)
+            w, V = _linalg.eigh(A, UPLO=uplo)
             # the whole ascending decomposition is the block (its backward is
             # eigh_pullback, which takes any order); the kept pairs are sliced
             sel = slice(-k, None) if largest else slice(0, k)

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from . import _linalg
 from ._settings import Options
 from .common.defaults import peek
 from .forward.topk import TopKConfig, top_k_method
@@ -314,8 +315,8 @@ def truncated_svd(
     else:
         # A - U_r U_r^H A, with U_r (zero past each rank) held fixed
         P = Uk.detach()
-        error = torch.linalg.matrix_norm(A - P @ (P.mH @ A))
-        norm = torch.linalg.matrix_norm(A)
+        error = _linalg.matrix_norm(A - P @ (P.mH @ A))
+        norm = _linalg.matrix_norm(A)
     res = TruncatedSVDResult(Uk, Sk, Vhk, error, _relative(error, norm), rank)
     res.discarded = discarded
     return res
@@ -358,8 +359,8 @@ def truncated_eigh(
         discarded = _discarded(w.flip(-1) if largest else w, rank)
     else:
         Q, lam = Vk.detach(), wk.detach()
-        error = torch.linalg.matrix_norm(H - (Q * lam.unsqueeze(-2).to(Q.dtype)) @ Q.mH)
-        norm = torch.linalg.matrix_norm(H)
+        error = _linalg.matrix_norm(H - (Q * lam.unsqueeze(-2).to(Q.dtype)) @ Q.mH)
+        norm = _linalg.matrix_norm(H)
     res = TruncatedEighResult(wk, Vk, error, _relative(error, norm), rank)
     res.discarded = discarded
     return res

@@ -20,7 +20,7 @@ _TOPK = {"method": "randomized", "oversample": 4}
 
 
 def _svd(X, backend, gauge):
-    return ps.svd(X, backend=backend, gauge=gauge).U[:, 1].sum()
+    return ps.svd(X, backend=backend, gauge=gauge, full_matrices=False).U[:, 1].sum()
 
 
 def _eigh(X, backend, gauge):

@@ -908,7 +908,7 @@ def test_julia_uses_the_mkl_wheel_when_asked(tmp_path):
         "import torch\n"
         "from pyspectral.julia import _bridge\n"
         "A = torch.randn(40, 30, dtype=torch.float64)\n"
-        "U, S, Vh = ps.svd(A, backend='julia')\n"
+        "U, S, Vh = ps.svd(A, backend='julia', full_matrices=False)\n"
         "assert torch.allclose((U * S) @ Vh, A, atol=1e-10)\n"
         "print(_bridge.julia_blas())\n"
     )

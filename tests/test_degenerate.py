@@ -77,7 +77,7 @@ def through_svd(f):
     """``U f(S) Vh`` built from ``ps.svd`` (exact only away from clusters)."""
 
     def Y(X):
-        U, S, Vh = ps.svd(X)
+        U, S, Vh = ps.svd(X, full_matrices=False)
         return (U * f(S).to(U.dtype)) @ Vh
 
     return Y
@@ -99,7 +99,7 @@ def test_svd_exact_losses(name: str, dtype: torch.dtype) -> None:
     for k in cuts + [len(s)] * full_rank:
 
         def projectors(X, k=k):
-            U, _, Vh = ps.svd(X)
+            U, _, Vh = ps.svd(X, full_matrices=False)
             return inner(U[:, :k] @ U[:, :k].mH, Wm) + inner(Vh[:k].mH @ Vh[:k], Wn)
 
         losses.append(projectors)
@@ -115,7 +115,7 @@ def test_svd_exact_losses(name: str, dtype: torch.dtype) -> None:
     c = torch.where(s > 0, 1 + s.round(), 0.0)
 
     def cluster_weights(X):
-        U, _, Vh = ps.svd(X)
+        U, _, Vh = ps.svd(X, full_matrices=False)
         return inner((U * c.to(U.dtype)) @ Vh, W)
 
     def sum_of_squares(X):
@@ -125,11 +125,11 @@ def test_svd_exact_losses(name: str, dtype: torch.dtype) -> None:
     if full_rank:
 
         def polar(X):
-            U, _, Vh = ps.svd(X)
+            U, _, Vh = ps.svd(X, full_matrices=False)
             return inner(U @ Vh, W)
 
         def nuclear(X):
-            return ps.svdvals(X).sum() + 0.5 * ps.svd(X).S.sum()
+            return ps.svdvals(X).sum() + 0.5 * ps.svd(X, full_matrices=False).S.sum()
 
         losses += [polar, nuclear]
     for loss in losses:
@@ -211,7 +211,7 @@ def test_batched_degenerate_spectra(dtype) -> None:
     Wm = random_like(A, seed=9, shape=(2, 6, 6))
 
     def loss(X):
-        U = ps.svd(X).U[..., :3]
+        U = ps.svd(X, full_matrices=False).U[..., :3]
         Y = ps.svd_function(X, ("threshold", 0.7))
         return inner(U @ U.mH, Wm) + inner(Y, W)
 
@@ -436,7 +436,9 @@ def test_gauge_dependent_svd_loss_warns_and_raises() -> None:
     X = A.clone().requires_grad_()
 
     def loss(**kw):
-        return ps.svd(X, **kw).U[:, 1].sum()  # one vector of the cluster {1, 2}
+        return (
+            ps.svd(X, full_matrices=False, **kw).U[:, 1].sum()
+        )  # one vector of the cluster {1, 2}
 
     with pytest.warns(ps.GaugeWarning, match=r"^svd: ") as record:
         loss().backward()
@@ -455,10 +457,10 @@ def test_gauge_dependent_svd_loss_warns_and_raises() -> None:
 def test_complex_phase_dependent_loss_warns(name) -> None:
     A, *_ = case(name, torch.complex128)
     X = A.clone().requires_grad_()
-    U, _, _ = ps.svd(X)
+    U, _, _ = ps.svd(X, full_matrices=False)
     with pytest.warns(ps.GaugeWarning, match=r"^svd: "):
         phase_sensitive(U[0, 0]).backward()  # depends on the phase of u_0
-    U, _, _ = ps.svd(X, gauge="raise")
+    U, _, _ = ps.svd(X, gauge="raise", full_matrices=False)
     with pytest.raises(ps.GaugeError, match=r"^svd: "):
         phase_sensitive(U[0, 3]).backward()
 

@@ -17,14 +17,17 @@ Fenced blocks, by language:
   must pass, torch's NaN stay NaN).
 
 A block opts out only with a marker comment on the line before it, stating
-why: ``<!-- test: skip "reason" -->``, or ``<!-- test: julia -->`` (runs
-where the Julia backend is usable, else skips saying why). A block of any
-other language, or unmarked ``text``, fails: mark it.
+why: ``<!-- test: skip "reason" -->``, ``<!-- test: julia -->`` (runs
+where the Julia backend is usable, else skips saying why), or
+``<!-- test: requires quimb, autoray -->`` (runs where those modules import,
+else skips naming them: the ``clients`` extra). A block of any other
+language, or unmarked ``text``, fails: mark it.
 MyST directives (```` ```{figure} ````) are not code blocks.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import itertools
 import re
@@ -112,12 +115,21 @@ def skip_reason(block: Block) -> str | None:
         return None
     if block.marker == "julia":
         return None if JULIA else f"needs the Julia backend: {REASON}"
+    m = re.fullmatch(r"requires\s+(?P<mods>[\w.]+(?:\s*,\s*[\w.]+)*)", block.marker)
+    if m is not None:
+        missing = [
+            mod
+            for mod in re.split(r"\s*,\s*", m["mods"])
+            if importlib.util.find_spec(mod) is None
+        ]
+        return f"needs {', '.join(missing)}, not installed" if missing else None
     m = re.fullmatch(r'skip\s+"(?P<reason>[^"]{10,})"', block.marker)
     if m is None:
         raise AssertionError(
             f"{block.name}: unknown marker {block.marker!r}; use "
             '<!-- test: skip "a reason of 10+ characters" -->, '
-            '<!-- test: julia --> or <!-- test: output-of "command" -->'
+            "<!-- test: julia -->, <!-- test: requires module, ... --> or "
+            '<!-- test: output-of "command" -->'
         )
     return m["reason"]
 

@@ -95,11 +95,15 @@ def test_k_out_of_range(k, backend) -> None:
     assert julia_starts() == 0
 
 
-def test_k_with_full_matrices(backend) -> None:
-    with raises(ps.InputError, "k .* cannot be combined with full_matrices") as e:
-        ps.svd(A, k=2, full_matrices=True, backend=backend)
-    assert isinstance(e.value, ValueError)
-    assert julia_starts() == 0
+def test_truncation_is_thin_whatever_full_matrices(backend) -> None:
+    """full_matrices=True is torch's default: a truncation or a split (thin
+    by nature) does not raise under it, and gives what full_matrices=False
+    gives."""
+    for kw in ({"k": 2}, {"rtol": 0.1}, {"absorb": "left"}):
+        full = ps.svd(A, full_matrices=True, backend=backend, **kw)
+        thin = ps.svd(A, full_matrices=False, backend=backend, **kw)
+        for a, b in zip(full, thin):
+            assert a.shape == b.shape and torch.equal(a, b)
 
 
 def test_top_k_method_arguments(backend) -> None:
@@ -408,10 +412,26 @@ P = P @ P.mT + torch.eye(6, dtype=torch.float64)
 UNUSED = [
     (lambda b: ps.svd(A, method="bogus", backend=b), ps.InputError, "svd: method"),
     (lambda b: ps.svd(A, k=2, method=None, backend=b), ps.InputError, "svd: method"),
-    (lambda b: ps.svd(A, oversample=5, backend=b), ps.InputError, "oversample .* k"),
-    (lambda b: ps.svd(A, n_iter=3, backend=b), ps.InputError, "n_iter .* with k"),
-    (lambda b: ps.svd(A, backward_rtol=1e-6, backend=b), ps.InputError, "backward_"),
-    (lambda b: ps.svd(A, backward_maxiter=9, backend=b), ps.InputError, "backward_"),
+    (
+        lambda b: ps.svd(A, oversample=5, backend=b, full_matrices=False),
+        ps.InputError,
+        "oversample .* k",
+    ),
+    (
+        lambda b: ps.svd(A, n_iter=3, backend=b, full_matrices=False),
+        ps.InputError,
+        "n_iter .* with k",
+    ),
+    (
+        lambda b: ps.svd(A, backward_rtol=1e-6, backend=b, full_matrices=False),
+        ps.InputError,
+        "backward_",
+    ),
+    (
+        lambda b: ps.svd(A, backward_maxiter=9, backend=b, full_matrices=False),
+        ps.InputError,
+        "backward_",
+    ),
     (lambda b: ps.svd(A, method="randomized", backend=b), ps.InputError, "with k"),
     (
         lambda b: ps.svd(A, k=2, method="full", n_iter=3, backend=b),

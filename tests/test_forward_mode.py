@@ -23,6 +23,7 @@ from _spectra import (
 from torch.func import hessian, jacfwd, jacrev, jvp, vjp, vmap
 
 import pyspectral as ps
+from pyspectral import _linalg  # torch's functions as pyspectral binds them
 
 # The formulas are checked against finite differences of the entries the
 # forward reads: the triangle-true gradient (torch's Hermitian convention,
@@ -95,7 +96,7 @@ def test_svd_jvp_generic_all_outputs(dtype, shape):
     A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), *shape, dtype=dtype, seed=2)
 
     def terms(A):
-        U, S, Vh = ps.svd(A)
+        U, S, Vh = ps.svd(A, full_matrices=False)
         rank_one = U.unsqueeze(-1) * Vh.unsqueeze(-3)  # (m, k, n): u_i v_i^H
         weighted = rank_one * S[:, None].to(A.dtype)
         return torch.cat([S.to(A.dtype), weighted.flatten()])
@@ -226,14 +227,14 @@ def test_jacfwd_equals_jacrev(name, A, f):
     "f",
     [
         # gauge dependent (gauge="ignore"): the conventions must agree
-        lambda A: ps.svd(A, gauge="ignore").U,
+        lambda A: ps.svd(A, gauge="ignore", full_matrices=False).U,
         lambda A: ps.svd(A, full_matrices=True, gauge="ignore").U,
         lambda A: ps.svd(A.mT, full_matrices=True, gauge="ignore").Vh,
         lambda A: ps.svd_function(A, ("pow", 0.5)),
         lambda A: ps.eigh(A[:4, :4], gauge="ignore").eigenvectors,
         lambda A: ps.matrix_function(A[:4, :4], "exp", check_hermitian=False),
         # the Lorentzian-broadened inverse, both sides
-        lambda A: ps.svd(A, broadening=0.5, gauge="ignore").Vh,
+        lambda A: ps.svd(A, broadening=0.5, gauge="ignore", full_matrices=False).Vh,
         lambda A: ps.eigh(A[:4, :4], "U", broadening=0.5, gauge="ignore").eigenvectors,
     ],
 )
@@ -295,7 +296,12 @@ def test_jvp_under_vmap():
     )
     for f, X in [
         (lambda A: ps.svd_function(A, ("pow", 2)), batch),
-        (lambda A: (lambda U, S, Vh: U @ Vh + S.sum())(*ps.svd(A)), batch),
+        (
+            lambda A: (lambda U, S, Vh: U @ Vh + S.sum())(
+                *ps.svd(A, full_matrices=False)
+            ),
+            batch,
+        ),
         (lambda A: ps.matrix_function(A, "sqrt"), hbatch),
         (lambda A: ps.eigvalsh(A), hbatch),
     ]:
@@ -314,7 +320,9 @@ def test_jvp_under_vmap():
     [
         (lambda A: (ps.svd(A).S ** 3).sum(), "svd"),
         (
-            lambda A: (lambda U, S, Vh: inner(U @ Vh, torch.ones_like(A)))(*ps.svd(A)),
+            lambda A: (lambda U, S, Vh: inner(U @ Vh, torch.ones_like(A)))(
+                *ps.svd(A, full_matrices=False)
+            ),
             "svd",
         ),
         (lambda A: inner(ps.svd_function(A, ("pow", 2)), torch.ones_like(A)), "svd"),
@@ -339,7 +347,7 @@ def test_jvp_of_empty_inputs(shape):
     full SVD of an empty matrix are not empty: their tangent is 0), as torch."""
     A = torch.zeros(*shape, dtype=torch.float64)
     fns = [
-        lambda A: ps.svd(A),
+        lambda A: ps.svd(A, full_matrices=False),
         lambda A: ps.svd(A, full_matrices=True),
         ps.svdvals,
         lambda A: ps.svd_function(A, ("pow", 2)),
@@ -365,7 +373,7 @@ def test_gradcheck_forward_ad(dtype):
     A = matrix_with_spectrum((5.0, 3.0, 2.0, 1.0), 5, 4, dtype=dtype, seed=19)
     H = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), dtype=dtype, seed=19)
     cases = [
-        (lambda A: (lambda U, S, Vh: U @ Vh)(*ps.svd(A)), A),
+        (lambda A: (lambda U, S, Vh: U @ Vh)(*ps.svd(A, full_matrices=False)), A),
         (lambda A: ps.svd(A, full_matrices=True).S, A.mT),
         (ps.svdvals, A),
         (lambda A: ps.svd_function(A, ("pow", 0.5)), A),
@@ -414,24 +422,20 @@ def test_tangents_laid_out_as_column_major_factors(dtype, monkeypatch):
     def column_major(*ts):
         return tuple(map(like_cusolver, ts))
 
-    monkeypatch.setattr(
-        torch.linalg, "svd", lambda *a, **k: column_major(*svd(*a, **k))
-    )
-    monkeypatch.setattr(
-        torch.linalg, "eigh", lambda *a, **k: column_major(*eigh(*a, **k))
-    )
+    monkeypatch.setattr(_linalg, "svd", lambda *a, **k: column_major(*svd(*a, **k)))
+    monkeypatch.setattr(_linalg, "eigh", lambda *a, **k: column_major(*eigh(*a, **k)))
     A = random_like(torch.empty(5, 4, dtype=dtype), seed=1)
     dA = random_like(A, seed=2)
     H, dH = A.mH @ A, dA.mH @ A + A.mH @ dA
     with fwAD.dual_level():
-        U, S, Vh = ps.svd(fwAD.make_dual(A, dA))
+        U, S, Vh = ps.svd(fwAD.make_dual(A, dA), full_matrices=False)
         assert not Vh.is_contiguous()  # the layout under test
         assert Vh.is_conj() == dtype.is_complex
         P = fwAD.unpack_dual(U[:, :2] @ Vh.mH[:2]).tangent
         w, V = ps.eigh(fwAD.make_dual(H, dH))
         Q = fwAD.unpack_dual(V[:, -2:] @ V.mH[-2:]).tangent
     U0, S0, Vh0 = svd(A, full_matrices=False)
-    _, (dU, dS, dVh) = jvp(lambda X: tuple(ps.svd(X)), (A,), (dA,))
+    _, (dU, dS, dVh) = jvp(lambda X: tuple(ps.svd(X, full_matrices=False)), (A,), (dA,))
     assert torch.allclose(P, dU[:, :2] @ Vh0.mH[:2] + U0[:, :2] @ dVh.mH[:2])
     w0, V0 = eigh(H)
     _, (dw, dV) = jvp(lambda X: tuple(ps.eigh(X)), (H,), (dH,))
@@ -547,14 +551,16 @@ def test_jvp_vectors_inside_a_split_cluster_follow_the_branch(dtype):
     assert rel_err(dV, one_sided(vectors, H, dH, f0=V)) < 1e-6
     A = matrix_with_spectrum((5.0, 2.0, 2.0, 2.0), 6, 4, dtype=dtype, seed=9)
     dA = random_like(A, seed=10)
-    (U, S, Vh), (dU, _, dVh) = jvp(lambda A: tuple(ps.svd(A)), (A,), (dA,))
+    (U, S, Vh), (dU, _, dVh) = jvp(
+        lambda A: tuple(ps.svd(A, full_matrices=False)), (A,), (dA,)
+    )
     assert rel_err((U * S.to(U.dtype)) @ Vh, A) < 1e-14
 
     def factors(A):
         # (u_i, v_i) share a phase; the tangents split its rate equally
         # between them (Im u^H du = -Im v^H dv), so the pair is aligned by
         # the phase that turns u_i^H u1_i and v_i^H v1_i to opposite angles
-        U1, _, Vh1 = ps.svd(A)
+        U1, _, Vh1 = ps.svd(A, full_matrices=False)
         a, b = (U.conj() * U1).sum(-2), (Vh.conj() * Vh1).sum(-1).conj()
         phase = a.conj() / a.abs()
         phase = phase * torch.exp(-0.5j * torch.angle(b * phase)).to(phase.dtype)
@@ -601,6 +607,6 @@ def test_jvp_along_a_tangent_that_keeps_a_cluster_is_unchanged():
     """A tangent that keeps every cluster degenerate (here dA = A) rotates
     nothing: the primal is LAPACK's, and the tangents are exact."""
     A = matrix_with_spectrum(SVD_SPECTRA["triple"][0], 5, 4, seed=14)
-    (U, _, _), _ = jvp(lambda A: tuple(ps.svd(A)), (A,), (A,))
+    (U, _, _), _ = jvp(lambda A: tuple(ps.svd(A, full_matrices=False)), (A,), (A,))
     assert torch.equal(U, torch.linalg.svd(A, full_matrices=False).U)
     check_jvp(svd_rebuilt, A)

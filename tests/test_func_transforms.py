@@ -28,12 +28,12 @@ pytestmark = pytest.mark.usefixtures("triangle_gradient")
 
 
 def polar(X):
-    U, _, Vh = ps.svd(X)
+    U, _, Vh = ps.svd(X, full_matrices=False)
     return U @ Vh
 
 
 def polar_and_values(X):
-    U, S, Vh = ps.svd(X)
+    U, S, Vh = ps.svd(X, full_matrices=False)
     return U @ Vh + S.sum(-1)[..., None, None]
 
 
@@ -109,7 +109,7 @@ def test_func_grad_equals_autograd_for_complex_input(op) -> None:
 
     def loss(Y):
         if op == "svd":
-            U, S, Vh = ps.svd(Y)
+            U, S, Vh = ps.svd(Y, full_matrices=False)
             return inner(U @ Vh, W) + S.sum()
         if op == "svd_function":
             return inner(ps.svd_function(Y, ("pow", 2)), W)
@@ -128,7 +128,7 @@ def test_hessian_by_double_backward() -> None:
     W = random_like(X, seed=8)
 
     def loss(Y):
-        U, S, Vh = ps.svd(Y)
+        U, S, Vh = ps.svd(Y, full_matrices=False)
         return (
             inner(U @ Vh, W) + (S**3).sum() + inner(ps.svd_function(Y, ("pow", 2)), W)
         )
@@ -143,7 +143,7 @@ def test_vmap_equals_batched_call() -> None:
     Hb = B[..., :4, :] + B[..., :4, :].mT
     Pb = Hb @ Hb.mT + torch.eye(4, dtype=B.dtype)
     cases = [
-        (lambda X: tuple(ps.svd(X)), B),
+        (lambda X: tuple(ps.svd(X, full_matrices=False)), B),
         (lambda X: tuple(ps.svd(X, k=2)), B),
         (lambda X: tuple(ps.svd(X, full_matrices=True)), B),
         (ps.svdvals, B),

@@ -1,5 +1,5 @@
 """The convention of the derivatives of ``eigh``, ``eigvalsh`` and
-``matrix_function`` w.r.t. ``A`` (``gradient=``, eigh.py's ``_with_gradient``):
+``matrix_function`` w.r.t. ``A`` (``gradient=``, ``_eigh_autograd._with_gradient``):
 torch's Hermitian gradient by default, equal to ``torch.linalg``'s on
 symmetric leaves; ``gradient="triangle"`` the gradient w.r.t. the entries
 read, the fold of the Hermitian one; forward mode, second order and

@@ -96,8 +96,8 @@ def jl():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_svd_agrees(dtype, shape, batch):
     A = randn(*batch, *shape, dtype=dtype)
-    U, S, Vh = ps.svd(A, backend="julia")
-    U0, S0, Vh0 = ps.svd(A, backend="torch")
+    U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
+    U0, S0, Vh0 = ps.svd(A, backend="torch", full_matrices=False)
     assert U.dtype == dtype and S.dtype == S0.dtype and U.shape == U0.shape
     assert U.is_contiguous() and S.is_contiguous() and Vh.is_contiguous()
     torch.testing.assert_close(S, S0, atol=tol(dtype), rtol=tol(dtype))
@@ -318,7 +318,7 @@ def test_degenerate_gradients_agree(dtype, shape, spectrum):
     top_is_simple = spectrum[0] != spectrum[1]
 
     def loss(X, backend):
-        U, S, Vh = ps.svd(X, backend=backend)
+        U, S, Vh = ps.svd(X, backend=backend, full_matrices=False)
         out = (S**3).sum()
         if top_is_simple:  # the projector on a complete cluster
             out = out + ((U[:, :1] @ U[:, :1].mH) * Wp).real.sum()
@@ -610,7 +610,7 @@ def _svd_case(batch, dtype):
         U, S, Vh = out
         return (S**2).sum() + ((U @ Vh) * W).real.sum()
 
-    return X, lambda A, b: tuple(ps.svd(A, backend=b)), loss
+    return X, lambda A, b: tuple(ps.svd(A, backend=b, full_matrices=False)), loss
 
 
 def _eigh_case(batch, dtype):
@@ -1014,13 +1014,13 @@ def test_torch_imported_before_juliacall():
         X = A.clone().requires_grad_(True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            U, S, Vh = ps.svd(X, backend="julia")
+            U, S, Vh = ps.svd(X, backend="julia", full_matrices=False)
         assert "juliacall" in sys.modules, "Julia did not start"
         assert torch.allclose(S, torch.linalg.svdvals(A), atol=1e-12, rtol=0)
         assert torch.allclose((U * S.unsqueeze(-2)) @ Vh, A, atol=1e-12, rtol=0)
         (S.sum() + (U @ Vh).sum()).backward()
         Y = A.clone().requires_grad_(True)
-        U0, S0, Vh0 = ps.svd(Y, backend="torch")
+        U0, S0, Vh0 = ps.svd(Y, backend="torch", full_matrices=False)
         (S0.sum() + (U0 @ Vh0).sum()).backward()
         assert torch.allclose(X.grad, Y.grad, atol=1e-10, rtol=1e-10)
         print("import-order warnings:", [str(w.message)[:70] for w in caught])
@@ -1082,17 +1082,17 @@ def test_time_to_first_julia_call(record_property):
                         generator=torch.Generator().manual_seed(0))
         X = A.clone().requires_grad_(True)
         t0 = time.perf_counter()
-        U, S, Vh = ps.svd(X, backend="julia")
+        U, S, Vh = ps.svd(X, backend="julia", full_matrices=False)
         t1 = time.perf_counter()
         (S.sum() + (U @ Vh).sum()).backward()
         t2 = time.perf_counter()
-        U2, S2, Vh2 = ps.svd(X, backend="julia")
+        U2, S2, Vh2 = ps.svd(X, backend="julia", full_matrices=False)
         (S2.sum() + (U2 @ Vh2).sum()).backward()
         t3 = time.perf_counter()
         assert torch.allclose(S, torch.linalg.svdvals(A), atol=1e-12, rtol=0)
         assert torch.allclose((U * S.unsqueeze(-2)) @ Vh, A, atol=1e-12, rtol=0)
         Y = A.clone().requires_grad_(True)
-        U0, S0, Vh0 = ps.svd(Y, backend="torch")
+        U0, S0, Vh0 = ps.svd(Y, backend="torch", full_matrices=False)
         (S0.sum() + (U0 @ Vh0).sum()).backward()
         assert torch.allclose(X.grad / 2, Y.grad, atol=1e-10, rtol=1e-10)
         print({TTFX!r} + json.dumps({{
@@ -1220,10 +1220,10 @@ def test_julia_blas_threads_follow_the_size_of_the_call(monkeypatch):
     monkeypatch.delenv(_blas.THREADS_ENV, raising=False)
     threads = jl().seval("() -> PySpectralGlue.BLAS.get_num_threads()")
     A = randn(6, 4, dtype=torch.float64)
-    ps.svd(A, backend="julia")
+    ps.svd(A, backend="julia", full_matrices=False)
     assert int(threads()) == 1
     monkeypatch.setattr(_blas, "THREADS_FROM", 24)
-    ps.svd(A, backend="julia")
+    ps.svd(A, backend="julia", full_matrices=False)
     assert int(threads()) == torch.get_num_threads()
     monkeypatch.setenv(_blas.THREADS_ENV, "1")
     ps.eigh(spd(4, 4, dtype=torch.float64), backend="julia")
@@ -1263,7 +1263,7 @@ def test_a_large_batch_on_julias_threads_agrees(op, dtype):
         A = randn(BIG, 6, 4, dtype=dtype, seed=3)
 
         def loss(X, backend):
-            U, S, Vh = ps.svd(X, backend=backend)
+            U, S, Vh = ps.svd(X, backend=backend, full_matrices=False)
             P = U @ U.mH  # gauge invariant, every matrix weighted differently
             w = torch.arange(1, BIG + 1, dtype=S.dtype).reshape(-1, 1)
             return (S * w).sum() + (P.real * w.unsqueeze(-1)).square().sum()

@@ -96,7 +96,7 @@ def weights(shape, dtype, seed):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_svd_matches_torch_linalg(fake, dtype, shape, batch):
     A = randn(*batch, *shape, dtype=dtype)
-    U, S, Vh = ps.svd(A, backend="julia")
+    U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
     U0, S0, Vh0 = torch.linalg.svd(A, full_matrices=False)
     assert len(fake.calls_to("svd_batched")) == 1
     k = min(shape)
@@ -285,7 +285,7 @@ def test_svd_single_cotangent(fake, dtype, which):
     A = randn(2, 5, 3, dtype=dtype)
 
     def loss(X, backend):
-        U, S, Vh = ps.svd(X, backend=backend)
+        U, S, Vh = ps.svd(X, backend=backend, full_matrices=False)
         if which == "S":
             return S.sum()
         Q = U if which == "U" else Vh.mH
@@ -638,7 +638,7 @@ def test_double_backward_falls_back_to_native(fake, op):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_zero_copy_svd(fake, dtype, batch):
     A = randn(*batch, 5, 3, dtype=dtype).requires_grad_(True)
-    U, S, Vh = ps.svd(A, backend="julia")
+    U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
     (call,) = fake.calls_to("svd_batched")  # one call for the whole batch
     assert call.args[0].pointer == A.data_ptr()
     Uj, Sj, Vtj = call.returned
@@ -714,7 +714,7 @@ def test_gradient_buffer_shared_at_bridge_level(fake):
 
 def test_non_contiguous_input_is_copied_not_misread(fake):
     A = randn(3, 5, dtype=torch.complex128).mT  # a (5, 3) view, not contiguous
-    U, S, Vh = ps.svd(A, backend="julia")
+    U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
     assert fake.calls_to("svd_batched")[0].args[0].pointer != A.data_ptr()
     torch.testing.assert_close(U * S.to(A.dtype) @ Vh, A, atol=1e-12, rtol=0)
     B = randn(4, 4, dtype=torch.complex128).conj()  # lazy conjugate bit
@@ -736,7 +736,7 @@ NUMPY = {
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_dtype_mapping(fake, dtype):
     A = randn(5, 3, dtype=dtype)
-    ps.svd(A, backend="julia")
+    ps.svd(A, backend="julia", full_matrices=False)
     ps.eigh(hermitian(3, 3, dtype=dtype), backend="julia")
     for name in ("svd_batched", "eigh_batched"):
         (call,) = fake.calls_to(name)
@@ -752,7 +752,7 @@ def test_dtype_mapping(fake, dtype):
 def test_batch_mapping(fake, batch, B):
     """(*batch, m, n) is the column-major (n, m, B) array of the transposes."""
     A = randn(*batch, 5, 3)
-    U, S, Vh = ps.svd(A, backend="julia")
+    U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
     (call,) = fake.calls_to("svd_batched")
     At = call.args[0]
     assert At.shape == (3, 5, B)
@@ -844,7 +844,7 @@ def test_julia_errors_become_pyspectral_errors(fake, kind, error, monkeypatch):
     julia_error = FakeJuliaError(kind, text)
     fake.fail("svd_batched", julia_error)
     with pytest.raises(error) as info:
-        ps.svd(randn(3, 3), backend="julia")
+        ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     assert type(info.value) is error
     expected = text if kind == "gauge" else "svd (Julia): " + text
     assert str(info.value) == expected
@@ -855,7 +855,7 @@ def test_julia_errors_become_pyspectral_errors(fake, kind, error, monkeypatch):
     monkeypatch.setenv("PYSPECTRAL_JULIA_TRACEBACK", "yes")
     fake.fail("svd_batched", julia_error)
     with pytest.raises(error) as info:
-        ps.svd(randn(3, 3), backend="julia")
+        ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     assert info.value.__cause__ is julia_error
 
 
@@ -876,7 +876,7 @@ def test_errors_thrown_by_the_julia_rules(fake):
         ps.julia.function("no_such_function")
     # errors in a pullback too
     A = randn(4, 3).requires_grad_(True)
-    U, S, Vh = ps.svd(A, backend="julia")
+    U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
     fake.fail("svd_pullback_batched!", FakeJuliaError("argument", "DimensionMismatch"))
     with pytest.raises(InputError, match=r"svd \(Julia\): DimensionMismatch"):
         S.sum().backward()
@@ -896,7 +896,7 @@ def degenerate(dtype=torch.float64):
 @pytest.mark.parametrize("dtype", GRAD_DTYPES, ids=str)
 def test_gauge_warning_surfaces_from_julia(fake, dtype):
     A = degenerate(dtype).requires_grad_(True)
-    U, S, Vh = ps.svd(A, backend="julia", gauge="warn")
+    U, S, Vh = ps.svd(A, backend="julia", gauge="warn", full_matrices=False)
     r = weights((5,), dtype, 3)
     with pytest.warns(GaugeWarning, match=r"^svd: .*degenerate") as record:
         (U[:, 1] * r).real.sum().backward()
@@ -907,20 +907,20 @@ def test_gauge_warning_surfaces_from_julia(fake, dtype):
     # the same loss on the native backend warns the same way (the gradients
     # differ: they depend on the basis each backend picked in the cluster)
     A2 = A.detach().clone().requires_grad_(True)
-    U, S, Vh = ps.svd(A2, backend="torch", gauge="warn")
+    U, S, Vh = ps.svd(A2, backend="torch", gauge="warn", full_matrices=False)
     with pytest.warns(GaugeWarning, match=r"^svd: "):
         (U[:, 1] * r).real.sum().backward()
 
 
 def test_gauge_raise_and_ignore_through_julia(fake):
     A = degenerate().requires_grad_(True)
-    U, S, Vh = ps.svd(A, backend="julia", gauge="raise")
+    U, S, Vh = ps.svd(A, backend="julia", gauge="raise", full_matrices=False)
     with pytest.raises(GaugeError, match=r"^svd: the incoming gradient depends") as e:
         U[:, 1].sum().backward()
     assert "Julia" not in str(e.value) and "Stacktrace" not in str(e.value)
     # "raise" is measured and recorded by Julia; Python raises
     assert fake.calls_to("svd_pullback_batched!")[-1].named["gauge"] is True
-    U, S, Vh = ps.svd(A, backend="julia", gauge="ignore")
+    U, S, Vh = ps.svd(A, backend="julia", gauge="ignore", full_matrices=False)
     U[:, 1].sum().backward()  # no warning (pytest turns GaugeWarning into errors)
     assert fake.calls_to("svd_pullback_batched!")[-1].named["gauge"] is False
 
@@ -981,7 +981,7 @@ def test_every_glue_call_passes_the_spied_entry(fake, monkeypatch):
     when Julia starts, so a spy replacing glue names afterwards would see
     nothing; the old one replaced ``_bridge.call``, which the gauge-checking
     pullbacks did not go through either.)"""
-    ps.svd(randn(3, 3), backend="julia")  # the stand-in starts
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)  # the stand-in starts
     seen: list[str] = []
     enter = _bridge._state["enter"]
 
@@ -1053,7 +1053,7 @@ def test_a_stray_numpy_array_fails_the_stand_in(fake):
     """Only a result of an earlier call may reach a built-in op as an array:
     any other numpy array would reach Julia as PythonCall's PyArray, on which
     Julia's linear algebra runs its generic (non-BLAS) code."""
-    ps.svd(randn(3, 3), backend="julia")
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     with pytest.raises(AssertionError, match="PyArray"):
         _bridge.call("svd", "svd_batched", np.ones((3, 3, 1), order="F"), False)
 
@@ -1091,6 +1091,7 @@ def test_options_reach_julia(fake):
         broadening=1e-6,
         gauge="ignore",
         gauge_atol=0.5,
+        full_matrices=False,
     )
     (U @ Vh).sum().backward()
     call = fake.calls_to("svd_pullback_batched!")[0]
@@ -1125,14 +1126,18 @@ def run_in_thread(fn):
 
 
 def test_owner_thread_does_not_touch_gc(fake):
-    ps.svd(randn(3, 3), backend="julia")
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     assert fake.gc_log == []
     assert fake.calls_to("svd_batched")[0].gc_enabled
 
 
 def test_foreign_thread_runs_with_gc_paused(fake):
-    ps.svd(randn(3, 3), backend="julia")  # Julia started on this thread
-    (U, S, Vh), ident = run_in_thread(lambda: ps.svd(randn(4, 3), backend="julia"))
+    ps.svd(
+        randn(3, 3), backend="julia", full_matrices=False
+    )  # Julia started on this thread
+    (U, S, Vh), ident = run_in_thread(
+        lambda: ps.svd(randn(4, 3), backend="julia", full_matrices=False)
+    )
     call = fake.calls_to("svd_batched")[-1]
     assert call.thread == ident and not call.gc_enabled
     assert fake.gc_log == [(ident, False), (ident, True)]
@@ -1141,15 +1146,15 @@ def test_foreign_thread_runs_with_gc_paused(fake):
 
 
 def test_foreign_thread_restores_gc_after_an_error(fake):
-    ps.svd(randn(3, 3), backend="julia")
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     fake.fail("svd_batched", FakeJuliaError("domain", "boom"))
     with pytest.raises(DomainError, match="boom"):
-        run_in_thread(lambda: ps.svd(randn(3, 3), backend="julia"))
+        run_in_thread(lambda: ps.svd(randn(3, 3), backend="julia", full_matrices=False))
     assert fake.gc_on and [on for _, on in fake.gc_log] == [False, True]
 
 
 def test_foreign_thread_leaves_gc_disabled_if_it_was(fake):
-    ps.svd(randn(3, 3), backend="julia")
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     fake.gc_on = False
     run_in_thread(lambda: ps.svdvals(randn(3, 3), backend="julia"))
     assert fake.gc_on is False
@@ -1168,14 +1173,18 @@ def test_backward_from_a_worker_thread(fake):
 
 
 def test_julia_started_from_a_worker_thread(fake):
-    _, ident = run_in_thread(lambda: ps.svd(randn(3, 3), backend="julia"))
+    _, ident = run_in_thread(
+        lambda: ps.svd(randn(3, 3), backend="julia", full_matrices=False)
+    )
     assert _bridge._state["owner"].ident == ident
-    ps.svd(randn(3, 3), backend="julia")  # now the main thread is the foreign one
+    ps.svd(
+        randn(3, 3), backend="julia", full_matrices=False
+    )  # now the main thread is the foreign one
     assert not fake.calls_to("svd_batched")[-1].gc_enabled and fake.gc_on
 
 
 def test_concurrent_calls_are_serialized(fake):
-    ps.svd(randn(3, 3), backend="julia")
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     fake.delay = 0.002
     results, errors = [], []
 
@@ -1230,7 +1239,7 @@ def test_auto_is_native_even_with_julia_installed(fake):
     """backend="auto" (the default) is the native backend for every call, the
     measured-fast one: Julia, installed here, is not even started."""
     A = randn(4, 3).requires_grad_(True)
-    U, S, Vh = ps.svd(A)
+    U, S, Vh = ps.svd(A, full_matrices=False)
     (U.sum() + S.sum()).backward()
     ps.svd(A, k=2)
     ps.eigh(hermitian(3, 3))
@@ -1248,7 +1257,7 @@ def test_auto_is_native_even_with_julia_installed(fake):
 
 def test_auto_uses_torch_under_torch_func(fake):
     A = randn(3, 4, 3)
-    S = torch.func.vmap(lambda X: ps.svd(X)[1])(A)
+    S = torch.func.vmap(lambda X: ps.svd(X, full_matrices=False)[1])(A)
     torch.testing.assert_close(S, torch.linalg.svdvals(A))
     g = torch.func.grad(lambda X: ps.svdvals(X).sum())(A[0])
     torch.testing.assert_close(
@@ -1257,7 +1266,7 @@ def test_auto_uses_torch_under_torch_func(fake):
     torch.func.grad(lambda X: eigh_loss(X + X.mT, "L", "auto"))(A[0][:3])
     assert fake.calls == []
     with pytest.raises(BackendError, match="torch.func"):
-        torch.func.vmap(lambda X: ps.svd(X, backend="julia")[1])(A)
+        torch.func.vmap(lambda X: ps.svd(X, backend="julia", full_matrices=False)[1])(A)
 
 
 def test_auto_treats_user_pairs_like_named_functions(fake):
@@ -1288,26 +1297,26 @@ def test_non_cpu_tensors(fake):
 
 def test_empty_tensors_run_natively(fake):
     for A in (torch.zeros(0, 4, 3, dtype=torch.float64), torch.zeros(2, 0, 3)):
-        U, S, Vh = ps.svd(A)
+        U, S, Vh = ps.svd(A, full_matrices=False)
         assert S.shape == (*A.shape[:-2], 0 if 0 in A.shape[-2:] else 3)
         with pytest.raises(BackendError, match="empty tensors"):
-            ps.svd(A, backend="julia")
+            ps.svd(A, backend="julia", full_matrices=False)
     assert fake.calls == []
 
 
 def test_unknown_backend(fake):
     with pytest.raises(BackendError, match="backend must be one of"):
-        ps.svd(randn(3, 3), backend="jl")
+        ps.svd(randn(3, 3), backend="jl", full_matrices=False)
 
 
 def test_julia_not_installed():
     with installed(FakeJulia(probe_reason="Julia is not installed here")) as fake:
         A = randn(4, 3)
-        U, S, Vh = ps.svd(A)  # auto: native
+        U, S, Vh = ps.svd(A, full_matrices=False)  # auto: native
         torch.testing.assert_close(S, torch.linalg.svdvals(A))
         t0 = time.perf_counter()
         with pytest.raises(BackendError, match="Julia is not installed here"):
-            ps.svd(A, backend="julia")
+            ps.svd(A, backend="julia", full_matrices=False)
         with pytest.raises(BackendError, match="Julia is not installed here"):
             ps.julia.function("logdet")
         assert time.perf_counter() - t0 < 0.5
@@ -1320,13 +1329,13 @@ def test_julia_fails_to_start():
     with installed(FakeJulia(start_error=err)) as fake:
         A = randn(4, 3)
         with pytest.raises(BackendError, match="could not resolve") as info:
-            ps.svd(A, backend="julia")
+            ps.svd(A, backend="julia", full_matrices=False)
         assert "python -m pyspectral install-julia" in str(info.value)
         assert "PYTHON_JULIAPKG_EXE" in str(info.value)
         assert info.value.__cause__ is err
         ok, why = _bridge.status()
         assert not ok and why.startswith("Julia failed to start: juliapkg")
-        ps.svd(A)  # auto falls back without retrying
+        ps.svd(A, full_matrices=False)  # auto falls back without retrying
         with pytest.raises(BackendError, match="could not resolve"):
             ps.eigh(hermitian(3, 3), backend="julia")
         assert fake.starts == 1
@@ -1334,7 +1343,7 @@ def test_julia_fails_to_start():
 
 def test_status_when_loaded(fake):
     assert _bridge.status() == (True, "installed (not started yet)")
-    ps.svd(randn(3, 3), backend="julia")
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     assert _bridge.status() == (True, "Julia backend loaded")
 
 
@@ -1515,14 +1524,14 @@ def test_backend_julia_without_julia_raises_quickly():
     try:
         t0 = time.perf_counter()
         with pytest.raises(BackendError) as info:
-            ps.svd(randn(3, 3), backend="julia")
+            ps.svd(randn(3, 3), backend="julia", full_matrices=False)
         elapsed = time.perf_counter() - t0
         assert elapsed < 5, f"took {elapsed:.1f} s"
         assert "python -m pyspectral install-julia" in str(info.value)
         assert "PYTHON_JULIAPKG_EXE" in str(info.value)
         assert "juliacall" not in sys.modules or _bridge.status()[0]
         # auto quietly uses the native backend
-        ps.svd(randn(3, 3))
+        ps.svd(randn(3, 3), full_matrices=False)
     finally:
         with _bridge._lock:
             _bridge._state.update(saved)
@@ -1533,7 +1542,7 @@ def test_gauge_records_belong_to_their_own_call(fake):
     records come back from the very call that made them (under the lock), so a
     gauge-dependent loss raises in its own thread and an invariant one (the
     polar factor) never catches another thread's records."""
-    ps.svd(randn(3, 3), backend="julia")
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)
     fake.delay = 0.001
     A = degenerate()
     outcomes, errors = [], []
@@ -1542,7 +1551,9 @@ def test_gauge_records_belong_to_their_own_call(fake):
         try:
             for _ in range(3):
                 X = A.clone().requires_grad_(True)
-                U, S, Vh = ps.svd(X, backend="julia", gauge="raise")
+                U, S, Vh = ps.svd(
+                    X, backend="julia", gauge="raise", full_matrices=False
+                )
                 loss = U[:, 1].sum() if dependent else (U @ Vh).sum()
                 try:
                     loss.backward()
@@ -1876,7 +1887,7 @@ def test_gauge_warning_once_per_call_with_the_batch_tolerance(fake):
     with the largest measured value against the tolerance of the whole batch
     of cotangents (here eps**0.75 * max|gU| = eps**0.75)."""
     A = degenerate().expand(3, 5, 4).contiguous().requires_grad_(True)
-    U, S, Vh = ps.svd(A, backend="julia")
+    U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
     with pytest.warns(GaugeWarning) as record:
         U[..., 1].sum().backward()
     assert len(record) == 1
@@ -1898,7 +1909,7 @@ def test_gauge_tolerance_is_the_whole_batchs(fake, monkeypatch):
     W = weights((5, 4), torch.float64, 3)
 
     def loss(X, backend):
-        U, S, Vh = ps.svd(X, backend=backend)
+        U, S, Vh = ps.svd(X, backend=backend, full_matrices=False)
         # (1e-7: above the data floor, which no element's own check goes under)
         return 1e-7 * U[0, :, 1].sum() + 1e6 * ((U @ Vh)[1] * W).sum()
 
@@ -1914,7 +1925,7 @@ def no_gap_svd_grad(backend, batch=()):
     A = matrix_with_spectrum(s, 40, 30, seed=4)
     X = A.expand(*batch, 40, 30).contiguous().requires_grad_(True)
     kw = dict(k=4, method="randomized", oversample=6, backward_maxiter=1)
-    U, S, Vh = ps.svd(X, backend=backend, **kw)
+    U, S, Vh = ps.svd(X, backend=backend, full_matrices=False, **kw)
     (S.sum() + ((U @ Vh) ** 2).sum()).backward()
     return X.grad
 
@@ -2092,7 +2103,7 @@ def test_each_call_sets_julia_blas_threads_by_its_size(fake, monkeypatch):
     monkeypatch.setattr(torch, "get_num_threads", lambda: 4)
     monkeypatch.setattr(_blas, "THREADS_FROM", 5 * 4)
     X = randn(5, 4, dtype=torch.float64).requires_grad_(True)
-    U, S, Vh = ps.svd(X, backend="julia")
+    U, S, Vh = ps.svd(X, backend="julia", full_matrices=False)
     assert fake.threads_log == [4] and fake.blas_threads == 4
     (S.sum() + U.sum() + Vh.sum()).backward()
     assert fake.threads_log == [4]  # unchanged: not set again

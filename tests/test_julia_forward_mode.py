@@ -233,7 +233,12 @@ def test_gradcheck_forward_ad(backend):
     H = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0), dtype=torch.complex128)
     b = backend
     cases = [
-        (lambda X: (lambda U, S, Vh: U @ Vh)(*ps.svd(X, backend=b)), A),
+        (
+            lambda X: (lambda U, S, Vh: U @ Vh)(
+                *ps.svd(X, backend=b, full_matrices=False)
+            ),
+            A,
+        ),
         (lambda X: ps.svd(X, full_matrices=True, backend=b).S, A.mT),
         (lambda X: ps.svdvals(X, backend=b), A),
         (lambda X: ps.svd_function(X, ("pow", 0.5), backend=b), A),
@@ -272,10 +277,16 @@ def test_svd_tangents_are_the_native_pushforward(fake, dtype, shape, batch):
     dA = random_like(A, seed=1)
     for kw in ({}, {"full_matrices": True}, {"k": 2}):
         (U, S, Vh), tangents = dual(
-            lambda X, kw=kw: tuple(ps.svd(X, **kw, backend="julia")), A, dA
+            lambda X, kw=kw: tuple(
+                ps.svd(X, full_matrices=False, **kw, backend="julia")
+            ),
+            A,
+            dA,
         )
         if "k" in kw:  # the tangents of the top-k: those of all, sliced
-            (U, S, Vh), _ = dual(lambda X: tuple(ps.svd(X, backend="julia")), A, dA)
+            (U, S, Vh), _ = dual(
+                lambda X: tuple(ps.svd(X, backend="julia", full_matrices=False)), A, dA
+            )
             ref = svd_pushforward(U, S, Vh, dA, Options())
             ref = (ref[0][..., :2], ref[1][..., :2], ref[2][..., :2, :])
         else:
@@ -309,7 +320,9 @@ def test_options_reach_the_pushforwards(fake):
     dA = random_like(A, seed=2)
     for kw in ({"degeneracy_atol": 0.01}, {"broadening": 0.5}):
         (U, S, Vh), tangents = dual(
-            lambda X, kw=kw: tuple(ps.svd(X, backend="julia", gauge="ignore", **kw)),
+            lambda X, kw=kw: tuple(
+                ps.svd(X, backend="julia", gauge="ignore", full_matrices=False, **kw)
+            ),
             A,
             dA,
         )
@@ -346,7 +359,7 @@ def test_options_reach_the_pushforwards(fake):
     "op, name, forward_name",
     [
         (
-            lambda X: tuple(ps.svd(X, backend="julia")),
+            lambda X: tuple(ps.svd(X, backend="julia", full_matrices=False)),
             "svd_pushforward_batched",
             "svd_batched",
         ),
@@ -417,7 +430,12 @@ def test_a_differentiated_tangent_runs_natively(fake):
     A = matrix_with_spectrum((4.0, 2.0, 1.0), 5, 3, seed=5)
     H = hermitian_with_spectrum((0.5, 1.0, 2.0), seed=5)
     cases = [
-        (lambda X, b: (lambda U, S, Vh: U @ Vh)(*ps.svd(X, backend=b)), A),
+        (
+            lambda X, b: (lambda U, S, Vh: U @ Vh)(
+                *ps.svd(X, backend=b, full_matrices=False)
+            ),
+            A,
+        ),
         (lambda X, b: ps.svd(X, full_matrices=True, backend=b).S, A),
         (lambda X, b: ps.svd_function(X, ("pow", 3), backend=b), A),
         (lambda X, b: ps.svd_function(X, CUBE, backend=b), A),
@@ -737,7 +755,9 @@ def test_top_k_settings_reach_the_pushforwards(fake):
         broadening=1e-12,
         backend="julia",
     )
-    dual(lambda X: tuple(ps.svd(X, **kw)), A, random_like(A, seed=1))
+    dual(
+        lambda X: tuple(ps.svd(X, full_matrices=False, **kw)), A, random_like(A, seed=1)
+    )
     dual(lambda X: tuple(ps.eigh(X, "U", largest=False, **kw)), H, random_like(H))
     settings = {
         "k": 3,
@@ -765,7 +785,7 @@ def test_top_k_forward_mode_passes_the_spied_entry(fake, monkeypatch):
     """Every top-k glue call, forward, pushforward and pullback, passes the
     bridge's one entry (``_bridge._state["enter"]``, where the real-Julia spy
     of tests/_spy.py sits), and nothing else reaches Julia."""
-    ps.svd(randn(3, 3), backend="julia")  # the stand-in starts
+    ps.svd(randn(3, 3), backend="julia", full_matrices=False)  # the stand-in starts
     seen: list[str] = []
     enter = _bridge._state["enter"]
 
@@ -841,7 +861,7 @@ def no_gap_tangent(op: str, backend: str, batch=(), kw=NO_GAP_KW) -> torch.Tenso
         A = matrix_with_spectrum(NO_GAP, 40, 30, seed=4)
 
         def f(X):
-            U, S, Vh = ps.svd(X, backend=backend, **kw)
+            U, S, Vh = ps.svd(X, backend=backend, full_matrices=False, **kw)
             return U @ Vh
 
     else:
@@ -1002,7 +1022,11 @@ def test_real_julia_tangents_are_the_native_pushforward(dtype, batch):
         dA = random_like(A, seed=1)
         for kw in ({}, {"full_matrices": True}):
             (U, S, Vh), tangents = dual(
-                lambda X, kw=kw: tuple(ps.svd(X, backend="julia", **kw)), A, dA
+                lambda X, kw=kw: tuple(
+                    ps.svd(X, backend="julia", full_matrices=False, **kw)
+                ),
+                A,
+                dA,
             )
             for t, r in zip(tangents, svd_pushforward(U, S, Vh, dA, Options())):
                 torch.testing.assert_close(t, r, atol=tol(dtype), rtol=tol(dtype))
@@ -1060,7 +1084,7 @@ def rebuilt(backend):
         return (V * w.to(V.dtype)) @ V.mH
 
     def svd_rebuilt(X):
-        U, S, Vh = ps.svd(X, backend=backend)
+        U, S, Vh = ps.svd(X, backend=backend, full_matrices=False)
         return (U * S.to(U.dtype)) @ Vh
 
     return eigh_rebuilt, svd_rebuilt

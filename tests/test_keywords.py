@@ -10,6 +10,7 @@ the plain Python value means.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ OPTIONS = ["degeneracy_atol", "broadening", "gauge_atol"]
 TRUNCATION = ["atol", "rtol", "error_atol", "error_rtol"]
 # op: (call on a matrix X, its numeric keywords)
 CALLS: dict[str, tuple[Callable[..., Any], list[str]]] = {
-    "svd": (ps.svd, [*TOP_K, *OPTIONS, *TRUNCATION]),
+    "svd": (partial(ps.svd, full_matrices=False), [*TOP_K, *OPTIONS, *TRUNCATION]),
     "svd_function": (
         lambda X, **kw: ps.svd_function(X, ("pow", 2), **kw),
         ["degeneracy_atol"],

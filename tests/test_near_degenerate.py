@@ -73,7 +73,7 @@ def test_polar_factor_through_svd(dtype, shape):
         return pair_matrix(gap, *shape, dtype=dtype)
 
     def loss(X):
-        U, _, Vh = ps.svd(X)
+        U, _, Vh = ps.svd(X, full_matrices=False)
         return inner(U @ Vh, W)
 
     assert worst(make, loss, lambda X: inner(ps.svd_function(X, "polar"), W), dtype) < (
@@ -88,11 +88,11 @@ def test_gauge_invariant_losses_through_svd(dtype):
     W = random_like(torch.zeros(6, 6, dtype=dtype), seed=2)
 
     def smooth(X):
-        U, _, Vh = ps.svd(X)
+        U, _, Vh = ps.svd(X, full_matrices=False)
         return (U @ Vh).abs().pow(2).sin().sum()
 
     def projector(X):
-        U = ps.svd(X).U[:, :3]
+        U = ps.svd(X, full_matrices=False).U[:, :3]
         return inner(U @ U.mH, W)
 
     cases = [
@@ -163,11 +163,11 @@ def test_small_genuine_numerators_keep_their_gradient():
         A = pair_matrix(gap)
 
         def basis(X):  # u_2 v_2^H: invariant under signs, not under rotations
-            U, _, Vh = ps.svd(X)
+            U, _, Vh = ps.svd(X, full_matrices=False)
             return tau * inner(U[:, 1:2] @ Vh[1:2], W2)
 
         def total(X):
-            U, _, Vh = ps.svd(X)
+            U, _, Vh = ps.svd(X, full_matrices=False)
             return inner(U @ Vh, W) + tau * inner(U[:, 1:2] @ Vh[1:2], W2)
 
         g_basis = grad(basis, A)
@@ -214,7 +214,7 @@ def test_polar_factor_and_projector_through_julia(dtype):
     Wh = random_like(torch.zeros(4, 4, dtype=dtype), seed=3)
 
     def polar(X):
-        U, _, Vh = ps.svd(X, backend="julia")
+        U, _, Vh = ps.svd(X, backend="julia", full_matrices=False)
         return inner(U @ Vh, W)
 
     def projector(X):
@@ -275,14 +275,16 @@ def test_forward_polar_factor_at_a_near_degenerate_gap_warns(gap, backend):
     T = random_like(A, seed=3)
 
     def polar(X):
-        U, _, Vh = ps.svd(X, backend=backend)
+        U, _, Vh = ps.svd(X, backend=backend, full_matrices=False)
         return U @ Vh
 
     if backend == "julia":  # torch.func runs the native backend only
         import torch.autograd.forward_ad as fwAD
 
         with fwAD.dual_level(), pytest.warns(ps.GaugeWarning, match="near-degenerate"):
-            U, _, Vh = ps.svd(fwAD.make_dual(A, T), backend=backend)
+            U, _, Vh = ps.svd(
+                fwAD.make_dual(A, T), backend=backend, full_matrices=False
+            )
             assert fwAD.unpack_dual(U @ Vh).tangent is not None
     else:
         with pytest.warns(ps.GaugeWarning, match="forward mode at a near-degenerate"):
@@ -320,14 +322,18 @@ def test_forward_mode_at_separated_values_is_quiet():
     """Gaps of 1e-3 and more: no pair in the window, no warning (the suite
     turns a GaugeWarning into an error)."""
     A, H = pair_matrix(1e-3), pair_hermitian(1e-3)
-    _jvp(lambda X: (lambda U, S, Vh: U @ Vh)(*ps.svd(X)), A, random_like(A, seed=3))
+    _jvp(
+        lambda X: (lambda U, S, Vh: U @ Vh)(*ps.svd(X, full_matrices=False)),
+        A,
+        random_like(A, seed=3),
+    )
     _jvp(lambda X: ps.eigh(X)[1], H, hermitian_tangent(H))
 
 
 def test_forward_near_pair_ignored_under_gauge_ignore():
     A = pair_matrix(1e-11)
     with ps.defaults(gauge="ignore"):
-        _jvp(lambda X: ps.svd(X)[0], A, random_like(A, seed=3))
+        _jvp(lambda X: ps.svd(X, full_matrices=False)[0], A, random_like(A, seed=3))
 
 
 def hermitian_tangent(A, seed=5):

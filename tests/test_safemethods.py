@@ -70,7 +70,7 @@ def test_tiny_broadening_gives_finite_gradients_at_degeneracy() -> None:
     W = randn(5, 4, seed=0)
 
     def loss(X, b):
-        U, S, Vh = ps.svd(X, broadening=b, gauge="ignore")
+        U, S, Vh = ps.svd(X, broadening=b, gauge="ignore", full_matrices=False)
         return (W * (U @ Vh)).sum() + S.sum()
 
     X = A.clone().requires_grad_()
@@ -291,7 +291,7 @@ def test_broadening_converges_smoothly_to_the_cutoff() -> None:
 
     def loss(**kw):
         def f(X):
-            U, S, Vh = ps.svd(X, **kw)
+            U, S, Vh = ps.svd(X, full_matrices=False, **kw)
             return inner(U @ Vh, W) + (U[:, 0] ** 2 * W[:, 0]).sum() + S.prod()
 
         return f
@@ -320,7 +320,7 @@ def test_broadening_keeps_the_gradient_bounded_through_a_crossing() -> None:
         W = random_like(A, seed=4)
 
         def loss(X, W=W, **kw):
-            U, _, Vh = ps.svd(X, **kw)
+            U, _, Vh = ps.svd(X, full_matrices=False, **kw)
             return inner(U[:, 1:2] @ Vh[1:2], W)
 
         sharp = grad(loss, A)

@@ -274,10 +274,15 @@ def test_svd_eigh_second_order_exact_losses_stay_silent(dtype):
     H = hermitian_with_spectrum((0.5, 1.0, 2.0, 3.0, 4.0), dtype=dtype, seed=12)
     W = random_like(G, seed=13)
     cases = [
-        (A, lambda X: ps.svd(X).S.sum()),
+        (A, lambda X: ps.svd(X, full_matrices=False).S.sum()),
         (A, lambda X: ps.svd(X).S.sum() ** 2),
         (G, _svd_cube),
-        (G, lambda X: inner((lambda U, S, Vh: U @ Vh)(*ps.svd(X)), W)),
+        (
+            G,
+            lambda X: inner(
+                (lambda U, S, Vh: U @ Vh)(*ps.svd(X, full_matrices=False)), W
+            ),
+        ),
         (H, _eigh_cube),
         (H, lambda X: (lambda w, V: inner(V[:, 3:] @ V[:, 3:].mH, W[:5]))(*ps.eigh(X))),
     ]
@@ -296,7 +301,12 @@ def test_svd_eigh_second_order_through_vectors_at_a_cluster_warns(hvp):
     H = hermitian_with_spectrum((0.25, 1.0, 1.0, 4.0, 4.0), seed=14)
     W = random_like(A, seed=15)
     for X, loss in [
-        (A, lambda X: inner((lambda U, S, Vh: U @ Vh)(*ps.svd(X)), W)),
+        (
+            A,
+            lambda X: inner(
+                (lambda U, S, Vh: U @ Vh)(*ps.svd(X, full_matrices=False)), W
+            ),
+        ),
         (H, lambda X: (lambda w, V: inner(V[:, 1:3] @ V[:, 1:3].mH, W))(*ps.eigh(X))),
     ]:
         D = random_like(X, seed=16)
@@ -578,7 +588,7 @@ def test_svd_eigh_second_order_warns_on_both_backends(backend):
 @pytest.mark.parametrize(
     "op",
     [
-        lambda X: ps.svd(X).S.pow(3).sum(),
+        lambda X: ps.svd(X, full_matrices=False).S.pow(3).sum(),
         lambda X: ps.svdvals(X).pow(3).sum(),
         lambda X: ps.eigh(X @ X.mT).eigenvalues.pow(3).sum(),
         lambda X: ps.eigvalsh(X @ X.mT).pow(3).sum(),
@@ -604,7 +614,9 @@ def _one_line_svds(*terms: tuple[torch.Tensor, int]) -> torch.Tensor:
     """``sum over (M, p) of sum(S_M ** p)``, every SVD made by the same line."""
     out = 0
     for M, p in terms:
-        U, S, Vh = ps.svd(M)  # one call site: one cached Options for all
+        U, S, Vh = ps.svd(
+            M, full_matrices=False
+        )  # one call site: one cached Options for all
         out = out + (S**p).sum()
     return out
 
@@ -657,7 +669,7 @@ def _truncated_loss(keep: int, W: torch.Tensor):
     cotangent past ``keep`` is exactly 0."""
 
     def loss(X):
-        U, S, Vh = ps.svd(X)
+        U, S, Vh = ps.svd(X, full_matrices=False)
         r = S[:keep].sqrt()
         F1, F3 = U[:, :keep] * r, r[:, None] * Vh[:keep]
         Y = F3 @ W.mH @ F1
@@ -726,7 +738,7 @@ def test_forward_over_reverse_measures_only_the_clusters_its_tangent_splits():
     keeps = U @ X @ Vh  # its cluster block: 0.7 I + an anti-Hermitian part
 
     def loss(X):
-        U, _, Vh = ps.svd(X)
+        U, _, Vh = ps.svd(X, full_matrices=False)
         return inner(U @ Vh, W)
 
     exact = lambda X: inner(ps.svd_function(X, "polar"), W)  # noqa: E731
@@ -769,7 +781,7 @@ def _reverse_over_forward(f, dA, W):
 
 
 def _polar_from_svd(A):
-    U, _, Vh = ps.svd(A)
+    U, _, Vh = ps.svd(A, full_matrices=False)
     return U @ Vh
 
 

@@ -144,7 +144,7 @@ def test_bad_settings(settings, match) -> None:
 def test_bad_per_call_settings() -> None:
     A = torch.eye(3, dtype=torch.float64)
     with pytest.raises(ps.InputError, match="degeneracy_atol"):
-        ps.svd(A, degeneracy_atol=-1.0)
+        ps.svd(A, degeneracy_atol=-1.0, full_matrices=False)
     with pytest.raises(ps.InputError, match="broadening"):
         ps.eigh(A, broadening=-1.0)
     with pytest.raises(ps.InputError, match="gauge"):

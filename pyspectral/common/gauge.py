@@ -462,7 +462,3 @@ def apply_gauge_policy(msg: str, opts: Options) -> None:
         raise GaugeError(msg)
     if opts.gauge == "warn":
         warn(msg, GaugeWarning, opts.site)
-
-
-# Library code a warning must not be attributed to: torch, pyspectral, and the
-# thread machinery (a thread that runs ``loss.backward`` directly has no frame

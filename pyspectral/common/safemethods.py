@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch._C._functorch import is_functorch_wrapped_tensor
 
+from .. import _linalg
 from .defaults import _HOST_SPECTRUM, eps, eps34, peek
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ def column_rounding(
     if G.requires_grad or is_functorch_wrapped_tensor(G):
         G = G.detach()
     if dim == -1 or G.shape[-2] == 1:  # along rows (contiguous): one pass
-        c = torch.linalg.vector_norm(G, dim=dim)
+        c = _linalg.vector_norm(G, dim=dim)
     else:  # (a sum of squares: vector_norm along a column is 6x slower at
         # n = 256, and it does not rescale either)
         a = G.abs() if G.is_complex() else G

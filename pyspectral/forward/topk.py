@@ -83,6 +83,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from .. import _linalg
 from .._settings import Options
 from ..common.defaults import eps, peek
 from ..exceptions import InputError
@@ -616,7 +617,7 @@ def svd_topk(
         # Rayleigh-Ritz: B = Q^H A = (A^H Q)^H = W S V^H, U = Q W; then
         # A^H U = V S exactly and the residual is R = A V - U S, whose
         # product A V is also the next iterate's.
-        V, S, Wh = torch.linalg.svd(rmatmul(Q), full_matrices=False)
+        V, S, Wh = _linalg.svd(rmatmul(Q), full_matrices=False)
         U = Q @ Wh.mH
         AV = matmul(V)
         scale = S[..., 0]
@@ -677,7 +678,7 @@ def _svd_krylov(
             continue
         # Rayleigh-Ritz: C = Y S X^H, U = U_K X, V = V_K Y: A^H U = V S, and
         # A V - U S = U_next L Y_last (Y_last: the rows of the last block)
-        Y, S, Xh = torch.linalg.svd(C[..., :w, :w])
+        Y, S, Xh = _linalg.svd(C[..., :w, :w])
         Sp, scale = S[..., :p], S[..., 0]
         res = _relative(L @ Y[..., w - b : w, :p], scale)
         values = _flat(Sp, batch)
@@ -715,25 +716,25 @@ def _extend(Q: Tensor, X: Tensor, recent: int) -> tuple[Tensor, Tensor, Tensor]:
     left), and on ``Q_new`` where a column of the block was, to rounding,
     inside ``span(Q)`` (QR then normalized rounding noise). The coefficients
     record every pass, so that the relation holds to rounding."""
-    before = torch.linalg.vector_norm(X, dim=-2)
+    before = _linalg.vector_norm(X, dim=-2)
     recent = min(recent, Q.shape[-1])
     Q_r = Q[..., Q.shape[-1] - recent :]
     c_r = _coefficients(Q_r, X)
     X = X - Q_r @ c_r
-    local = torch.linalg.vector_norm(X, dim=-2)
+    local = _linalg.vector_norm(X, dim=-2)
     c = _coefficients(Q, X)
     Y = X - Q @ c
     old = c.shape[-2] - recent
     c = torch.cat([c[..., :old, :], c[..., old:, :] + c_r], -2)
-    after = torch.linalg.vector_norm(Y, dim=-2)
+    after = _linalg.vector_norm(Y, dim=-2)
     if bool(peek(after < 0.5 * local).any()):
         c2 = _coefficients(Q, Y)
         Y, c = Y - Q @ c2, c + c2
-    Q_new, R = torch.linalg.qr(Y)
+    Q_new, R = _linalg.qr(Y)
     diag = R.diagonal(dim1=-2, dim2=-1).abs()
     if bool(peek(diag <= eps(X.dtype) ** 0.5 * before).any()):
         c3 = _coefficients(Q, Q_new)
-        Q_new, R2 = torch.linalg.qr(Q_new - Q @ c3)
+        Q_new, R2 = _linalg.qr(Q_new - Q @ c3)
         c, R = c + c3 @ R, R2 @ R
     return c, Q_new, R
 
@@ -784,7 +785,7 @@ def eigh_topk(
     while True:
         AQ = matmul(Q) * sign
         T = Q.mH @ AQ
-        theta, Z = torch.linalg.eigh((T + T.mH) / 2)
+        theta, Z = _linalg.eigh((T + T.mH) / 2)
         theta, Z = theta.flip(-1), Z.flip(-1)  # descending: the wanted end first
         V, AV = Q @ Z, AQ @ Z
         big = theta.abs().amax(-1)
@@ -869,7 +870,7 @@ def _eigh_krylov(
             continue
         # Rayleigh-Ritz: T = Z theta Z^H, V = V_K Z: A V - V theta = V_new H Z
         Tw = T[..., :w, :w]
-        theta, Z = torch.linalg.eigh((Tw + Tw.mH) / 2)
+        theta, Z = _linalg.eigh((Tw + Tw.mH) / 2)
         theta, Z = theta.flip(-1), Z.flip(-1)  # descending: the wanted end first
         big = theta.abs().amax(-1)
         top = big if top is None else torch.maximum(top, big)
@@ -906,7 +907,7 @@ def _relative(R: Tensor, scale: Tensor) -> Tensor:
     zero matrix, whose Ritz pairs are exact)."""
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     # divide first: the squares of a norm of entries of 1e200 overflow
-    return torch.linalg.vector_norm(R / safe[..., None, None].to(R.dtype), dim=-2)
+    return _linalg.vector_norm(R / safe[..., None, None].to(R.dtype), dim=-2)
 
 
 def _flat(t: Tensor, batch: list) -> Tensor:
@@ -914,7 +915,7 @@ def _flat(t: Tensor, batch: list) -> Tensor:
 
 
 def _orth(Y: Tensor) -> Tensor:
-    return torch.linalg.qr(Y).Q
+    return _linalg.qr(Y).Q
 
 
 def _randn(shape: tuple, dtype: torch.dtype, device: torch.device) -> Tensor:

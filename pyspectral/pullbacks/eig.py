@@ -31,6 +31,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import _linalg
 from .._autograd import plain
 from .._second_order import (
     check_second_order_cotangent,
@@ -90,19 +91,19 @@ def check_diagonalizable(
     divided differences of ``f`` replace the quotients ``1 / (w_i - w_j)``).
     Public for those callers; the signature is stable.
     """
-    LU, pivots, info = torch.linalg.lu_factor_ex(V)
+    LU, pivots, info = _linalg.lu_factor_ex(V)
     n = V.shape[-1]
     inverse = None
     if n <= _EXACT_INVERSE:
         eye = torch.eye(n, dtype=V.dtype, device=V.device).expand_as(V)
-        inverse = torch.linalg.lu_solve(LU, pivots, eye)
+        inverse = _linalg.lu_solve(LU, pivots, eye)
     with torch.no_grad():
         F, piv, bad = (peek(t.detach()) for t in (LU, pivots, info))
         if F.numel() == 0:
             return LU, pivots, inverse
         W = None if inverse is None else peek(inverse.detach())
         if W is not None:
-            norm = torch.linalg.vector_norm(torch.view_as_real(W), dim=(-3, -2, -1))
+            norm = _linalg.vector_norm(torch.view_as_real(W), dim=(-3, -2, -1))
         else:
             norm = _inverse_norm1(F, piv)
         cond = norm * n**0.5
@@ -138,10 +139,10 @@ def _check_pairs(w: Tensor, V: Tensor, F: Tensor, piv: Tensor, W: Tensor | None,
         return
     if W is None:
         eye_n = torch.eye(n, dtype=V.dtype, device=V.device).expand_as(V)
-        W = torch.linalg.lu_solve(F, piv, eye_n)
-    kappa = torch.linalg.vector_norm(W, dim=-1)  # rows of V^-1: (*, n)
+        W = _linalg.lu_solve(F, piv, eye_n)
+    kappa = _linalg.vector_norm(W, dim=-1)  # rows of V^-1: (*, n)
     A = (V * w.unsqueeze(-2)) @ W
-    scale = torch.maximum(big, torch.linalg.vector_norm(A, dim=(-2, -1)) / n**0.5)
+    scale = torch.maximum(big, _linalg.vector_norm(A, dim=(-2, -1)) / n**0.5)
     effective = 2 * gap / (kappa.unsqueeze(-1) + kappa.unsqueeze(-2))
     short = divided & (effective < _resolution(scale, opts)[..., None, None])
     if bool(short.any()):
@@ -210,10 +211,10 @@ def _inverse_norm1(LU: Tensor, pivots: Tensor, steps: int = 4) -> Tensor:
     x = torch.full((*LU.shape[:-1], 1), 1.0 / n, dtype=LU.dtype, device=LU.device)
     estimate = torch.zeros(LU.shape[:-2], dtype=LU.real.dtype, device=LU.device)
     for _ in range(steps):
-        y = torch.linalg.lu_solve(LU, pivots, x)
+        y = _linalg.lu_solve(LU, pivots, x)
         estimate = torch.maximum(estimate, y.abs().sum((-2, -1)))
         sign = torch.where(y == 0, torch.ones_like(y), y.sgn())
-        z = torch.linalg.lu_solve(LU, pivots, sign, adjoint=True)
+        z = _linalg.lu_solve(LU, pivots, sign, adjoint=True)
         j = z.abs().argmax(-2, keepdim=True)
         x = torch.zeros_like(x).scatter_(-2, j, 1.0)
     return estimate
@@ -225,10 +226,10 @@ def _solve_adjoint(V: Tensor, factors: tuple, B: Tensor) -> Tensor:
     will be differentiated."""
     LU, pivots, inverse = factors
     if not plain(V, B):
-        return torch.linalg.solve(V.mH, B)
+        return _linalg.solve(V.mH, B)
     if inverse is not None:
         return inverse.mH @ B
-    return torch.linalg.lu_solve(LU, pivots, B, adjoint=True)
+    return _linalg.lu_solve(LU, pivots, B, adjoint=True)
 
 
 def _squared_modulus(z: Tensor) -> Tensor:
@@ -330,11 +331,11 @@ def eig_pushforward(
     LU, pivots, inverse = check_diagonalizable(L, V, opts)
     B = dA.to(V.dtype) @ V
     if not plain(V, B):
-        dP = torch.linalg.solve(V, B)
+        dP = _linalg.solve(V, B)
     elif inverse is not None:
         dP = inverse @ B
     else:
-        dP = torch.linalg.lu_solve(LU, pivots, B)
+        dP = _linalg.lu_solve(LU, pivots, B)
     tol = degeneracy_tol(L, opts.degeneracy_atol).real  # complex L: real tol
     gap = L.unsqueeze(-2) - L.unsqueeze(-1)  # L_j - L_i
     if opts.gauge != "ignore" and opts.broadening is None:
@@ -387,7 +388,7 @@ def check_split(L: Tensor, dP: Tensor, tol: Tensor, factors: tuple, dA: Tensor,
             n = dP.shape[-1]
             if inverse is not None:
                 W = torch.view_as_real(peek(inverse.detach()))
-                norm = float(torch.linalg.vector_norm(W, dim=(-3, -2, -1)).max())
+                norm = float(_linalg.vector_norm(W, dim=(-3, -2, -1)).max())
             else:
                 norm = float(_inverse_norm1(peek(LU.detach()), peek(pivots)).max())
             D = peek(dA.detach())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import _linalg
 from .._autograd import plain, tangent_guard
 from .._second_order import (
     check_second_order_cotangent,
@@ -457,9 +458,9 @@ def adapted_rotation(
     if not bool(peek(rows).any()):
         return None
     Hc = H * same
-    kappa = 3 * torch.linalg.matrix_norm(Hc).unsqueeze(-1) + torch.finfo(s.dtype).tiny
+    kappa = 3 * _linalg.matrix_norm(Hc).unsqueeze(-1) + torch.finfo(s.dtype).tiny
     shift = torch.diag_embed(label.to(s.dtype) * kappa).to(H.dtype)
-    _, Q = torch.linalg.eigh((-Hc if descending else Hc) + shift)
+    _, Q = _linalg.eigh((-Hc if descending else Hc) + shift)
     eye = torch.eye(s.shape[-1], dtype=H.dtype, device=H.device)
     return torch.where(rows.unsqueeze(-1), Q * same, eye)
 

@@ -64,6 +64,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import _linalg
 from .._autograd import plain
 from .._settings import Options
 from ..common.defaults import eps, eps34, gauge_tol, max_abs, peek
@@ -224,7 +225,7 @@ def _square_part(Q: Tensor, R: Tensor, gQ: Tensor | None, gR: Tensor | None) -> 
     B = Q @ _copyutl(M)
     if gQ is not None:
         B = B.add_(gQ) if inplace else B + gQ
-    return torch.linalg.solve_triangular(R.mH, B, upper=False, left=False)
+    return _linalg.solve_triangular(R.mH, B, upper=False, left=False)
 
 
 # ------------------------------------------------------------ rank deficiency
@@ -376,7 +377,7 @@ def _outside(
     the cotangent reaches the rank-raising directions)."""
     s = R2.shape[-1]
     with torch.no_grad():
-        U, S, Vh = torch.linalg.svd(R2.detach())
+        U, S, Vh = _linalg.svd(R2.detach())
         small = S <= tol  # (*, s)
         Us = U * small.unsqueeze(-2).to(U.dtype)
         Vs = Vh.mH * small.unsqueeze(-2).to(U.dtype)
@@ -403,7 +404,7 @@ def _outside(
     # the accurate solve (a zero pivot, where it is not used, made 1)
     safe = torch.where(d == 0, torch.ones_like(d), d)
     R2s = R2 - torch.diag_embed(d) + torch.diag_embed(safe)
-    X = torch.linalg.solve_triangular(R2s.mH, B, upper=False, left=False)
+    X = _linalg.solve_triangular(R2s.mH, B, upper=False, left=False)
     # on the row space: B R2^H+ = B U S^+ V^H
     Sinv = torch.where(
         small, torch.zeros_like(S), 1 / S.clamp_min(torch.finfo(S.dtype).tiny)
@@ -470,7 +471,7 @@ def _full_rank_tangents(Q: Tensor, R: Tensor, dA: Tensor, p: int) -> tuple:
     Q2 = Q[..., p:] if complete else None
     Qp, Rp = (Q[..., :p], R[..., :p, :]) if complete else (Q, R)
     R1 = Rp[..., :p]
-    Z = torch.linalg.solve_triangular(R1, dA[..., :p], upper=True, left=False)
+    Z = _linalg.solve_triangular(R1, dA[..., :p], upper=True, left=False)
     Omega = Qp.mH @ Z
     C = _skew_part(Omega)
     dR = ((Omega - C) @ R1).triu()
@@ -507,7 +508,7 @@ def _split_pushforward(
     R12, R2 = R[..., :j, j:], R[..., j:, j:]
     A2 = Q[..., :p] @ R[..., :p, j:]  # A[:, j:]
     dX, dY = dA[..., :j], dA[..., j:]
-    Z = torch.linalg.solve_triangular(R11, dX, upper=True, left=False)
+    Z = _linalg.solve_triangular(R11, dX, upper=True, left=False)
     Omega = Q1.mH @ Z
     C = _skew_part(Omega)
     dR11 = ((Omega - C) @ R11).triu()
@@ -526,7 +527,7 @@ def _split_pushforward(
     if k == p and m > p:  # thin Q of a tall A: the part outside Q's span
         out = dZ - Q @ (Q.mH @ dZ)
         with torch.no_grad():
-            U, S, Vh = torch.linalg.svd(R2.detach())
+            U, S, Vh = _linalg.svd(R2.detach())
             small = S <= tol
         Sinv = torch.where(
             small, torch.zeros_like(S), 1 / S.clamp_min(torch.finfo(S.dtype).tiny)

@@ -139,7 +139,10 @@ _BETA = {"left": 1, "right": -1, "both": 1}
 # of the term. Moving a numerator rewrites gU by U D_U, whose rounding
 # (eps |D_U|) reaches the complement terms (a 1 / s_j): within the window
 # |D_U| is at most NEAR s_j |g'| |A_L| there, so that costs nothing either.
-NEAR = 0.25
+# 1/64: outside, 64 eps (1.4e-14 in float64; float32's 7.6e-6, about its
+# eps**(3/4)); narrow, so that a spectrum with no pair that close (most, at
+# tensor-network sizes) takes the pullback's short path, nothing moved.
+NEAR = 1 / 64
 
 
 def _moved_pairs(S: Tensor, keep: Tensor, opts: Options) -> tuple[Tensor, Tensor]:
@@ -158,7 +161,7 @@ def _moved_pairs(S: Tensor, keep: Tensor, opts: Options) -> tuple[Tensor, Tensor
 
 def _pair_terms(
     S: Tensor,
-    pairs: tuple[Tensor, Tensor],
+    pairs: tuple[Tensor, Tensor | None],
     f: Tensor,
     df: Tensor,
     X: Tensor,
@@ -177,6 +180,8 @@ def _pair_terms(
     # J_a + K_a: (f_j - f_i) (X + X^H) over s_j - s_i, a divided difference
     C = _on(near, _times(_divided(S, f, df).to(dt), H))
     Da = _on(near, (fj - fi) * (X + X.mH))
+    if low is None:  # no kept pair with s_i + s_j <= tol: nothing more moves
+        return C, Da, torch.zeros_like(Da)
     # J_a - K_a: which part (beta) depends on the factor's side
     if (beta > 0) == left:  # f's odd differences on the anti-Hermitian part
         C = C + _on(low, _times(_sums(S, f, df, True).to(dt), K))
@@ -217,19 +222,29 @@ def svd_split_pullback(
     beta = _BETA[absorb]
     gU = gVh = None
     gS = torch.zeros_like(S)
-    C = torch.zeros(*S.shape, S.shape[-1], dtype=U.dtype, device=U.device)
-    Da = torch.zeros_like(C)
-    Dd = torch.zeros_like(C)
     cut = _cut_singular_values(S, keep, opts)
     pairs = _moved_pairs(S, keep, opts)
+    # (one host read: with no kept pair near another, and none low, nothing
+    # moves and no kept cluster exists, so the terms below are all zero)
+    # (peeked before any(): under vmap the masks carry the batch)
+    flags = torch.stack([peek(p).any() for p in pairs]).tolist()
+    any_near, any_low = flags
+    moved = any_near or any_low
+    if not any_low:  # (then _pair_terms skips the low pairs' sums)
+        pairs = (pairs[0], None)
+    if moved:
+        C = torch.zeros(*S.shape, S.shape[-1], dtype=U.dtype, device=U.device)
+        Da = torch.zeros_like(C)
+        Dd = torch.zeros_like(C)
     k = S.shape[-1]
     extra = None
     if gL is not None:
         X = U.mH @ gL  # A_L
         gU = gL * g.unsqueeze(-2).to(gL.dtype)
         gS = gS + _times(dg, X.diagonal(dim1=-2, dim2=-1).real)
-        terms = _pair_terms(S, pairs, g, dg, X, True, beta)
-        C, Da, Dd = C + terms[0], Da + terms[1], Dd + terms[2]
+        if moved:
+            terms = _pair_terms(S, pairs, g, dg, X, True, beta)
+            C, Da, Dd = C + terms[0], Da + terms[1], Dd + terms[2]
         if cut is not None and U.shape[-2] > k:  # tall: (I - U U^H) gL g[s, 0]
             w = _on(cut, _zero_divided(S, g, absorb, True)).unsqueeze(-2)
             extra = (_times(w.to(gL.dtype), gL - U @ X)) @ Vh
@@ -237,8 +252,9 @@ def svd_split_pullback(
         Y = gR @ Vh.mH  # B_R
         gVh = gR * h.unsqueeze(-1).to(gR.dtype)
         gS = gS + _times(dh, Y.diagonal(dim1=-2, dim2=-1).real)
-        terms = _pair_terms(S, pairs, h, dh, Y, False, beta)
-        C, Da, Dd = C + terms[0], Da + terms[1], Dd + terms[2]
+        if moved:
+            terms = _pair_terms(S, pairs, h, dh, Y, False, beta)
+            C, Da, Dd = C + terms[0], Da + terms[1], Dd + terms[2]
         if cut is not None and Vh.shape[-1] > k:  # wide: h[s, 0] (I - V V^H) gR
             w = _on(cut, _zero_divided(S, h, absorb, False)).unsqueeze(-1)
             term = U @ _times(w.to(gR.dtype), gR - Y @ Vh)
@@ -249,10 +265,13 @@ def svd_split_pullback(
     # truncation terms read, are unchanged. U C Vh adds the quotients back as
     # divided differences: exact where the SVD's quotient carried the
     # rounding of Da over a small gap or cut Dd over s_j + s_i <= tol.
+    gS = torch.where(keep, gS, torch.zeros_like(gS))
+    if not moved:  # no pair to move, no kept cluster: the mean is gS, C = 0
+        gA = torch.zeros(*U.shape[:-1], Vh.shape[-1], dtype=U.dtype, device=U.device)
+        return (gA if extra is None else extra), gU, gS, gVh
     DU, DV = (Da + Dd) * 0.25, (Da - Dd) * 0.25
     gU = -(U @ DU) if gU is None else gU - U @ DU
     gVh = DV @ Vh if gVh is None else gVh + DV @ Vh
-    gS = torch.where(keep, gS, torch.zeros_like(gS))
     # The SVD's pullback takes a cluster's mean of gS (a symmetric function's
     # weights: its check_weights), the split's term the rest, on the diagonal
     # of C: the same sum U (C + diag(gS)) Vh, whatever the spectrum.

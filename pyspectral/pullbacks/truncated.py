@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import _linalg
 from .._settings import Options
 from ..common.defaults import degeneracy_tol, eps, peek
 from .eigh import eigh_pullback, eigh_pushforward
@@ -195,8 +196,8 @@ def _zero_block_gauge(PU: Tensor, PV: Tensor, keep: Tensor) -> float:
     if not bool(peek(zero).any()):
         return 0.0
     norms = torch.sqrt(
-        torch.linalg.vector_norm(PU, dim=-2, keepdim=True) ** 2
-        + torch.linalg.vector_norm(PV, dim=-2, keepdim=True) ** 2
+        _linalg.vector_norm(PU, dim=-2, keepdim=True) ** 2
+        + _linalg.vector_norm(PV, dim=-2, keepdim=True) ** 2
     )
     return float(peek(norms.masked_select(zero)).max())
 
@@ -467,7 +468,7 @@ def _columns(mask: Tensor) -> Tensor:
 
 def _complement(Q: Tensor) -> Tensor:
     """Orthonormal basis of the orthogonal complement of the columns of ``Q``."""
-    return torch.linalg.qr(Q, mode="complete").Q[..., Q.shape[-1] :]
+    return _linalg.qr(Q, mode="complete").Q[..., Q.shape[-1] :]
 
 
 def _completed_svd(A: Tensor, U: Tensor, S: Tensor, V: Tensor) -> tuple:
@@ -475,7 +476,7 @@ def _completed_svd(A: Tensor, U: Tensor, S: Tensor, V: Tensor) -> tuple:
     with the given block: the block, then an SVD of ``A`` on the complement
     of ``(U_d, V_d)``."""
     Wu, Wv = _complement(U), _complement(V)
-    Ub, Sb, Vbh = torch.linalg.svd(Wu.mH @ A @ Wv, full_matrices=False)
+    Ub, Sb, Vbh = _linalg.svd(Wu.mH @ A @ Wv, full_matrices=False)
     return (
         torch.cat([U, Wu @ Ub], -1),
         torch.cat([S, Sb], -1),
@@ -486,7 +487,7 @@ def _completed_svd(A: Tensor, U: Tensor, S: Tensor, V: Tensor) -> tuple:
 def _completed_eigh(A: Tensor, w: Tensor, V: Tensor) -> tuple:
     """``_completed_svd`` for a Hermitian ``A``: ``(w2, V2)``."""
     W = _complement(V)
-    wb, Z = torch.linalg.eigh(W.mH @ A @ W)
+    wb, Z = _linalg.eigh(W.mH @ A @ W)
     return torch.cat([w, wb], -1), torch.cat([V, W @ Z], -1)
 
 

@@ -2064,13 +2064,38 @@ end
     end
 end
 
+@testset "basis check pair by pair" begin
+    # gauge_pairwise (pyspectral's check_gauge with spectrum=): a violation under the data
+    # floor max(gtol, data_floor(λ) max|λ|) is quiet, above it reported with its pair's
+    # allowance; outside a cluster nothing is measured
+    λ = [3.0, 2.0, 2.0, 1.0]
+    floor = PySpectral.data_floor(λ, Float64) * 3.0
+    P = zeros(4, 4)
+    P[2, 3] = 0.5 * floor
+    @test PySpectral.gauge_pairwise(P, λ, 1e-9, 1e-30) == (0.0, 1e-30)
+    P[2, 3] = 2 * floor
+    viol, allowed = PySpectral.gauge_pairwise(P, λ, 1e-9, 1e-30)
+    @test viol == 2 * floor && allowed ≈ floor
+    P[1, 4] = 1.0  # not a cluster pair
+    @test first(PySpectral.gauge_pairwise(P, λ, 1e-9, 1e-30)) == 2 * floor
+    rec = GaugeRecorder()
+    PySpectral.check_cluster_gauge(:svd, P, λ, 1e-9, 1e-30, rec)
+    @test length(rec.records) == 1
+    rec = GaugeRecorder()  # an explicit gauge_atol: no floor
+    PySpectral.check_cluster_gauge(:svd, 0.5 .* P, λ, 1e-9, 1e-30, rec; default_tol=false)
+    @test length(rec.records) == 1
+end
+
 @testset "weights allowance floor" begin
-    # the floor 2 FLOOR_CURVATURE (k + 1) eps max|λ| (pyspectral's data_floor): a spread
-    # below it is quiet however small the cotangent (a stationary point's rounding),
-    # above it recorded; gauge_atol replaces it
+    # the floor: eps^(3/4) FLOOR_CURVATURE max|λ|, at least 2 FLOOR_CURVATURE (k + 1) eps
+    # max|λ| (pyspectral's weights_floor and data_floor): a spread below it is quiet
+    # however small the cotangent (a stationary point's residual), above it recorded;
+    # gauge_atol replaces it
     S = [3.0, 2.0, 2.0, 1.0]
-    floor = PySpectral.data_floor(S, Float64)
-    @test floor == 2 * PySpectral.FLOOR_CURVATURE * 5 * eps(Float64) * 3.0
+    data = PySpectral.data_floor(S, Float64)
+    @test data == 2 * PySpectral.FLOOR_CURVATURE * 5 * eps(Float64) * 3.0
+    floor = PySpectral.weights_floor(S, Float64)
+    @test floor ≈ max(eps(Float64)^(3 / 4) * PySpectral.FLOOR_CURVATURE * 3.0, data)
     for (scale, quiet) in ((0.9, true), (1.1, false))
         rec = GaugeRecorder()
         PySpectral.check_weights(:svd, [1e-30, scale * floor, 0.0, 0.0], S, 1e-9, rec)

@@ -73,7 +73,7 @@ end
 # outside it that rounding is at most eps/NEAR of the term. Moving a numerator rewrites
 # ΔU by U D_U, whose rounding (eps |D_U|) reaches the complement terms (a 1/sⱼ): within
 # the window |D_U| is at most NEAR sⱼ |g′| |A_L| there. Same constant as pyspectral's.
-const NEAR = 0.25
+const NEAR = 1 / 64
 
 # The terms of one factor (`left`: L's weights f = g and X = A_L; else R's, f = h,
 # X = B_R) on the first r (kept) values: (C, Da, Dd), C the middle-matrix term and Da, Dd
