@@ -61,6 +61,8 @@ the left null space of ``R2``) is measured and reported
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
@@ -270,6 +272,29 @@ def _groups(above: Tensor) -> tuple[Tensor, list[int]]:
     return j, sorted(set(peek(j).reshape(-1).tolist()))
 
 
+class _Blocks(NamedTuple):
+    """The factors split at pivot ``j``: ``Q1 = Q[:, :j]``, ``Q2 = Q[:, j:]``,
+    ``R11`` (the identity for the matrices not ``member``), ``R12``, ``R2 =
+    R[j:, j:]`` and ``A2 = A[:, j:]``; ``p = min(m, n)``."""
+
+    Q1: Tensor
+    Q2: Tensor
+    R11: Tensor
+    R12: Tensor
+    R2: Tensor
+    A2: Tensor
+    p: int
+
+
+def _blocks(Q: Tensor, R: Tensor, j: int, member: Tensor) -> _Blocks:
+    """:class:`_Blocks` of ``(Q, R)`` at ``j`` (the pullback's and the
+    pushforward's)."""
+    p = min(Q.shape[-2], R.shape[-1])
+    R11 = _eye_where(member, R[..., :j, :j])
+    A2 = Q[..., :p] @ R[..., :p, j:]
+    return _Blocks(Q[..., :j], Q[..., j:], R11, R[..., :j, j:], R[..., j:, j:], A2, p)
+
+
 def _eye_where(member: Tensor, X: Tensor) -> Tensor:
     """``X`` (square) for the matrices ``member``, the identity for the
     others: a triangular factor that inverts whatever the other matrices'
@@ -319,12 +344,8 @@ def _split_pullback(
     """The pullback split at pivot ``j`` (exact at the matrices ``member``,
     whose first small pivot is ``j``; ``j = p``: full rank), the violations
     it sees added to ``found`` (module docstring)."""
-    m, n, k = Q.shape[-2], R.shape[-1], Q.shape[-1]
-    p = min(m, n)
-    Q1, Q2 = Q[..., :j], Q[..., j:]
-    R11 = _eye_where(member, R[..., :j, :j])
-    R12, R2 = R[..., :j, j:], R[..., j:, j:]
-    A2 = Q[..., :p] @ R[..., :p, j:]  # A[:, j:]
+    m, k = Q.shape[-2], Q.shape[-1]
+    Q1, Q2, R11, R12, R2, A2, p = _blocks(Q, R, j, member)
     gQ1 = None if gQ is None else gQ[..., :j]
     gQ2 = None if gQ is None else gQ[..., j:]
     gR11 = None if gR is None else gR[..., :j, :j]
@@ -502,11 +523,7 @@ def _split_pushforward(
     """``(dQ, dR, dZ)`` split at pivot ``j`` (exact at the matrices
     ``member``; ``dZ`` None at full rank)."""
     m, n, k = Q.shape[-2], R.shape[-1], Q.shape[-1]
-    p = min(m, n)
-    Q1, Q2 = Q[..., :j], Q[..., j:]
-    R11 = _eye_where(member, R[..., :j, :j])
-    R12, R2 = R[..., :j, j:], R[..., j:, j:]
-    A2 = Q[..., :p] @ R[..., :p, j:]  # A[:, j:]
+    Q1, Q2, R11, R12, R2, A2, p = _blocks(Q, R, j, member)
     dX, dY = dA[..., :j], dA[..., j:]
     Z = _linalg.solve_triangular(R11, dX, upper=True, left=False)
     Omega = Q1.mH @ Z
