@@ -208,3 +208,22 @@ def test_patch_torch_overlapping_threads():
     t.join()
     assert seen == [True, True]
     assert torch.linalg.svd is torch._C._linalg.linalg_svd
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="driver= is cuSOLVER's: needs a CUDA device"
+)
+@pytest.mark.parametrize("driver", ["gesvd", "gesvdj", "gesvda"])
+def test_driver_runs_cusolvers_algorithm_on_cuda(driver):
+    """On a CUDA tensor driver= reaches torch's forward (as torch.linalg.svd's),
+    and the gradient is pyspectral's."""
+    X = A.cuda().requires_grad_()
+    U, S, Vh = ps.svd(X, full_matrices=False, driver=driver)
+    Ut, St, Vht = torch.linalg.svd(A.cuda(), full_matrices=False, driver=driver)
+    torch.testing.assert_close(S, St)
+    (g,) = torch.autograd.grad((U @ Vh).sum(), X)
+    (ref,) = torch.autograd.grad(
+        (lambda U, S, Vh: (U @ Vh).sum())(*ps.svd(X, full_matrices=False)), X
+    )
+    torch.testing.assert_close(g, ref)
+    torch.testing.assert_close(ps.svdvals(X, driver=driver), St)
