@@ -22,13 +22,7 @@ from ._fns import SpectralFn
 from ._route import Functions
 from ._second_order import check_second_order_cotangent
 from ._settings import Options
-from .common.defaults import peek
-from .common.gauge import (
-    apply_gauge_policy,
-    herm_in_basis,
-    near_pair_cancellation,
-    near_pair_message,
-)
+from .common.gauge import apply_gauge_policy, near_pair_message, svd_pair_cancellation
 from .julia import _svd as jsvd
 from .pullbacks.svd import (
     svd_adapted_rotation,
@@ -67,16 +61,7 @@ def svd_near_pairs(U: Tensor, S: Tensor, Vh: Tensor, dA: Tensor, opts: Options) 
     values just above the degeneracy tolerance, whose rotation an invariant
     output (the polar factor) cancels after the pushforward
     (:func:`~pyspectral.common.gauge.near_pair_cancellation`; both backends)."""
-    if opts.gauge == "ignore" or S.shape[-1] < 2:
-        return
-    k = S.shape[-1]
-    with torch.no_grad():
-        S = peek(S)
-        pair = S.unsqueeze(-1) + S.unsqueeze(-2)
-    dims = (U.shape[-2] + Vh.shape[-1]) / 2
-    found = near_pair_cancellation(
-        S, lambda: herm_in_basis(U[..., :k], dA, Vh[..., :k, :]), pair, dims, opts
-    )
+    found = svd_pair_cancellation(U, S, Vh, dA, opts)
     if found is not None:
         apply_gauge_policy(near_pair_message("svd", *found), opts)
 

@@ -22,7 +22,7 @@ from torch import Tensor
 from ._autograd import apply
 from ._settings import Options
 from .common.defaults import degeneracy_tol, peek
-from .common.gauge import apply_gauge_policy, herm_in_basis, near_pair_cancellation
+from .common.gauge import apply_gauge_policy, svd_pair_cancellation
 from .julia import _svd as jsvd
 from .pullbacks.split import split_weights, svd_split_pullback, svd_split_pushforward
 
@@ -187,16 +187,7 @@ def _near_degenerate_tangent(
     caller's graph (:func:`~pyspectral.common.gauge.near_pair_cancellation`).
     The split's tangents are each exact; the cancellation happens after them
     (reverse mode cancels it before it divides: exact at every gap)."""
-    if opts.gauge == "ignore" or S.shape[-1] < 2:
-        return
-    with torch.no_grad():
-        S = peek(S)
-        pair = S.unsqueeze(-1) + S.unsqueeze(-2)
-    # (m + n) / 2: the products of the caller's graph that cancel it
-    dims = (U.shape[-2] + Vh.shape[-1]) / 2
-    found = near_pair_cancellation(
-        S, lambda: herm_in_basis(U, dA, Vh), pair, dims, opts, kept=keep
-    )
+    found = svd_pair_cancellation(U, S, Vh, dA, opts, kept=keep)
     if found is not None:
         apply_gauge_policy(near_tangent_message(absorb, *found), opts)
 

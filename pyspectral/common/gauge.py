@@ -217,6 +217,29 @@ def near_pair_cancellation(
         return float(gap.masked_select(over).min()), measured, float(res)
 
 
+def svd_pair_cancellation(
+    U: torch.Tensor,
+    S: torch.Tensor,
+    Vh: torch.Tensor,
+    dA: torch.Tensor,
+    opts: Options,
+    kept: torch.Tensor | None = None,
+) -> tuple[float, float, float] | None:
+    """:func:`near_pair_cancellation` of an SVD's tangent ``dA`` (``svd``'s
+    forward mode and the split's): the pair scale ``s_i + s_j``, the tangent
+    ``herm(U^H dA V)`` on the thin factors, ``dims = (m + n) / 2`` (the
+    products of the caller's graph that cancel it)."""
+    k = S.shape[-1]
+    with torch.no_grad():
+        x = peek(S)
+        pair = x.unsqueeze(-1) + x.unsqueeze(-2)
+    dims = (U.shape[-2] + Vh.shape[-1]) / 2
+    return near_pair_cancellation(
+        x, lambda: herm_in_basis(U[..., :k], dA, Vh[..., :k, :]), pair, dims, opts,
+        kept,
+    )  # fmt: skip
+
+
 def herm_in_basis(U: torch.Tensor, dA: torch.Tensor, Vh: torch.Tensor) -> torch.Tensor:
     """``herm(U^H dA Vh^H)`` of the plain tensors (no graph): a tangent's
     Hermitian part in the basis of a decomposition."""
