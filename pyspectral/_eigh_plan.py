@@ -100,27 +100,16 @@ def _check_eigh(
     backward_rtol: Any,
     backward_maxiter: Any,
     out: Any,
+    common: bool = False,
 ) -> _EighCall:
     """Every argument of :func:`eigh` checked (``_validation``), ``A``'s
     hermiticity if asked, and the call's options and truncation rule; for
-    the common call, every keyword at its default, ``A``, ``UPLO`` and the
+    the common call (``common``: every keyword at its default, as
+    :func:`eigh` reads it off its signature), ``A``, ``UPLO`` and the
     convention only."""
-    # The common call, every keyword at its default (what the checks below
-    # would find): A, UPLO and the convention are all there is to check.
-    if (
-        backend in BACKENDS
-        and check_hermitian is False
-        and largest is True
-        and by == "value"
-        and multiplets == "cut"
-        and return_error is False
-        and method == "auto"
-        and type(backward_maxiter) is int
-        and backward_maxiter == 500
-        and all(x is None for x in (k, atol, rtol, error_atol, error_rtol, min_rank))
-        and all(x is None for x in (hermitian_tol, degeneracy_atol, broadening, gauge))
-        and all(x is None for x in (gauge_atol, oversample, n_iter, backward_rtol, out))
-    ):
+    # The common call, every keyword at its default (``common``: what the
+    # checks below would find): A, UPLO and the convention are all there is.
+    if common and backend in BACKENDS:
         UPLO = _check("eigh", A, UPLO)
         hermitian = gradient_convention(gradient, "eigh") == "hermitian"
         opts = options(op="eigh")

@@ -4,6 +4,7 @@ and the spectral matrix functions ``matrix_function`` (``V f(L) Vh``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import torch  # noqa: F401  (the docstrings' examples run in this namespace)
@@ -20,6 +21,7 @@ from ._matrix_function import _matfun as _matfun
 from ._matrix_function import matrix_function
 from ._route import compiled, on_julia, with_out
 from ._settings import gradient_convention, options
+from ._validation import at_defaults, keyword_defaults
 from ._values import differentiated
 from .pullbacks.eigh import eigh_pullback
 from .truncation import TruncatedEighResult
@@ -209,30 +211,41 @@ def eigh(
         >>> w.round(decimals=10)
         tensor([1., 3.], dtype=torch.float64)
     """
-    others = (atol, rtol, error_atol, error_rtol, min_rank, out, hermitian_tol)
-    others += (oversample, n_iter, backward_rtol)
-    static = multiplets == "cut" and return_error is False and backward_maxiter == 500
-    static = static and check_hermitian is False and by == "value"
-    static = static and method in ("auto", "full") and all(x is None for x in others)
+    call = locals()  # the arguments by name, before any other local
+    # every keyword at its default (read off the signature, as svd's): the
+    # common call, whose checks are A's, UPLO's and the convention's alone
+    common = at_defaults(call, _DEFAULTS)
+    static = method in ("auto", "full") and at_defaults(call, _COMPILED_DEFAULTS)
     settings = (degeneracy_atol, broadening, gauge, gauge_atol, gradient)
     res = compiled(backend, static, _ops.call_eigh, A, UPLO, k, largest, *settings)
     if res is not None:
         return EighResult(*res)
-    # Every argument is validated before a backend is chosen (and Julia started);
-    # the common call, every keyword at its default, checks A, UPLO and the
-    # convention only (_check_eigh).
+    # Every argument is validated before a backend is chosen (and Julia started).
     call = _check_eigh(
         A, UPLO, backend, gradient, check_hermitian, hermitian_tol, degeneracy_atol,
         broadening, gauge, gauge_atol, k, largest, by, atol, rtol, error_atol,
         error_rtol, multiplets, min_rank, return_error, method, oversample, n_iter,
-        backward_rtol, backward_maxiter, out,
+        backward_rtol, backward_maxiter, out, common,
     )  # fmt: skip
-    res = with_out("eigh", out, backend, A, lambda: _linalg.eigh(
-        A, UPLO=call.uplo, out=out), call.rule)  # fmt: skip
+    # (a partial, not a closure: a local captured by one is a cell, which
+    # locals() above cannot read under torch.compile)
+    forward = partial(_linalg.eigh, A, UPLO=call.uplo, out=out)
+    res = with_out("eigh", out, backend, A, forward, call.rule)
     if res is not None:
         return EighResult(*res)
     res = _route(A, call, method, backend, return_error)
     return EighResult(*res) if type(res) is tuple else res  # (the bare pairs)
+
+
+# What the fast paths compare a call with (at_defaults): every keyword but the
+# backend (checked by the route) and the gradient convention (by the common
+# call's own check); under torch.compile also the ones the custom operator takes.
+_DEFAULTS = keyword_defaults(eigh, skip=("backend", "gradient"))
+_COMPILED_DEFAULTS = keyword_defaults(
+    eigh,
+    skip=("backend", "gradient", "k", "largest", "degeneracy_atol", "broadening")
+    + ("gauge", "gauge_atol", "method"),
+)
 
 
 def eigvalsh(
