@@ -300,7 +300,13 @@ NUMBER = re.compile(r"\d+(\.\d+)?(e[-+]?\d+)?|NaN")
 
 
 def masked(text: str) -> list[str]:
-    return [NUMBER.sub("#", line).rstrip() for line in text.strip().splitlines()]
+    """Numbers (and NaN) as ``#``, runs of blanks as one: torch's column at an
+    exact tie is NaN on some LAPACK kernels and a wrong number on others
+    (MKL's AVX-512 path: the complex polar row), so only its shape is compared."""
+    return [
+        re.sub(r"\s+", " ", NUMBER.sub("#", line)).rstrip()
+        for line in text.strip().splitlines()
+    ]
 
 
 OUT = [b for b in ALL if b.lang in TEXT | {"console"}]
@@ -324,11 +330,10 @@ def test_output_block(block: Block):
     actual = buffer.getvalue()
     assert status == 0
     assert masked(block.code) == masked(actual), actual
-    # torch's NaN rows are NaN in both; pyspectral's column passes in both.
-    for shown, real in zip(
-        block.code.strip().splitlines(), actual.strip().splitlines()
-    ):
-        assert ("NaN" in shown) == ("NaN" in real), (shown, real)
+    # pyspectral's column (the third) is never NaN, in the docs or here.
+    for line in block.code.strip().splitlines() + actual.strip().splitlines():
+        columns = re.split(r"\s{2,}", line.strip())
+        assert len(columns) < 3 or "NaN" not in columns[2], line
 
 
 def test_every_block_has_a_known_language():

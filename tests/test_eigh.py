@@ -269,11 +269,14 @@ def test_sqrt_at_an_exact_zero_eigenvalue_is_infinite_only_there(seed) -> None:
 def test_sqrt_at_a_zero_eigenvalue_of_a_dense_matrix() -> None:
     """A rotated semidefinite matrix: the zero eigenvector is dense, so the
     infinite part reaches every entry of the triangle read, with the sign of
-    v0 v0^T <v0, W v0>; never NaN. Batched and complex too."""
+    v0 v0^T <v0, W v0>; never NaN. Batched and complex too. (Infinite where
+    LAPACK returns the zero exactly; where it returns a rounding-level
+    positive value, as MKL's AVX-512 kernels do, finite and enormous.)"""
     A = hermitian_with_spectrum([0.0, 0.5, 2.0, 3.0], dtype=torch.complex128, seed=3)
     A = torch.stack([A, A + torch.eye(4)])  # the second one is definite
     W = random_like(A, seed=4)
     G = grad(lambda X: inner(ps.matrix_function(X, "sqrt"), W), A)
     assert not torch.isnan(torch.view_as_real(G)).any()
     assert torch.isfinite(G[1]).all()  # definite: finite everywhere
-    assert torch.isinf(torch.view_as_real(G[0]).tril()).any()
+    blown_up = torch.view_as_real(G[0]).tril().abs().max()
+    assert blown_up > 1e4 * G[1].abs().max()  # inf, or 1 / sqrt(rounding)

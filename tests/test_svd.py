@@ -416,7 +416,9 @@ def test_truncated_svd_function_exact_at_a_kept_doublet(dtype, m, n, kw, f, back
 
 def test_truncated_svd_function_by_hand_misses_the_cut():
     # the by-hand U_r f(S_r) V_r^H with torch's backward: not finite at the
-    # kept doublet, where the truncated svd_function is exact
+    # kept doublet (1 / (2 - 2)), or, where LAPACK's two values of the doublet
+    # differ in the last bits (MKL's AVX-512 kernels), finite and a few percent
+    # off; the truncated svd_function is exact
     A = matrix_with_spectrum(TRUNC_SPECTRUM, 7, 6, seed=5)
     W = random_like(A, seed=4)
 
@@ -428,7 +430,8 @@ def test_truncated_svd_function_by_hand_misses_the_cut():
 
     exact = fd_grad(loss, A)
     assert rel_err(grad(loss, A), exact) < 1e-7
-    assert not torch.isfinite(grad(by_hand, A)).all()  # 1 / (2 - 2)
+    naive = grad(by_hand, A)
+    assert not torch.isfinite(naive).all() or rel_err(naive, exact) > 1e-2
 
 
 @pytest.mark.parametrize("f", [("pow", 2), ("pow", 3), lambda s: s**2], ids=str)

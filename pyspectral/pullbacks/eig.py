@@ -53,7 +53,13 @@ __all__ = [
 
 
 def check_diagonalizable(
-    w: Tensor, V: Tensor, opts: Options, op: str = "eig", *, pairs: bool = True
+    w: Tensor,
+    V: Tensor,
+    opts: Options,
+    op: str = "eig",
+    *,
+    pairs: bool = True,
+    tol: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor | None]:
     """``(LU, pivots, inverse)``: the LU factors of the eigenvectors ``V``
     (``torch.linalg.lu_factor``; ``inverse`` is ``V^-1`` for ``n <= 32``,
@@ -89,7 +95,8 @@ def check_diagonalizable(
 
     ``pairs=False`` checks condition 1 alone (``eig_function``, whose
     divided differences of ``f`` replace the quotients ``1 / (w_i - w_j)``).
-    Public for those callers; the signature is stable.
+    ``tol``: ``degeneracy_tol(w, opts.degeneracy_atol)`` where the caller
+    has it already. Public for those callers; the signature is stable.
     """
     LU, pivots, info = _linalg.lu_factor_ex(V)
     n = V.shape[-1]
@@ -109,34 +116,58 @@ def check_diagonalizable(
         cond = norm * n**0.5
         limit = eps(V.dtype) ** -0.5
         singular = (bad != 0) | ~torch.isfinite(cond) | (cond >= limit)
-        if bool(singular.any()):
+        checks = [singular.any()]
+        if pairs and n > 1:
+            w_ = peek(w.detach())
+            tol = degeneracy_tol(w_, opts.degeneracy_atol) if tol is None else tol
+            gap, divided, unsure = _pairs_screen(w_, W, norm, peek(tol), opts)
+            checks.append(unsure)
+        # one read of the device for both tests
+        flags = torch.stack(checks).tolist()
+        if flags[0]:
             worst = float(cond.masked_fill(bad != 0, float("inf")).max())
             raise DomainError(_defective_message(op, worst, limit))
-        if pairs and n > 1:
-            _check_pairs(peek(w.detach()), peek(V.detach()), F, piv, W, norm, opts,
-                         op)  # fmt: skip
+        if len(flags) > 1 and flags[1]:
+            _check_pairs(w_, peek(V.detach()), F, piv, W, gap, divided, opts, op)
     return LU, pivots, inverse
 
 
-def _check_pairs(w: Tensor, V: Tensor, F: Tensor, piv: Tensor, W: Tensor | None,
-                 norm: Tensor, opts: Options, op: str) -> None:  # fmt: skip
-    """Condition 2 of :func:`check_diagonalizable` (no autograd; ``W``: ``V^-1``
-    or None, ``norm``: the norm of ``V^-1`` or its estimate)."""
+def _pairs_screen(
+    w: Tensor, W: Tensor | None, norm: Tensor, tol: Tensor, opts: Options
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``(gap, divided, unsure)`` for condition 2 of
+    :func:`check_diagonalizable`: the pairs' gaps, which pairs the pullback
+    divides by, and whether a cheap sufficient test leaves any of them to
+    :func:`_check_pairs` (a boolean tensor, not read here)."""
     n = w.shape[-1]
     gap = (w.unsqueeze(-1) - w.unsqueeze(-2)).abs()
     eye = torch.eye(n, dtype=torch.bool, device=w.device)
-    divided = (gap > degeneracy_tol(w, opts.degeneracy_atol).real) & ~eye
-    if not bool(divided.any()):
-        return
+    divided = (gap > tol.real) & ~eye
     big = w.abs().amax(-1)
-    # A cheap sufficient test first (O(n^2), passes for most matrices): with
-    # k >= ||V^-1||_2 (the Frobenius norm, or sqrt(n) times the 1-norm
-    # estimate), kappa_i <= k and ||A||_F / sqrt(n) <= ||A||_2 <= max|w|
-    # ||V||_2 k <= max|w| sqrt(n) k.
+    # The test (O(n^2), passes for most matrices): with k >= ||V^-1||_2 (the
+    # Frobenius norm, or sqrt(n) times the 1-norm estimate), kappa_i <= k and
+    # ||A||_F / sqrt(n) <= ||A||_2 <= max|w| ||V||_2 k <= max|w| sqrt(n) k.
+    # No divided pair: the least gap is inf and passes.
     k = norm if W is not None else norm * n**0.5
     least = gap.masked_fill(~divided, float("inf")).amin((-2, -1)) / k
-    if bool((least >= _resolution(big * n**0.5 * k, opts)).all()):
-        return
+    return gap, divided, ~(least >= _resolution(big * n**0.5 * k, opts)).all()
+
+
+def _check_pairs(
+    w: Tensor,
+    V: Tensor,
+    F: Tensor,
+    piv: Tensor,
+    W: Tensor | None,
+    gap: Tensor,
+    divided: Tensor,
+    opts: Options,
+    op: str,
+) -> None:
+    """Condition 2 of :func:`check_diagonalizable` where the screen could not
+    pass it (no autograd; ``W``: ``V^-1`` or None)."""
+    n = w.shape[-1]
+    big = w.abs().amax(-1)
     if W is None:
         eye_n = torch.eye(n, dtype=V.dtype, device=V.device).expand_as(V)
         W = _linalg.lu_solve(F, piv, eye_n)
@@ -259,8 +290,8 @@ def eig_pullback(
     first = not check_second_order_cotangent(gL, (gV,), opts)
     if gL is None and gV is None:
         return None
-    factors = check_diagonalizable(L, V, opts)
     tol = degeneracy_tol(L, opts.degeneracy_atol).real  # complex L: real tol
+    factors = check_diagonalizable(L, V, opts, tol=tol)
     # conj(L_j - L_i), formed conjugated: dividing by a conj() view takes a
     # slow path (4x the division's time for a batch of small matrices)
     Lc = L.conj()
