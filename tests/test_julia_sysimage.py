@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -225,3 +226,66 @@ def test_build_and_start_from_it_for_real(tmp_path: Path) -> None:
     )
     assert child.returncode == 0, child.stdout + child.stderr
     assert "in image: True" in child.stdout
+
+
+@pytest.fixture
+def started_by(monkeypatch: pytest.MonkeyPatch):
+    """Who started Julia: ``started_by("pyspectral", image)`` as prepare()
+    records it, ``started_by("user")`` as a process that imported juliacall."""
+
+    def set_(who: str, image: Path | None = None) -> None:
+        state = {"ran": who == "pyspectral", "image": image}
+        monkeypatch.setattr(_sysimage, "_prepared", state)
+
+    return set_
+
+
+def test_a_start_without_the_image_is_explained(env: Path, started_by) -> None:
+    """Never a silent slow first call: no image built, an image the user's own
+    start passed over, a stale one; quiet where the image was used, where the
+    user declined it or chose their own, and where select() already warned."""
+    started_by("pyspectral")
+    with pytest.warns(RuntimeWarning, match="not built.*julia-sysimage") as got:
+        _sysimage.explain(False, {})
+    assert len(got) == 1 and _sysimage.ENV + "=no" in str(got[0].message)
+    image = built(env)
+    started_by("user")
+    with pytest.warns(RuntimeWarning, match="before pyspectral could") as got:
+        _sysimage.explain(False, {})
+    assert f"PYTHON_JULIACALL_SYSIMAGE={image}" in str(got[0].message)
+    (env / "Manifest.toml").write_text("# other packages\n")
+    with pytest.warns(RuntimeWarning, match="other sources.*rebuild"):
+        _sysimage.explain(False, {})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _sysimage.explain(True, {}) is None  # from the image
+        assert _sysimage.explain(False, {_sysimage.ENV: "no"}) is None
+        theirs = {"PYTHON_JULIACALL_SYSIMAGE": "/theirs.so"}
+        assert _sysimage.explain(False, theirs) is None
+        started_by("pyspectral")  # a stale image: select() said so
+        assert _sysimage.explain(False, {}) is None
+        started_by("pyspectral", image)  # an image by path
+        assert _sysimage.explain(False, {}) is None
+
+
+def test_install_julia_builds_the_image_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    from pyspectral.__main__ import main
+    from pyspectral.julia import _install
+
+    builds: list[Path] = []
+    monkeypatch.setattr(_install, "install", lambda tests: "Julia backend loaded")
+
+    def build() -> Path:
+        builds.append(Path("/built/pyspectral.so"))
+        return builds[-1]
+
+    monkeypatch.setattr(_sysimage, "build", build)
+    assert main(["install-julia"]) == 0
+    assert len(builds) == 1
+    out = capsys.readouterr().out
+    assert "building the system image" in out and "built /built/pyspectral.so in" in out
+    assert main(["install-julia", "--no-sysimage"]) == 0
+    assert len(builds) == 1
+    assert "no system image (--no-sysimage)" in capsys.readouterr().out

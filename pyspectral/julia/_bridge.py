@@ -85,8 +85,10 @@ class JuliaRuntime:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.blas = start_blas(jl)
         jl.seval("using PySpectral")
-        if not _sysimage.check_started(jl):  # else the image has it, compiled
+        from_image = _sysimage.check_started(jl)
+        if not from_image:  # else the image has the glue, compiled
             jl.include(str(GLUE))
+        _sysimage.explain(from_image)
         return jl.PySpectralGlue
 
     def describe(self, err: BaseException) -> tuple[str, str, Any] | None:

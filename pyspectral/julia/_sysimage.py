@@ -127,11 +127,7 @@ def select(environ: Mapping[str, str] = os.environ) -> Path | None:
     path = image_path(project)
     if not path.is_file():
         return None
-    try:
-        built = json.loads(path.with_suffix(".json").read_text())
-    except (OSError, ValueError):
-        built = None
-    if built != fingerprint(project, julia):
+    if not _fresh(path, project, julia):
         warnings.warn(
             f"pyspectral's Julia system image {path} was built from other sources "
             "(PySpectral, the glue, the environment's packages or Julia have "
@@ -144,6 +140,20 @@ def select(environ: Mapping[str, str] = os.environ) -> Path | None:
     return path
 
 
+# Whether prepare() ran in this process (pyspectral started Julia), and what
+# it chose: explain() tells a Julia the user started from one pyspectral started.
+_prepared: dict[str, Any] = {"ran": False, "image": None}
+
+
+def _fresh(path: Path, project: Path, julia: Path) -> bool:
+    """Whether the image at ``path`` was built from what is installed now."""
+    try:
+        built = json.loads(path.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return False
+    return built == fingerprint(project, julia)
+
+
 def prepare(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     """Before pyspectral imports juliacall: make juliacall start Julia from the
     image :func:`select` chooses (if any), through juliacall's
@@ -151,7 +161,55 @@ def prepare(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     image = select(environ)
     if image is not None:
         environ["PYTHON_JULIACALL_SYSIMAGE"] = str(image)
+    _prepared.update(ran=True, image=image)
     return image
+
+
+def explain(from_image: bool, environ: Mapping[str, str] = os.environ) -> str | None:
+    """After Julia started, not ``from_image`` (pyspectral's): why not, as a
+    ``RuntimeWarning`` (also returned), unless the user chose so (``ENV=no``,
+    or juliacall's ``PYTHON_JULIACALL_SYSIMAGE`` set to an image of their own)
+    or :func:`select` has said it (a stale image). A process's first Julia
+    call then takes about 4 s instead of about 2.5: never silently."""
+    if from_image or environ.get(ENV, "").strip().lower() == "no":
+        return None
+    if _prepared["image"] is not None:
+        return None  # an image by path (ENV), not pyspectral's own build
+    if environ.get("PYTHON_JULIACALL_SYSIMAGE") and not _prepared["ran"]:
+        return None  # the user's own image for juliacall
+    try:
+        project, julia = _juliapkg()
+    except Exception:  # noqa: BLE001 - nothing to point at
+        return None
+    path = image_path(project)
+    if path.is_file() and _prepared["ran"]:
+        return None  # passed over by select(), with its warning
+    if path.is_file() and not _fresh(path, project, julia):
+        message = (
+            f"pyspectral's Julia system image {path} was built from other sources "
+            "and Julia was started without it, so this process's first Julia call "
+            "takes about 4 s instead of about 2.5: rebuild it with "
+            "`python -m pyspectral julia-sysimage`"
+        )
+    elif path.is_file():
+        message = (
+            "Julia was started before pyspectral could give it its system image "
+            f"{path} (juliacall was imported first), so this process's first "
+            "Julia call takes about 4 s instead of about 2.5: let pyspectral start "
+            "Julia (set PYSPECTRAL_START_JULIA=auto before importing pyspectral, "
+            "instead of importing juliacall yourself), or set "
+            f"PYTHON_JULIACALL_SYSIMAGE={path} before importing juliacall"
+        )
+    else:
+        message = (
+            "pyspectral's Julia system image is not built, so this process's first "
+            "Julia call takes about 4 s instead of about 2.5: build it once with "
+            "`python -m pyspectral julia-sysimage` (several minutes; "
+            "`install-julia` builds it unless given --no-sysimage)"
+        )
+    message += f"; {ENV}=no to start without it and not be told"
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+    return message
 
 
 def check_started(jl: Any) -> bool:
