@@ -180,7 +180,7 @@ def header(bench: Any) -> str:
         threads = (
             f"{fixed} BLAS threads ({_blas.THREADS_ENV})"
             if fixed is not None
-            else f"BLAS threads per call: 1 below {_blas.THREADS_FROM} entries, "
+            else f"BLAS threads per call: 1 below {_blas.threads_from()} entries, "
             f"{torch.get_num_threads()} from there"
         )
         julia = f"Julia {bench.version()}, BLAS: {_bridge.julia_blas()}, {threads}"

@@ -51,17 +51,21 @@ def julia_blas() -> str | None:
     running = _bridge.julia_blas()
     if running is not None:
         return running
-    if not _bridge.status()[0] and _blas.requested_blas() is None:
+    wanted = _blas.requested_blas()
+    if not _bridge.status()[0] and wanted in (None, "auto"):
         return None
     path, problem = _blas.blas_choice()
     if problem is not None:
         return f"default (Julia not started here): {problem}"
     if path is not None:
-        return f"{path} ({_blas.BLAS_ENV}; Julia not started here)"
-    return (
-        f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=mkl for "
-        "the mkl wheel's MKL)"
-    )
+        how = "the mkl wheel's" if wanted == "auto" else _blas.BLAS_ENV
+        return f"{path} ({how}; Julia not started here)"
+    if wanted == "auto":
+        return (
+            "default, OpenBLAS (Julia not started here; no mkl wheel installed: "
+            "pip install mkl for MKL)"
+        )
+    return f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=default)"
 
 
 def demo(seed: int) -> int:
@@ -157,13 +161,14 @@ def install_julia(tests: bool, sysimage: bool = True) -> int:
     if not sysimage:
         print(
             "pyspectral: no system image (--no-sysimage): a process's first Julia "
-            "call takes about 4 s; `python -m pyspectral julia-sysimage` builds it"
+            "call also loads and compiles PySpectral (about 2 s more); "
+            "`python -m pyspectral julia-sysimage` builds it"
         )
         return 0
     print(
         "pyspectral: building the system image, so that a process's first Julia "
-        "call takes about 2.5 s instead of 4 (about 6 minutes and 7 GB of memory "
-        "once; --no-sysimage skips it)"
+        "call does not load and compile PySpectral (about 2 s saved; building "
+        "takes about 10 minutes and 7 GB of memory, once; --no-sysimage skips it)"
     )
     start = time.perf_counter()
     image = _sysimage.build()

@@ -677,11 +677,13 @@ def test_mkl_rt_names(name, match):
 @pytest.mark.parametrize(
     "value, wanted",
     [
-        (None, None),
-        ("", None),
-        ("  ", None),
+        (None, "auto"),
+        ("", "auto"),
+        ("  ", "auto"),
+        (" Auto ", "auto"),
         ("default", None),
         ("DEFAULT", None),
+        ("openblas", None),
         ("mkl", "mkl"),
         (" MKL ", "mkl"),
         ("/opt/blas/libblis.so", "/opt/blas/libblis.so"),
@@ -763,6 +765,12 @@ def test_blas_choice(tmp_path, monkeypatch):
     assert path is None and "`pip install mkl`" in problem
     monkeypatch.setenv(_blas.BLAS_ENV, "default")
     assert _blas.blas_choice() == (None, None)
+    # unset ("auto"): the mkl wheel's where it is installed, Julia's own where not,
+    # never a problem to report
+    monkeypatch.delenv(_blas.BLAS_ENV)
+    assert _blas.blas_choice() == (None, None)
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: library)
+    assert _blas.blas_choice() == (library, None)
 
 
 # ------------------------------------- Julia's BLAS: what happens at start
@@ -783,7 +791,7 @@ class StandInMain:
         self.forwarded: list[tuple[str, str]] = []
         self.count, self.error = count, error
         self.PySpectralBLAS = types.SimpleNamespace(
-            forward_mkl=lambda path: self._forward("mkl", path),
+            forward_mkl=lambda path, threading: self._forward("mkl", path, threading),
             forward=lambda path: self._forward("generic", path),
             describe=lambda: "libfoo.so (ilp64)",
         )
@@ -793,28 +801,60 @@ class StandInMain:
         if self.seval_error is not None:
             raise self.seval_error
 
-    def _forward(self, how: str, path: str) -> int:
-        self.forwarded.append((how, path))
+    def _forward(self, how: str, path: str, *threading: int) -> int:
+        self.forwarded.append((how, path, *threading))
         if self.error is not None:
             raise self.error
         return self.count
 
 
-def test_start_blas_by_default_forwards_nothing(monkeypatch):
+def test_start_blas_without_the_mkl_wheel_forwards_nothing(monkeypatch):
     monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
     jl = StandInMain()
     assert _blas.start_blas(jl) == "libfoo.so (ilp64)"
     assert jl.evaluated == [_blas.BLAS_JL.strip()] and jl.forwarded == []
+    monkeypatch.setenv(_blas.BLAS_ENV, "default")
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: pytest.fail("not looked for"))
+    assert _blas.start_blas(jl) == "libfoo.so (ilp64)" and jl.forwarded == []
 
 
-def test_start_blas_forwards_to_the_mkl_wheel(tmp_path, monkeypatch):
+@pytest.mark.parametrize("setting", [None, "mkl"], ids=["by default", "asked for"])
+@pytest.mark.parametrize(
+    "openmp, layer, shared", [("gnu", 3, True), ("intel", 0, False), (None, 0, False)]
+)
+def test_start_blas_forwards_to_the_mkl_wheel(
+    setting, openmp, layer, shared, tmp_path, monkeypatch
+):
+    """MKL on GNU OpenMP's threading layer where torch runs on libgomp (one pool
+    of threads, then the wider BLAS-thread policy), on Intel's elsewhere."""
     library = tmp_path / "libmkl_rt.so.3"
     library.write_bytes(b"")
     monkeypatch.setattr(_blas, "find_mkl_rt", lambda: library)
-    monkeypatch.setenv(_blas.BLAS_ENV, "mkl")
+    monkeypatch.setattr(_blas, "torch_openmp", lambda: openmp)
+    monkeypatch.setattr(_blas, "_started", {"shared_pool": not shared})
+    if setting is None:
+        monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_blas.BLAS_ENV, setting)
     jl = StandInMain()
     _blas.start_blas(jl)
-    assert jl.forwarded == [("mkl", str(library))]
+    assert jl.forwarded == [("mkl", str(library), layer)]
+    assert _blas._started["shared_pool"] is shared
+
+
+def test_torch_openmp_reads_the_loaded_libraries(tmp_path):
+    maps = tmp_path / "maps"
+    line = "7f00-7f01 r-xp 00000000 08:01 123 {}\n"
+    maps.write_text(line.format("/x/torch/lib/libgomp.so.1") + line.format("[heap]"))
+    assert _blas.torch_openmp(str(maps)) == "gnu"
+    maps.write_text(line.format("/opt/intel/libiomp5.so"))
+    assert _blas.torch_openmp(str(maps)) == "intel"
+    maps.write_text(line.format("/usr/lib/libc.so.6"))
+    assert _blas.torch_openmp(str(maps)) is None
+    assert _blas.torch_openmp(str(tmp_path / "none")) is None
+    if sys.platform == "linux":  # this process: torch's own runtime, whichever
+        assert _blas.torch_openmp() in ("gnu", "intel", None)
 
 
 def test_start_blas_forwards_to_a_library_path(tmp_path, monkeypatch):
@@ -851,7 +891,7 @@ def test_start_blas_warns_when_julia_cannot_use_the_library(
     monkeypatch.setenv(_blas.BLAS_ENV, str(library))
     with pytest.warns(RuntimeWarning, match=message):
         _blas.start_blas(jl)
-    assert jl.forwarded == [("mkl", str(library.resolve()))]  # by its name
+    assert jl.forwarded[0][:2] == ("mkl", str(library.resolve()))  # by its name
 
 
 def test_start_blas_never_keeps_julia_from_starting(tmp_path, monkeypatch):
@@ -867,6 +907,7 @@ def test_start_blas_never_keeps_julia_from_starting(tmp_path, monkeypatch):
 
 def test_info_shows_julias_blas_once_julia_has_started(monkeypatch):
     monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
     fake = FakeJulia()
     fake.blas = "libmkl_rt.so.3 (ilp64), libmkl_rt.so.3 (lp64)"
     with installed(fake):

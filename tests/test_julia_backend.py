@@ -1222,7 +1222,8 @@ def test_julia_blas_threads_follow_the_size_of_the_call(monkeypatch):
     A = randn(6, 4, dtype=torch.float64)
     ps.svd(A, backend="julia", full_matrices=False)
     assert int(threads()) == 1
-    monkeypatch.setattr(_blas, "THREADS_FROM", 24)
+    monkeypatch.setattr(_blas, "THREADS_FROM", 24)  # (Julia's own BLAS)
+    monkeypatch.setattr(_blas, "THREADS_FROM_SHARED", 24)  # (MKL on torch's OpenMP)
     ps.svd(A, backend="julia", full_matrices=False)
     assert int(threads()) == torch.get_num_threads()
     monkeypatch.setenv(_blas.THREADS_ENV, "1")

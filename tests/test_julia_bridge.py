@@ -1620,6 +1620,9 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         monkeypatch.setenv(key, "placeholder")  # restored after the test
         monkeypatch.delenv(key)
     monkeypatch.delenv("JULIA_NUM_THREADS", raising=False)
+    # the stub has no BLAS to forward nor an image to start from
+    monkeypatch.setenv(_blas.BLAS_ENV, "default")
+    monkeypatch.setenv(_sysimage.ENV, "no")
     import juliapkg
 
     resolved = []
@@ -2079,10 +2082,18 @@ def test_testset_names_through_wrappers(tmp_path):
 
 
 def test_blas_threads_policy(monkeypatch):
-    """One thread below THREADS_FROM entries, torch's count from there on, a
-    fixed count from PYSPECTRAL_JULIA_BLAS_THREADS, a clear error for a bad one."""
+    """One thread below THREADS_FROM entries (THREADS_FROM_SHARED where MKL runs
+    on torch's OpenMP threads), torch's count from there on, a fixed count from
+    PYSPECTRAL_JULIA_BLAS_THREADS, a clear error for a bad one."""
     monkeypatch.delenv(_blas.THREADS_ENV, raising=False)
+    monkeypatch.setattr(_blas, "_started", {"shared_pool": True})
+    shared = _blas.THREADS_FROM_SHARED
+    assert shared < _blas.THREADS_FROM
+    assert _blas.threads_for(shared - 1) == 1
+    assert _blas.threads_for(shared) == torch.get_num_threads()
+    monkeypatch.setattr(_blas, "_started", {"shared_pool": False})
     big = _blas.THREADS_FROM
+    assert _blas.threads_for(shared) == 1
     assert _blas.threads_for(big - 1) == 1
     assert _blas.threads_for(big) == torch.get_num_threads()
     monkeypatch.setenv(_blas.THREADS_ENV, "3")

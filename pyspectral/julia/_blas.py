@@ -27,8 +27,18 @@ from ..exceptions import BackendError
 # wheel from PyPI (pip install mkl puts it in <prefix>/lib), set up as MKL.jl
 # sets up its own MKL (the LP64 interface layer; MKL >= 2022 exports the ILP64
 # symbols Julia calls with the suffix 64); any other value is the path of a
-# BLAS/LAPACK library, whose interface and suffix LBT detects. Unset, empty or
-# "default": Julia's own. Asked for and not usable: a warning, Julia's own.
+# BLAS/LAPACK library, whose interface and suffix LBT detects. "default" (or
+# "openblas"): Julia's own. Unset, empty or "auto": the mkl wheel's MKL where
+# that wheel is installed, else Julia's own; measured on an Intel Xeon (2 cores,
+# torch's MKL beside it), a 256x256 svd forward+backward took 1.46x the native
+# backend's with Julia's OpenBLAS and 1.16x with MKL (eigh: 1.42x, 1.12x): the
+# LAPACK, not the bridge, was most of the gap. Asked for and not usable: a
+# warning, Julia's own.
+#
+# MKL's threads: where torch runs on GNU OpenMP (libgomp, its Linux wheels), MKL
+# is given its GNU threading layer, so that its parallel regions run on the same
+# OpenMP runtime and threads as torch's rather than on a second pool of spinning
+# threads (Intel OpenMP's); elsewhere MKL's default, Intel's.
 
 BLAS_ENV = "PYSPECTRAL_JULIA_BLAS"
 
@@ -42,12 +52,18 @@ module PySpectralBLAS
 import LinearAlgebra
 const Libdl = Base.Libc.Libdl
 
-# MKL.jl's set-up of MKL >= 2022 (MKL.jl, src/MKL.jl): the LP64 interface layer
-# (MKL_Set_Interface_Layer(0)), then the ILP64 symbols, which such an MKL exports
-# with the suffix 64, and the LP64 ones. Returns how many symbols were forwarded:
-# 0 if libblastrampoline could not use the library (it then changed nothing).
-function forward_mkl(path::String)
-    set_layer = Libdl.dlsym(Libdl.dlopen(path), :MKL_Set_Interface_Layer)
+# MKL.jl's set-up of MKL >= 2022 (MKL.jl, src/MKL.jl): the threading layer
+# (MKL_Set_Threading_Layer: 0 Intel, 3 GNU, MKL.jl's enum), the LP64 interface
+# layer (MKL_Set_Interface_Layer(0)), then the ILP64 symbols, which such an MKL
+# exports with the suffix 64, and the LP64 ones. Returns how many symbols were
+# forwarded: 0 if libblastrampoline could not use the library (it then changed
+# nothing).
+function forward_mkl(path::String, threading::Integer)
+    lib = Libdl.dlopen(path)
+    set_threading = Libdl.dlsym(lib, :MKL_Set_Threading_Layer)
+    ccall(set_threading, Cint, (Cint,), threading) == -1 &&
+        error("MKL_Set_Threading_Layer failed")
+    set_layer = Libdl.dlsym(lib, :MKL_Set_Interface_Layer)
     ccall(set_layer, Cint, (Cint,), 0) == -1 && error("MKL_Set_Interface_Layer failed")
     n = LinearAlgebra.BLAS.lbt_forward(path; clear=true, suffix_hint="64")
     n == 0 && return 0
@@ -76,10 +92,18 @@ end
 # threads: 1024x1024 svd 540 ms with 2 threads, 710 with 1; at 768x768 they tie.
 # So a call on matrices of at least THREADS_FROM entries gets torch's thread count,
 # smaller ones one thread (benchmarks/bench_julia.py measures both policies).
+# MKL on torch's OpenMP runtime (see above) has no second pool to fight: there two
+# threads paid from 128x128 on (256x256 svd 1.16x native with 2, 1.44x with 1;
+# 128x128 a tie), so THREADS_FROM_SHARED applies. Below either, a batch of small
+# matrices runs on Julia's threads instead (glue.jl, nworkers).
 # PYSPECTRAL_JULIA_BLAS_THREADS=N gives every call N threads instead.
 
 THREADS_ENV = "PYSPECTRAL_JULIA_BLAS_THREADS"
 THREADS_FROM = 768 * 768
+THREADS_FROM_SHARED = 128 * 128
+
+# What start_blas set up: whether Julia's BLAS threads are torch's OpenMP ones.
+_started = {"shared_pool": False}
 
 
 def requested_threads(value: str | None = None) -> int | None:
@@ -97,19 +121,28 @@ def requested_threads(value: str | None = None) -> int | None:
     return int(text)
 
 
+def threads_from() -> int:
+    """The entries from which a call gets torch's thread count (by the BLAS
+    that start_blas set up)."""
+    return THREADS_FROM_SHARED if _started["shared_pool"] else THREADS_FROM
+
+
 def threads_for(elements: int) -> int:
     """Julia's BLAS threads for a call on matrices of ``elements`` entries."""
     fixed = requested_threads()
     if fixed is not None:
         return fixed
-    return torch.get_num_threads() if elements >= THREADS_FROM else 1
+    return torch.get_num_threads() if elements >= threads_from() else 1
 
 
 def requested_blas(value: str | None = None) -> str | None:
-    """What ``PYSPECTRAL_JULIA_BLAS`` (or ``value``) asks for: None for Julia's
-    own BLAS (unset, empty or "default"), "mkl", or a library path."""
+    """What ``PYSPECTRAL_JULIA_BLAS`` (or ``value``) asks for: "auto" (unset,
+    empty or "auto": MKL where the mkl wheel is installed), None for Julia's
+    own BLAS ("default" or "openblas"), "mkl", or a library path."""
     value = (os.environ.get(BLAS_ENV, "") if value is None else value).strip()
-    if value.lower() in ("", "default"):
+    if value.lower() in ("", "auto"):
+        return "auto"
+    if value.lower() in ("default", "openblas"):
         return None
     return "mkl" if value.lower() == "mkl" else value
 
@@ -136,6 +169,8 @@ def blas_choice() -> tuple[Path | None, str | None]:
     wanted = requested_blas()
     if wanted is None:
         return None, None
+    if wanted == "auto":
+        return find_mkl_rt(), None
     if wanted == "mkl":
         path = find_mkl_rt()
         if path is None:
@@ -175,11 +210,38 @@ def start_blas(jl: Any) -> str:
         if path is not None:
             _warn_blas(f"{BLAS_ENV}: cannot forward Julia's BLAS ({err})")
         return f"unknown ({type(err).__name__} while asking Julia)"
+    _started["shared_pool"] = False
     if path is not None:
-        forward = blas.forward_mkl if _MKL_RT.match(path.name) else blas.forward
+        mkl = _MKL_RT.match(path.name) is not None
+        gnu = mkl and torch_openmp() == "gnu"
         try:
-            if int(forward(str(path))) == 0:
+            if mkl:
+                count = int(blas.forward_mkl(str(path), _GNU if gnu else _INTEL))
+            else:
+                count = int(blas.forward(str(path)))
+            if count == 0:
                 _warn_blas(f"{BLAS_ENV}: libblastrampoline could not use {path}")
+            else:
+                _started["shared_pool"] = gnu
         except Exception as err:  # noqa: BLE001 - a warning, whatever Julia threw
             _warn_blas(f"{BLAS_ENV}: Julia could not load {path}: {err}")
     return str(blas.describe())
+
+
+# MKL_Set_Threading_Layer's values (MKL.jl's Threading enum)
+_INTEL, _GNU = 0, 3
+
+
+def torch_openmp(maps: str = "/proc/self/maps") -> str | None:
+    """The OpenMP runtime this process has loaded (torch's): "gnu" (libgomp),
+    "intel" (libiomp5), or None where that cannot be read (not Linux)."""
+    try:
+        text = Path(maps).read_text()
+    except OSError:
+        return None
+    names = {Path(line.split()[-1]).name for line in text.splitlines() if "/" in line}
+    if any(n.startswith("libgomp") for n in names):
+        return "gnu"
+    if any(n.startswith("libiomp5") for n in names):
+        return "intel"
+    return None
