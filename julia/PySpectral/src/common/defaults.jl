@@ -7,8 +7,20 @@
 _eps34(::Type{T}) where {T} = eps(real(float(T)))^(real(float(T))(3) / 4)
 
 # Largest |entry|, or a strong zero for an absent cotangent (so that `max` with a
-# present one keeps the present one's type).
+# present one keeps the present one's type); NaN if an entry is. An array by a loop
+# that vectorises: `maximum(abs, x; init)` folds left with NaN-aware `max`, about
+# ten times slower (0.2 ms for a 256×256 cotangent, in every pullback's gauge check).
 _maxabs(x) = iszerotangent(x) ? false : maximum(abs, x; init=zero(real(eltype(x))))
+function _maxabs(x::AbstractArray{<:Number})
+    T = real(float(eltype(x)))
+    m, nan = zero(T), false
+    @inbounds @simd for i in eachindex(x)
+        a = T(abs(x[i]))
+        nan |= isnan(a)
+        m = ifelse(a > m, a, m)
+    end
+    return nan ? T(NaN) : m
+end
 
 """
     default_degeneracy_atol(S) -> Real

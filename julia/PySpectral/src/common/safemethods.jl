@@ -136,6 +136,23 @@ never cut.
 cut_rounding(X::AbstractMatrix, r::AbstractMatrix) =
     ifelse.(abs.(X) .<= r, zero(eltype(X)), X)
 
+# cut_rounding(X, pair_rounding(c)) in X's own memory, without the matrix of bounds
+# (for a pullback's own new X: the svd and eigh pullbacks).
+_cut_pairs!(X, c) = (X .= ifelse.(abs.(X) .<= c .+ transpose(c), zero(eltype(X)), X))
+
+# X - Xᴴ in X's own memory (square X; a pullback's own product UᴴΔU, not differentiated).
+function _skew!(X::AbstractMatrix)
+    n = LinearAlgebra.checksquare(X)
+    @inbounds for j in 1:n
+        for i in 1:(j - 1)
+            a = X[i, j] - conj(X[j, i])
+            X[i, j], X[j, i] = a, -conj(a)
+        end
+        X[j, j] -= conj(X[j, j])
+    end
+    return X
+end
+
 # The cut changes a result only where a gap is small: entry (i, j) of the middle matrix
 # by at most rᵢⱼ / (2 gap) <= eps (m + n + 4) g / gap (g the largest column norm of the
 # cotangents), against its natural scale g / maximum(S). Where a gap is at least

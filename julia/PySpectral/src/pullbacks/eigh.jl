@@ -57,12 +57,13 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
         check_weights(:eigh, real.(Δλ), λ, tol, gauge; gauge_atol)
         return _add_gradient!(ΔA, (V .* transpose(real.(Δλ))) * V', uplo, gradient)
     end
-    K = V' * ΔV
-    # Kₐᵢⱼ within its rounding error of 0 counts as 0 (see svd_middle)
-    Kₐ = K - K'
+    # Kₐ = K - Kᴴ in K's memory, cut and then made M in place (svd_middle's helpers:
+    # fewer 0.5 MB temporaries at 256×256); its entries within their rounding error of
+    # 0 count as 0 (see svd_middle)
+    Kₐ = _skew!(V' * ΔV)
     n = size(V, 1)
     if first(rounding_cut_window(λ, n; descending=false))
-        Kₐ = cut_rounding(Kₐ, pair_rounding(column_rounding(ΔV, n)))
+        _cut_pairs!(Kₐ, column_rounding(ΔV, n))
     end
     if checks
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔV) : gauge_atol
@@ -71,7 +72,7 @@ function eigh_pullback!(ΔA::AbstractMatrix, λ::AbstractVector, V::AbstractMatr
         iszerotangent(Δλ) || check_weights(:eigh, real.(Δλ), λ, tol, gauge; gauge_atol)
     end
     ginv(x) = gap_inverse(x, tol, broadening)
-    M = Kₐ .* (ginv.(transpose(λ) .- λ) ./ 2)
+    M = Kₐ .= Kₐ .* (ginv.(transpose(λ) .- λ) ./ 2)
     _add_diagonal!(M, Δλ)
     return _add_gradient!(ΔA, V * M * V', uplo, gradient)
 end

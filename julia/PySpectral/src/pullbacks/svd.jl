@@ -7,15 +7,18 @@ _addmul!(ΔA, X, Y) = (ΔA .+= X * Y; ΔA)
 _skew(::Nothing) = nothing
 _skew(J) = J - J'
 
+# (Jₐ + Kₐ, Jₐ - Kₐ) with Jₐ = J - Jᴴ, Kₐ = K - Kᴴ (`nothing`: 0; at least one is
+# present): as (J + K) - (J + K)ᴴ and (J - K) - (J - K)ᴴ, two new matrices made
+# anti-Hermitian in place, instead of six (at 256×256 each is a pass and 0.5 MB
+# for the garbage collector).
+_skew_sum_difference(J, ::Nothing) = (Jₐ = _skew(J); (Jₐ, copy(Jₐ)))
+_skew_sum_difference(::Nothing, K) = (Kₐ = _skew(K); (Kₐ, -Kₐ))
+_skew_sum_difference(J, K) = (_skew!(J + K), _skew!(J - K))
+
 _plus(::Nothing, ::Nothing) = nothing
 _plus(a, ::Nothing) = a
 _plus(::Nothing, b) = b
 _plus(a, b) = a + b
-
-_minus(::Nothing, ::Nothing) = nothing
-_minus(a, ::Nothing) = a
-_minus(::Nothing, b) = -b
-_minus(a, b) = a - b
 
 # max |P[i, j]| over the pairs of one degenerate cluster, |λⱼ - λᵢ| <= tol (i = j included).
 function _cluster_max(P, λ, tol)
@@ -115,18 +118,19 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
                     gauge_atol=nothing, gauge_extra=0)
     J = iszerotangent(ΔU) ? nothing : U' * ΔU
     K = iszerotangent(ΔVᴴ) ? nothing : Vᴴ * ΔVᴴ'
-    Jₐ, Kₐ = _skew(J), _skew(K)
     # A numerator within its rounding error of 0 counts as 0: divided by a gap just
     # above the degeneracy tolerance, that noise would be the gradient of a loss that
     # does not depend on the pair's rotation (common/safemethods.jl).
     # (Only where a gap is small enough for it to matter; see rounding_cut_window.)
     m, n = size(U, 1), size(Vᴴ, 2)
-    P, Q = _plus(Jₐ, Kₐ), _minus(Jₐ, Kₐ)
+    P, Q = _skew_sum_difference(J, K)  # (new: cut and combined in place below)
     differences, tail = rounding_cut_window(S, m + n; descending=true)
-    if differences || tail <= length(S)
-        r = pair_rounding(_numerator_rounding(ΔU, ΔVᴴ, m, n))
-        differences && (P = cut_rounding(P, r))
-        tail <= length(S) && (Q = cut_trailing(Q, r, tail))
+    k = length(S)
+    if differences || tail <= k
+        c = _numerator_rounding(ΔU, ΔVᴴ, m, n)
+        differences && _cut_pairs!(P, c)
+        # (outside the trailing block the bound is 0: only an exact 0 would be cut)
+        tail <= k && _cut_pairs!(view(Q, tail:k, tail:k), view(c, tail:k))
     end
     if _checks_gauge(gauge)
         gtol = gauge_atol === nothing ? default_gauge_atol(ΔU, ΔVᴴ) : gauge_atol
@@ -136,7 +140,7 @@ function svd_middle(U, S, Vᴴ, ΔU, ΔS, ΔVᴴ, tol; broadening=nothing, gauge
     end
     ginv(x) = gap_inverse(x, tol, broadening)
     Sⱼ = transpose(S)
-    M = P .* (ginv.(Sⱼ .- S) ./ 2) .+ Q .* (ginv.(Sⱼ .+ S) ./ 2)
+    M = P .= P .* (ginv.(Sⱼ .- S) ./ 2) .+ Q .* (ginv.(Sⱼ .+ S) ./ 2)
     _add_diagonal!(M, ΔS)
     return M, J, K
 end
