@@ -52,7 +52,7 @@ def julia_blas() -> str | None:
     if running is not None:
         return running
     wanted = _blas.requested_blas()
-    if not _bridge.status()[0] and wanted in (None, "auto"):
+    if not _bridge.status()[0] and wanted is None:
         return None
     path, problem = _blas.blas_choice()
     if problem is not None:
@@ -62,10 +62,13 @@ def julia_blas() -> str | None:
         return f"{path} ({how}; Julia not started here)"
     if wanted == "auto":
         return (
-            "default, OpenBLAS (Julia not started here; no mkl wheel installed: "
-            "pip install mkl for MKL)"
+            f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=auto, but "
+            "no mkl wheel is installed: pip install mkl for MKL)"
         )
-    return f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=default)"
+    return (
+        f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=auto or mkl "
+        "for the mkl wheel's MKL)"
+    )
 
 
 def demo(seed: int) -> int:

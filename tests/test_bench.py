@@ -488,6 +488,8 @@ def test_bench_julia_overhead_rows_with_stand_in_timers(monkeypatch):
     """The overhead part's Python side: the arrays it hands the timing loop
     give the bridge's gradient (checked before timing), and rows come out."""
     monkeypatch.setattr(bench_julia, "TARGET", 1e-4)  # few calls a round
+    # the stand-in's BLAS (whatever a real Julia of this process set up): not MKL
+    monkeypatch.setattr(_blas, "_started", {"shared_pool": False})
     with installed() as fake:
         monkeypatch.setattr(bench_julia, "start_julia", lambda: StandInTimers(fake))
         status, out = run_bench_julia(
@@ -677,9 +679,9 @@ def test_mkl_rt_names(name, match):
 @pytest.mark.parametrize(
     "value, wanted",
     [
-        (None, "auto"),
-        ("", "auto"),
-        ("  ", "auto"),
+        (None, None),
+        ("", None),
+        ("  ", None),
         (" Auto ", "auto"),
         ("default", None),
         ("DEFAULT", None),
@@ -765,9 +767,9 @@ def test_blas_choice(tmp_path, monkeypatch):
     assert path is None and "`pip install mkl`" in problem
     monkeypatch.setenv(_blas.BLAS_ENV, "default")
     assert _blas.blas_choice() == (None, None)
-    # unset ("auto"): the mkl wheel's where it is installed, Julia's own where not,
-    # never a problem to report
-    monkeypatch.delenv(_blas.BLAS_ENV)
+    # "auto": the mkl wheel's where it is installed, Julia's own where not, never
+    # a problem to report
+    monkeypatch.setenv(_blas.BLAS_ENV, "auto")
     assert _blas.blas_choice() == (None, None)
     monkeypatch.setattr(_blas, "find_mkl_rt", lambda: library)
     assert _blas.blas_choice() == (library, None)
@@ -809,17 +811,18 @@ class StandInMain:
 
 
 def test_start_blas_without_the_mkl_wheel_forwards_nothing(monkeypatch):
-    monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
+    monkeypatch.setenv(_blas.BLAS_ENV, "auto")
     monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
     jl = StandInMain()
     assert _blas.start_blas(jl) == "libfoo.so (ilp64)"
     assert jl.evaluated == [_blas.BLAS_JL.strip()] and jl.forwarded == []
-    monkeypatch.setenv(_blas.BLAS_ENV, "default")
-    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: pytest.fail("not looked for"))
-    assert _blas.start_blas(jl) == "libfoo.so (ilp64)" and jl.forwarded == []
+    for unset in ("default", ""):  # (unset: Julia's own, not looked for)
+        monkeypatch.setenv(_blas.BLAS_ENV, unset)
+        monkeypatch.setattr(_blas, "find_mkl_rt", lambda: pytest.fail("looked for"))
+        assert _blas.start_blas(jl) == "libfoo.so (ilp64)" and jl.forwarded == []
 
 
-@pytest.mark.parametrize("setting", [None, "mkl"], ids=["by default", "asked for"])
+@pytest.mark.parametrize("setting", ["auto", "mkl"], ids=["auto", "asked for"])
 @pytest.mark.parametrize(
     "openmp, layer, shared", [("gnu", 3, True), ("intel", 0, False), (None, 0, False)]
 )
@@ -833,10 +836,7 @@ def test_start_blas_forwards_to_the_mkl_wheel(
     monkeypatch.setattr(_blas, "find_mkl_rt", lambda: library)
     monkeypatch.setattr(_blas, "torch_openmp", lambda: openmp)
     monkeypatch.setattr(_blas, "_started", {"shared_pool": not shared})
-    if setting is None:
-        monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
-    else:
-        monkeypatch.setenv(_blas.BLAS_ENV, setting)
+    monkeypatch.setenv(_blas.BLAS_ENV, setting)
     jl = StandInMain()
     _blas.start_blas(jl)
     assert jl.forwarded == [("mkl", str(library), layer)]
