@@ -26,6 +26,8 @@ from .exceptions import (
     ShapeError,
     UPLOError,
 )
+from .fixed_point import FixedPointInfo, fixed_point
+from .linsolve import LinsolveInfo, linsolve
 from .operator import LinearOperator, eigh_topk, svd_topk
 from .patch import patch_torch
 from .polar import PolarResult, polar
@@ -43,6 +45,7 @@ __all__ = [
     "DomainError",
     "DtypeError",
     "EigResult",
+    "FixedPointInfo",
     "EighResult",
     "GaugeError",
     "GaugeWarning",
@@ -51,6 +54,7 @@ __all__ = [
     "JuliaError",
     "LQResult",
     "LinearOperator",
+    "LinsolveInfo",
     "NonFiniteError",
     "PolarResult",
     "PySpectralError",
@@ -71,8 +75,10 @@ __all__ = [
     "eigh_topk",
     "eigvals",
     "eigvalsh",
+    "fixed_point",
     "get_defaults",
     "julia",
+    "linsolve",
     "lq",
     "matrix_function",
     "patch_torch",

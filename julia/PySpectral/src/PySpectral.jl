@@ -10,13 +10,15 @@ and `src/frules.jl` are the ChainRulesCore glue.
 
 `PySpectral.svd`, `svdvals`, `qr`, `lq` and `eigvals` are not LinearAlgebra's functions
 of those names and are not exported (that would clash with LinearAlgebra's exports):
-call them qualified.
+call them qualified. Nor is `PySpectral.linsolve` (KrylovKit exports a `linsolve`,
+which it calls).
 """
 module PySpectral
 
-using LinearAlgebra: LinearAlgebra, Eigen, Hermitian, I, LAPACK, SVD
-using ChainRulesCore: ChainRulesCore, AbstractZero, NoTangent, ProjectTo, Tangent,
-    ZeroTangent, unthunk
+using LinearAlgebra: LinearAlgebra, Eigen, Hermitian, I, LAPACK, SVD, dot, norm
+using ChainRulesCore: ChainRulesCore, AbstractZero, HasReverseMode, NoTangent, ProjectTo,
+    RuleConfig, Tangent, ZeroTangent, rrule_via_ad, unthunk
+using KrylovKit: KrylovKit
 using PrecompileTools: @compile_workload, @setup_workload
 using Random: Random
 
@@ -34,7 +36,8 @@ export qr_pullback!, lq_pullback!, polar_pullback!, eig_pullback!, qr_pushforwar
 export eig_function_pullback!, eig_function_pushforward
 export truncated_svd_pushforward, truncated_eigh_pushforward,
     dense_truncated_svd_pushforward, dense_truncated_eigh_pushforward
-export GaugeError, GaugeRecorder
+export fixed_point, linsolve_pullback!, fixed_point_pullback!
+export GaugeError, GaugeRecorder, DerivativeError
 export SpectralValues
 
 include("common/defaults.jl")
@@ -48,6 +51,8 @@ include("forward/qr.jl")
 include("forward/eig.jl")
 include("forward/polar.jl")
 include("forward/eigfun.jl")
+include("forward/linsolve.jl")
+include("forward/fixed_point.jl")
 include("pullbacks/svd.jl")
 include("pullbacks/eigh.jl")
 include("pullbacks/matfun.jl")
@@ -58,6 +63,8 @@ include("pullbacks/lq.jl")
 include("pullbacks/polar.jl")
 include("pullbacks/eig.jl")
 include("pullbacks/eigfun.jl")
+include("pullbacks/linsolve.jl")
+include("pullbacks/fixed_point.jl")
 include("rrules.jl")
 include("frules.jl")
 include("precompile.jl")

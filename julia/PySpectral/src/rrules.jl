@@ -361,3 +361,55 @@ function ChainRulesCore.rrule(::typeof(eigvals), A::AbstractMatrix)
     end
     return E.values, eigvals_back
 end
+
+# linsolve: the adjoint solve of src/pullbacks/linsolve.jl; a0 and a1 are positional,
+# so that they receive cotangents.
+function ChainRulesCore.rrule(::typeof(linsolve), A::AbstractMatrix, b::AbstractVector,
+                              a0::Number=false, a1::Number=true; kw...)
+    x = linsolve(A, b, a0, a1; kw...)
+    project_A, project_b = ProjectTo(A), ProjectTo(b)
+    project_a0, project_a1 = ProjectTo(a0), ProjectTo(a1)
+    solver = (; (k => v for (k, v) in kw if k !== :x0)...)
+    function linsolve_back(Δx)
+        Δx = unthunk(Δx)
+        Δx isa AbstractZero && return (NoTangent(), ZeroTangent(), ZeroTangent(),
+                                       ZeroTangent(), ZeroTangent())
+        ΔA = zeros(eltype(x), size(A))
+        Δb, Δa0, Δa1 = linsolve_pullback!(ΔA, A, x, Δx, a0, a1; solver...)
+        return (NoTangent(), project_A(ΔA), project_b(Δb), project_a0(Δa0),
+                project_a1(Δa1))
+    end
+    return x, linsolve_back
+end
+
+# fixed_point: implicit differentiation (src/pullbacks/fixed_point.jl) of the step with
+# its gauge transformation frozen at x*; `f`'s own parameters (its closure) receive the
+# gradient through one vjp of the frozen step, by the AD that called the rule.
+function ChainRulesCore.rrule(config::RuleConfig{>:HasReverseMode}, ::typeof(fixed_point),
+                              f, x0::AbstractArray; tol=nothing, maxiter::Integer=1000,
+                              gauge_fix=nothing, backward_tol=nothing,
+                              backward_krylovdim::Integer=30, backward_maxiter::Integer=20)
+    x = fixed_point(f, x0; tol, maxiter, gauge_fix)
+    tol = _fixed_point_tol(x0, tol)
+    fix = gauge_fix === nothing ? identity : gauge_fix(f(x), x)
+    out, back = rrule_via_ad(config, _frozen_step, f, fix, x)
+    err = norm(out - x) / max(norm(x), floatmin(Float64))
+    err <= 10 * tol || throw(GaugeError(
+        "fixed_point: the step does not reproduce its fixed point: ‖F(x*) - x*‖ / ‖x*‖ " *
+        "= $(round(err; sigdigits=3)) > 10 tol; " *
+        (gauge_fix === nothing ? "the step is a fixed point only up to a gauge; pass " *
+                                 "gauge_fix" :
+                                 "the transformation gauge_fix returns does not align " *
+                                 "f(x*) with x*")))
+    btol = backward_tol === nothing ? tol : backward_tol
+    function fixed_point_back(Δx)
+        Δx = unthunk(Δx)
+        Δx isa AbstractZero && return (NoTangent(), ZeroTangent(), ZeroTangent())
+        y = similar(x, promote_type(eltype(x), eltype(Δx)))
+        fixed_point_pullback!(y, v -> back(v)[4], Δx; tol=btol,
+                              krylovdim=backward_krylovdim, maxiter=backward_maxiter)
+        _, Δf, _, _ = back(y)
+        return NoTangent(), Δf, ZeroTangent()
+    end
+    return x, fixed_point_back
+end

@@ -26,6 +26,7 @@ using FiniteDifferences
 using Random
 using Test
 using Zygote
+using KrylovKit: KrylovKit
 
 const STANDALONE = (@__MODULE__) === Main && isdefined(Test, :push_testset)
 ALL_TESTS = STANDALONE ? Test.DefaultTestSet("PySpectral"; verbose=true) : nothing
@@ -2686,6 +2687,91 @@ onesided(f, h) = (-3 .* f(0.0) .+ 4 .* f(h) .- f(2h)) ./ (2h)
                       (:pow, 1))
         @test ΔY ≈ ΔB[1:5, :] atol = 1e-10
     end
+end
+
+# Issue 39: the linear solve (KrylovKit.linsolve forward, src/pullbacks/linsolve.jl
+# adjoint solve) against finite differences, torch's formulas' twin, and KrylovKit's own
+# rrule through Zygote.
+@testset "linsolve" begin
+    Random.seed!(39)
+    for T in (Float64, ComplexF64)
+        n = 8
+        A, b = randn(T, n, n) / sqrt(n), randn(T, n)
+        x = PySpectral.linsolve(A, b, 2.0, 0.5)
+        @test (2.0 * I + 0.5 * A) * x ≈ b
+        test_rrule(PySpectral.linsolve, A, b, 2.0, T(0.5); check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        # a restarted GMRES, the adjoint solve included
+        test_rrule(PySpectral.linsolve, A, b, 1.5, 1.0; fkwargs=(; krylovdim=3),
+                   check_inferred=false, rtol=RTOL, atol=ATOL)
+        # Zygote through PySpectral's rule and through KrylovKit's agree
+        w = randn(T, n)
+        ours(A, b) = real(dot(w, PySpectral.linsolve(A, b, 2.0, 0.5)))
+        theirs(A, b) = real(dot(w, KrylovKit.linsolve(A, b, zero(b), 2.0, 0.5;
+                                                      tol=1e-13)[1]))
+        g1, g2 = Zygote.gradient(ours, A, b), Zygote.gradient(theirs, A, b)
+        @test g1[1] ≈ g2[1] rtol = 1e-9
+        @test g1[2] ≈ g2[2] rtol = 1e-9
+    end
+    # conjugate gradients on a Hermitian positive definite matrix
+    B = randn(6, 6)
+    H = B * B' + I
+    h = randn(6)
+    @test PySpectral.linsolve(H, h; ishermitian=true, isposdef=true) ≈ H \ h
+    test_rrule(PySpectral.linsolve, H, h; fkwargs=(; ishermitian=true, isposdef=true),
+               check_inferred=false, rtol=RTOL, atol=ATOL, output_tangent=randn(6))
+    @test_logs (:warn, r"did not converge") PySpectral.linsolve(randn(30, 30), randn(30),
+                                                                0.1; krylovdim=2, maxiter=1)
+    @test_throws DimensionMismatch PySpectral.linsolve(randn(3, 3), randn(4))
+end
+
+@testset "fixed_point" begin
+    Random.seed!(40)
+    # x = cos(a x): dx/da = -x sin(ax) / (1 + a sin(ax))
+    a = 0.7
+    x = fixed_point(x -> cos.(a .* x), [0.0])
+    @test x ≈ cos.(a .* x)
+    g = Zygote.gradient(a -> fixed_point(x -> cos.(a .* x), [0.0])[1], a)[1]
+    s = sin(a * x[1])
+    @test g ≈ -x[1] * s / (1 + a * s) rtol = 1e-10
+    # a complex step that is only real-linear (conj), against unrolled Zygote
+    n = 5
+    W, c, w = 0.2 * randn(ComplexF64, n, n), randn(ComplexF64, n), randn(ComplexF64, n)
+    step(W, c) = x -> 0.5 .* tanh.(W * conj(x) .+ c)
+    implicit(W, c) = real(dot(w, fixed_point(step(W, c), zeros(ComplexF64, n))))
+    function unrolled(W, c)
+        x = zeros(ComplexF64, n)
+        for _ in 1:200
+            x = step(W, c)(x)
+        end
+        return real(dot(w, x))
+    end
+    g1, g2 = Zygote.gradient(implicit, W, c), Zygote.gradient(unrolled, W, c)
+    @test g1[1] ≈ g2[1] rtol = 1e-9
+    @test g1[2] ≈ g2[2] rtol = 1e-9
+    # power iteration with a negative dominant eigenvalue: a fixed point only up to the
+    # sign, fixed by gauge_fix and frozen at x*; a sign-invariant loss against eigen
+    Q = Matrix(qr(randn(6, 6)).Q)
+    A0 = Q * Diagonal([-5.0, 2.0, 1.0, 0.5, 0.2, 0.1]) * Q'
+    P = Symmetric(randn(6, 6))
+    power(A) = x -> (A * x) / norm(A * x)
+    sign_fix(new, ref) = (s = sign(real(dot(new, ref))); v -> s * v)
+    function by_fixed_point(A)
+        v = fixed_point(power((A + A') / 2), ones(6); gauge_fix=sign_fix)
+        return dot(v, P * v)
+    end
+    function by_eigen(A)
+        E = eigen(Symmetric((A + A') / 2))
+        v = E.vectors[:, argmax(abs.(E.values))]
+        return dot(v, P * v)
+    end
+    @test Zygote.gradient(by_fixed_point, A0)[1] ≈ Zygote.gradient(by_eigen, A0)[1] rtol = 1e-8
+    @test_logs (:warn, r"not converged") match_mode = :any fixed_point(power(A0), ones(6);
+                                                                       maxiter=50)
+    # the phase of a complex eigenvector is free: J has the eigenvalue 1
+    Ac = ComplexF64.(Diagonal([3.0, 1.0, 0.5, 0.2]))
+    phase(A) = imag(fixed_point(power(A), fill(1.0 + 1.0im, 4))[1])
+    @test_throws PySpectral.DerivativeError Zygote.gradient(phase, Ac)
 end
 
 # Script runs: close the outer testset (see the top of the file); throws if any failed.
