@@ -98,7 +98,8 @@ def fixed_point(
     reproduce ``x*`` to ``10 tol`` (an unfixed gauge: pass or correct
     ``gauge_fix``); ``DerivativeError`` in the backward where the solve
     does not converge within ``backward_tol`` (default ``tol``) in
-    ``backward_maxiter`` GMRES cycles of ``backward_krylovdim``: ``J`` has
+    ``backward_maxiter`` GMRES cycles of ``backward_krylovdim``, or finds
+    ``||y|| > ||x̄|| / sqrt(eps)`` (singular to working precision): ``J`` has
     an eigenvalue at or near 1 (a residual gauge freedom, or a fixed point
     that is not a differentiable function of the tensors). First order.
 
@@ -366,5 +367,16 @@ class _FixedPoint(torch.autograd.Function):
                 "the step does not fix (pass gauge_fix), or a fixed point that is "
                 "not a differentiable function of the step's tensors. Raise "
                 "backward_maxiter if the iteration converges slowly."
+            )
+        # A Jacobian eigenvalue 1 up to rounding leaves the system consistent to
+        # working precision: GMRES then converges to a huge y along it.
+        growth = float(torch.linalg.vector_norm(solve.x)) / max(scale, 1e-300)
+        if growth > torch.finfo(real).eps ** -0.5:
+            raise DerivativeError(
+                f"fixed_point: the implicit gradient's solve (1 - J^H) y = x̄ is "
+                f"singular to working precision: ||y|| / ||x̄|| = {growth:.3g}. The "
+                "step's Jacobian at x* has an eigenvalue at 1: a gauge freedom the "
+                "step does not fix (pass gauge_fix), or a loss that depends on that "
+                "gauge."
             )
         return (None, *_unflat(solve.x, leaf))

@@ -281,3 +281,24 @@ def test_a_non_square_or_non_finite_matrix_is_refused():
     A[0, 1] = math.inf
     with pytest.raises(ps.NonFiniteError, match="NaN or Inf"):
         ps.linsolve(A, torch.ones(3, dtype=torch.float64))
+
+
+def test_float32_meets_its_own_tolerance():
+    n = 40
+    A = (randn(n, n) / n**0.5).float()
+    b = randn(n, seed=1).float()
+    x, info = ps.linsolve(A, b, a0=2.0, return_info=True)
+    assert x.dtype == torch.float32 and info.converged
+    ref = torch.linalg.solve(2 * torch.eye(n) + A.double(), b.double())
+    assert (x.double() - ref).abs().max() < 1e-4
+
+
+def test_a_shift_per_system_of_a_batch():
+    n = 6
+    A = randn(3, n, n) / n**0.5
+    b = randn(3, n, seed=1)
+    a0 = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64, requires_grad=True)
+    x = ps.linsolve(A, b, a0=a0)
+    M = a0.detach()[:, None, None] * torch.eye(n, dtype=torch.float64) + A
+    assert (x - torch.linalg.solve(M, b)).abs().max() < 1e-10
+    assert torch.autograd.gradcheck(lambda a0: ps.linsolve(A, b, a0=a0), (a0,))

@@ -365,19 +365,20 @@ end
 # linsolve: the adjoint solve of src/pullbacks/linsolve.jl; a0 and a1 are positional,
 # so that they receive cotangents.
 function ChainRulesCore.rrule(::typeof(linsolve), A::AbstractMatrix, b::AbstractVector,
-                              a0::Number=false, a1::Number=true; kw...)
-    x = linsolve(A, b, a0, a1; kw...)
+                              a::Number...; kw...)
+    x = linsolve(A, b, a...; kw...)
+    a0, a1 = length(a) >= 1 ? a[1] : false, length(a) >= 2 ? a[2] : true
     project_A, project_b = ProjectTo(A), ProjectTo(b)
-    project_a0, project_a1 = ProjectTo(a0), ProjectTo(a1)
+    project_a = map(ProjectTo, a)
     solver = (; (k => v for (k, v) in kw if k !== :x0)...)
     function linsolve_back(Δx)
         Δx = unthunk(Δx)
-        Δx isa AbstractZero && return (NoTangent(), ZeroTangent(), ZeroTangent(),
-                                       ZeroTangent(), ZeroTangent())
+        Δx isa AbstractZero &&
+            return (NoTangent(), ZeroTangent(), ZeroTangent(), map(_ -> ZeroTangent(), a)...)
         ΔA = zeros(eltype(x), size(A))
         Δb, Δa0, Δa1 = linsolve_pullback!(ΔA, A, x, Δx, a0, a1; solver...)
-        return (NoTangent(), project_A(ΔA), project_b(Δb), project_a0(Δa0),
-                project_a1(Δa1))
+        Δa = map((p, d) -> p(d), project_a, (Δa0, Δa1)[1:length(a)])
+        return (NoTangent(), project_A(ΔA), project_b(Δb), Δa...)
     end
     return x, linsolve_back
 end
@@ -389,12 +390,13 @@ function ChainRulesCore.rrule(config::RuleConfig{>:HasReverseMode}, ::typeof(fix
                               f, x0::AbstractArray; tol=nothing, maxiter::Integer=1000,
                               gauge_fix=nothing, backward_tol=nothing,
                               backward_krylovdim::Integer=30, backward_maxiter::Integer=20)
-    x = fixed_point(f, x0; tol, maxiter, gauge_fix)
     tol = _fixed_point_tol(x0, tol)
+    x, converged = _fixed_point(f, x0, tol, maxiter, gauge_fix)
     fix = gauge_fix === nothing ? identity : gauge_fix(f(x), x)
     out, back = rrule_via_ad(config, _frozen_step, f, fix, x)
+    # (not converged: warned already, and the gradient is that of the state reached)
     err = norm(out - x) / max(norm(x), floatmin(Float64))
-    err <= 10 * tol || throw(GaugeError(
+    !converged || err <= 10 * tol || throw(GaugeError(
         "fixed_point: the step does not reproduce its fixed point: ‖F(x*) - x*‖ / ‖x*‖ " *
         "= $(round(err; sigdigits=3)) > 10 tol; " *
         (gauge_fix === nothing ? "the step is a fixed point only up to a gauge; pass " *

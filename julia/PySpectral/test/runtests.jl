@@ -2736,7 +2736,7 @@ end
     @test g ≈ -x[1] * s / (1 + a * s) rtol = 1e-10
     # a complex step that is only real-linear (conj), against unrolled Zygote
     n = 5
-    W, c, w = 0.2 * randn(ComplexF64, n, n), randn(ComplexF64, n), randn(ComplexF64, n)
+    W, c, w = 0.2 * randn(ComplexF64, n, n), 0.3 * randn(ComplexF64, n), randn(ComplexF64, n)
     step(W, c) = x -> 0.5 .* tanh.(W * conj(x) .+ c)
     implicit(W, c) = real(dot(w, fixed_point(step(W, c), zeros(ComplexF64, n))))
     function unrolled(W, c)
@@ -2772,6 +2772,7 @@ end
     Ac = ComplexF64.(Diagonal([3.0, 1.0, 0.5, 0.2]))
     phase(A) = imag(fixed_point(power(A), fill(1.0 + 1.0im, 4))[1])
     @test_throws PySpectral.DerivativeError Zygote.gradient(phase, Ac)
+    @test_throws PySpectral.DerivativeError Zygote.gradient(phase, Matrix(Ac))
 end
 
 # Script runs: close the outer testset (see the top of the file); throws if any failed.

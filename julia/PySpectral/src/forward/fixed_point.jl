@@ -13,8 +13,12 @@ computed from `(f(x*), x*)` (see [`fixed_point_pullback!`](@ref)).
 """
 function fixed_point(f, x0::AbstractArray; tol=nothing, maxiter::Integer=1000,
                      gauge_fix=nothing)
+    return first(_fixed_point(f, x0, _fixed_point_tol(x0, tol), maxiter, gauge_fix))
+end
+
+# The iteration; returns the state and whether it converged (warned where not).
+function _fixed_point(f, x0, tol, maxiter, gauge_fix)
     maxiter >= 1 || throw(ArgumentError("fixed_point: maxiter must be >= 1, got $maxiter"))
-    tol = _fixed_point_tol(x0, tol)
     x, change = x0, Inf
     for _ in 1:maxiter
         new = _fixed_step(f, gauge_fix, x)
@@ -22,10 +26,12 @@ function fixed_point(f, x0::AbstractArray; tol=nothing, maxiter::Integer=1000,
         x = new
         change <= tol && break
     end
-    change <= tol ||
+    converged = change <= tol
+    converged ||
         @warn "fixed_point: not converged after $maxiter iterations: relative change " *
-              "$change > tol $tol. Raise maxiter or tol, or give gauge_fix." maxlog = 1
-    return x
+              "$change > tol $tol. Raise maxiter or tol, or give gauge_fix; the gradient " *
+              "is that of the state reached." maxlog = 1
+    return x, converged
 end
 
 function _fixed_point_tol(x0, tol)

@@ -26,8 +26,9 @@ function linsolve(A, b::AbstractVector, a0::Number=false, a1::Number=true;
     T = _linsolve_eltype(A, b, a0, a1)
     tol = _linsolve_tol(T, b, atol, rtol)
     start = x0 === nothing ? zeros(T, length(b)) : Vector{T}(x0)
+    # verbosity 0 (KrylovKit's SILENT_LEVEL): the warning below says it, with the remedy
     x, info = KrylovKit.linsolve(A, Vector{T}(b), start, a0, a1; tol, krylovdim, maxiter,
-                                 ishermitian, isposdef)
+                                 ishermitian, isposdef, verbosity=0)
     _linsolve_converged(info, tol, "the solve")
     return x
 end

@@ -20,7 +20,8 @@ function linsolve_pullback!(ΔA, A::AbstractMatrix, x::AbstractVector, Δx::Abst
     T = eltype(x)
     tol = _linsolve_tol(T, Δx, atol, rtol)
     y, info = KrylovKit.linsolve(A', Vector{T}(Δx), zeros(T, length(x)), conj(a0), conj(a1);
-                                 tol, krylovdim, maxiter, ishermitian, isposdef)
+                                 tol, krylovdim, maxiter, ishermitian, isposdef,
+                                 verbosity=0)
     _linsolve_converged(info, tol, "the backward's adjoint solve")
     ΔA === nothing || (ΔA .-= conj(a1) .* y .* x')
     return y, -dot(x, y), -dot(A * x, y)
