@@ -158,11 +158,11 @@ def linsolve(
     with torch.no_grad():
         x, info = _solve(s.M, s.Q(s.b.detach().to(s.x0.dtype)), s.Q(s.x0), s.tol, s)
     _not_converged("linsolve", info, s)
-    if torch.is_grad_enabled():
-        Z = s.A(x)  # A x through the user's products, for the backward
-    if torch.is_grad_enabled() and any(
-        t.requires_grad for t in (s.b, s.a0, s.a1, Z, *s.tracked)
-    ):
+    # A x through the user's products, for the backward: whether an operator's
+    # tensors need a gradient shows only on the product (a tensor's, on it)
+    given = any(t.requires_grad for t in (s.b, s.a0, s.a1, *s.tracked))
+    Z = s.A(x) if torch.is_grad_enabled() and (given or not s.dense) else None
+    if Z is not None and (given or Z.requires_grad):
         with torch.enable_grad():
             if s.lr is None:
                 x = _Linsolve.apply(s.b, s.a0, s.a1, Z, x, s)
@@ -193,6 +193,7 @@ class _System(NamedTuple):
     krylovdim: int
     maxiter: int
     tracked: tuple[Tensor, ...]  # a dense A, l and r: requires_grad visible
+    dense: bool
     Q: Callable[[Tensor], Tensor]  # I - r l^H / (l^H r), or the identity
     QH: Callable[[Tensor], Tensor]
     lr: tuple[Tensor, Tensor] | None  # project's (l, r)
@@ -343,6 +344,7 @@ def _check(
         krylovdim,
         maxiter,
         tracked,
+        dense,
         Q,
         QH,
         lr,
@@ -540,7 +542,11 @@ def _not_converged(
 
 
 class _Linsolve(torch.autograd.Function):
-    """``x`` as a function of ``b``, ``a0``, ``a1`` and ``Z = A x``."""
+    """``x`` as a function of ``b``, ``a0``, ``a1`` and ``Z = A x``. With
+    ``project``, ``b`` is ``Q b`` (built by autograd from ``b``, ``l``, ``r``)
+    and the adjoint solve is on the complement: ``y = (Q M Q)^{-H} Q^H x̄``;
+    the term ``-r (l^H x) / (l^H r)`` the caller adds gives ``l`` the rest of
+    its gradient (``l^H dx = -dl^H x``)."""
 
     @staticmethod
     def forward(ctx: Any, b, a0, a1, Z, x, s) -> Tensor:  # type: ignore[override]

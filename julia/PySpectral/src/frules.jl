@@ -248,3 +248,19 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(eigvals), A::AbstractMatrix)
     ΔA isa AbstractZero && return E.values, ΔA
     return E.values, first(eig_pushforward(E.values, E.vectors, ΔA))
 end
+
+# linsolve: dx = (a0 I + a1 A)⁻¹ (db - da0 x - da1 A x - a1 dA x), one more solve.
+function ChainRulesCore.frule((_, ΔA, Δb, Δa...), ::typeof(linsolve), A::AbstractMatrix,
+                              b::AbstractVector, a::Number...; kw...)
+    x = linsolve(A, b, a...; kw...)
+    a1 = length(a) >= 2 ? a[2] : true
+    rhs = _tangent_array(Δb, x) .+ zero(eltype(x))
+    length(a) >= 1 && (rhs = rhs .- _tangent_number(Δa[1]) .* x)
+    length(a) >= 2 && (rhs = rhs .- _tangent_number(Δa[2]) .* (A * x))
+    dA = unthunk(ΔA)
+    dA isa AbstractZero || (rhs = rhs .- a1 .* (dA * x))
+    solver = (; (k => v for (k, v) in kw if k !== :x0)...)
+    return x, linsolve(A, rhs, a...; solver...)
+end
+
+_tangent_number(Δ) = (Δ = unthunk(Δ); Δ isa AbstractZero ? false : Δ)

@@ -2701,6 +2701,9 @@ end
         @test (2.0 * I + 0.5 * A) * x ≈ b
         test_rrule(PySpectral.linsolve, A, b, 2.0, T(0.5); check_inferred=false,
                    rtol=RTOL, atol=ATOL)
+        test_frule(PySpectral.linsolve, A, b, 2.0, T(0.5); check_inferred=false,
+                   rtol=RTOL, atol=ATOL)
+        test_frule(PySpectral.linsolve, A, b; check_inferred=false, rtol=RTOL, atol=ATOL)
         # a restarted GMRES, the adjoint solve included
         test_rrule(PySpectral.linsolve, A, b, 1.5, 1.0; fkwargs=(; krylovdim=3),
                    check_inferred=false, rtol=RTOL, atol=ATOL)
