@@ -18,8 +18,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from ._operator_plan import _check_operator, _checked, _finite
-from ._validation import _as_integer, check_flag
+from ._operator_plan import _DTYPES, _check_operator, _checked, _finite
+from ._validation import _as_integer, check_flag, check_matrix
 from ._warnings import warn
 from .common.defaults import eps34
 from .exceptions import (
@@ -228,21 +228,7 @@ def _check(
         )
     dense = isinstance(op, Tensor)
     if dense:
-        if not (op.dtype.is_floating_point or op.dtype.is_complex) or op.dtype in (
-            torch.float16,
-            torch.bfloat16,
-        ):
-            raise DtypeError(
-                f"{name}: A must have dtype float32, float64, complex64 or "
-                f"complex128, got {op.dtype}"
-            )
-        if op.dim() < 2 or op.shape[-1] != op.shape[-2]:
-            raise ShapeError(
-                f"{name}: A must be square, shape (*, n, n), got shape "
-                f"{tuple(op.shape)}"
-            )
-        if not _finite(op):
-            raise NonFiniteError(f"{name}: A contains NaN or Inf entries")
+        check_matrix(name, op, square=True)
         shape, op_dtype, device = tuple(op.shape), op.dtype, op.device
     else:
         _check_operator(name, op, need_rmatmul=False)
@@ -412,10 +398,7 @@ def _projection(name, project, shape, dtype, A, AH) -> tuple[Tensor, Tensor]:
 
 
 def _vector(name: str, what: str, v: Tensor, shape: tuple) -> None:
-    if not (v.dtype.is_floating_point or v.dtype.is_complex) or v.dtype in (
-        torch.float16,
-        torch.bfloat16,
-    ):
+    if v.dtype not in _DTYPES:
         raise DtypeError(
             f"{name}: {what} must have dtype float32, float64, complex64 or "
             f"complex128, got {v.dtype}"
