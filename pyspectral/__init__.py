@@ -7,6 +7,7 @@ from . import julia
 from ._settings import defaults, get_defaults, set_defaults
 from .blocks import svd_blocks
 from .eig import EigResult, eig, eigvals
+from .eig_topk import EigTopKInfo, EigTopKResult, eig_topk
 from .eigfun import eig_function
 from .eigh import EighResult, eigh, eigvalsh, matrix_function
 from .exceptions import (
@@ -67,10 +68,13 @@ __all__ = [
     "TruncatedSVDSplit",
     "UPLOError",
     "ChoiceError",
+    "EigTopKInfo",
+    "EigTopKResult",
     "__version__",
     "defaults",
     "eig",
     "eig_function",
+    "eig_topk",
     "eigh",
     "eigh_topk",
     "eigvals",

@@ -16,6 +16,7 @@ from ._second_order import check_second_order_cotangent
 from ._settings import Options, options
 from ._validation import check_keywords, check_matrix
 from ._values import differentiated
+from .exceptions import InputError
 from .julia import _eig as jeig
 from .pullbacks.eig import eig_pullback, eig_pushforward
 
@@ -118,6 +119,8 @@ def eig(
     gauge: str | None = None,
     gauge_atol: float | None = None,
     out: tuple[Tensor, Tensor] | None = None,
+    k: int | None = None,
+    which: str = "LM",
 ) -> EigResult:
     r"""eig(A, *, backend="auto", ...) -> (eigenvalues, eigenvectors)
 
@@ -164,6 +167,9 @@ def eig(
     identity) as for :func:`eigh`;
     ``backend="julia"`` runs the same formulas in Julia (CPU tensors).
     ``out=`` as in ``torch.linalg.eig`` (no autograd, native backend).
+    ``k=`` (and ``which=``, default ``"LM"``): only the ``k`` eigenpairs
+    first by ``which``, by :func:`eig_topk` on the matrix (one ``(n, n)``
+    matrix; ``k`` extended over ties, see there).
 
     Returns:
         ``(eigenvalues, eigenvectors)``, a named tuple (:class:`EigResult`).
@@ -193,6 +199,17 @@ def eig(
         >>> torch.allclose(A.grad, torch.eye(2, dtype=torch.float64))
         True
     """
+    if k is not None:
+        from .eig_topk import eig_topk
+
+        if out is not None or broadening is not None or gauge_atol is not None:
+            raise InputError(
+                "eig: k= takes the eig_topk route, which has no out=, broadening "
+                "or gauge_atol; drop them or call eig without k"
+            )
+        L, V = eig_topk(A, k, which=which, degeneracy_atol=degeneracy_atol,
+                        gauge=gauge, backend=backend)  # fmt: skip
+        return EigResult(L, V)
     numbers = (degeneracy_atol, broadening, gauge, gauge_atol)
     res = compiled(backend, out is None, _ops.call_eig, A, *numbers)
     if res is not None:

@@ -23,7 +23,7 @@ using PrecompileTools: @compile_workload, @setup_workload
 using Random: Random
 
 export svd_function, eigh, eigvalsh, matrix_function, svd_topk, eigh_topk
-export eig, polar, eig_function
+export eig, polar, eig_function, eig_topk, eig_topk_pullback!
 export tsvd, teigh, truncation_rank, truncation_error, svd_split
 export svd_pullback!, svdvals_pullback!, svd_function_pullback!, eigh_pullback!,
     matrix_function_pullback!
@@ -51,6 +51,7 @@ include("forward/qr.jl")
 include("forward/eig.jl")
 include("forward/polar.jl")
 include("forward/eigfun.jl")
+include("forward/eig_topk.jl")
 include("forward/linsolve.jl")
 include("forward/fixed_point.jl")
 include("pullbacks/svd.jl")
@@ -63,6 +64,7 @@ include("pullbacks/lq.jl")
 include("pullbacks/polar.jl")
 include("pullbacks/eig.jl")
 include("pullbacks/eigfun.jl")
+include("pullbacks/eig_topk.jl")
 include("pullbacks/linsolve.jl")
 include("pullbacks/fixed_point.jl")
 include("rrules.jl")

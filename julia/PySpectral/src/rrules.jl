@@ -362,6 +362,35 @@ function ChainRulesCore.rrule(::typeof(eigvals), A::AbstractMatrix)
     return E.values, eigvals_back
 end
 
+# eig_topk: the subspace adjoint of src/pullbacks/eig_topk.jl, products by A' only; the
+# gauge policy where the cotangent sees a basis or a phase inside a cluster, and the
+# weights check, as eig's.
+function ChainRulesCore.rrule(::typeof(eig_topk), A::AbstractMatrix, k::Integer,
+                              which::Symbol=:LM; gauge=:warn, kw...)
+    λ, V = eig_topk(A, k, which; kw...)
+    T = eltype(V)
+    rtol = get(kw, :tol, nothing)
+    rtol = rtol === nothing ? eps(real(T))^(3 / 4) : rtol
+    atol = get(kw, :degeneracy_atol, nothing)
+    ctol = atol === nothing ? maximum(abs, λ) * max(eps(real(T))^(3 / 4), 100 * rtol) : atol
+    project_A = ProjectTo(A)
+    function eig_topk_back(Δ)
+        Δλ, ΔV = unthunk.((Δ[1], Δ[2]))
+        (Δλ isa AbstractZero && ΔV isa AbstractZero) &&
+            return (NoTangent(), ZeroTangent(), NoTangent(), NoTangent())
+        U, Nin = eig_topk_pullback!(similar(V), λ, V, Δλ, ΔV, x -> A' * x;
+                                    cluster_tol=ctol, tol=rtol)
+        if _checks_gauge(gauge)
+            ΔV isa AbstractZero ||
+                check_gauge(:eig_topk, maximum(abs, Nin; init=zero(real(T))),
+                            default_gauge_atol(ΔV), gauge)
+            Δλ isa AbstractZero || check_weights(:eig_topk, Δλ, λ, ctol, gauge)
+        end
+        return (NoTangent(), project_A(U * V'), NoTangent(), NoTangent())
+    end
+    return (λ, V), eig_topk_back
+end
+
 # linsolve: the adjoint solve of src/pullbacks/linsolve.jl; a0 and a1 are positional,
 # so that they receive cotangents.
 function ChainRulesCore.rrule(::typeof(linsolve), A::AbstractMatrix, b::AbstractVector,

@@ -2778,6 +2778,65 @@ end
     @test_throws PySpectral.DerivativeError Zygote.gradient(phase, Matrix(Ac))
 end
 
+@testset "eig_topk" begin
+    Random.seed!(40)
+    key(λ, which) = PySpectral._eig_key(λ, which)
+    for T in (Float64, ComplexF64), which in (:LM, :LR, :SR, :LI, :SI)
+        n = 90  # above DENSE_EIG_TOPK: KrylovKit's Arnoldi
+        A = randn(T, n, n)
+        λ, V = eig_topk(A, 4, which)
+        @test length(λ) >= 4 && size(V) == (n, length(λ))
+        full = LinearAlgebra.eigvals(A)
+        ref = sort(full; by=z -> key(z, which), rev=true)[1:length(λ)]
+        @test sort(λ; by=z -> (real(z), imag(z))) ≈ sort(ref; by=z -> (real(z), imag(z)))
+        @test issorted(key.(λ, which); rev=true)
+        @test norm(A * V - V * LinearAlgebra.Diagonal(λ)) < 1e-9 * norm(A)
+        @test all(j -> norm(V[:, j]) ≈ 1, axes(V, 2))
+    end
+    # the gradient of a gauge-invariant loss against the dense eig rrule and finite
+    # differences, through Zygote
+    for T in (Float64, ComplexF64), n in (10, 80)
+        A = randn(T, n, n)
+        c = randn(ComplexF64, n)
+        loss(λ, V) = sum(abs2, real.(λ)) + 0.3 * sum(abs2, imag.(λ)) + sum(abs2, V' * c)
+        function topk(A)
+            λ, V = eig_topk(A, 3)
+            return loss(λ, V)
+        end
+        λ0, _ = eig_topk(A, 3)
+        function dense(A)
+            λ, V = eig(A)
+            idx = [argmin(abs.(λ .- z)) for z in λ0]
+            return loss(λ[idx], V[:, idx])
+        end
+        g = Zygote.gradient(topk, A)[1]
+        @test g ≈ Zygote.gradient(dense, A)[1] rtol = 1e-8
+        n == 10 && @test g ≈ FiniteDifferences.grad(central_fdm(5, 1), topk, A)[1] rtol = 1e-6
+    end
+    # the deformed AKLT transfer operator: spectrum {b² + ac, b² - ac, -b², -b²}, k = 2
+    # extended over the 2-fold cluster, the correlation length's gradient in closed form
+    function transfer(a, b, c)
+        Ap = [0 a; 0 0]; A0 = [b 0; 0 -b]; Am = [0 0; c 0]
+        return sum(kron(conj(M), M) for M in (Ap, A0, Am))
+    end
+    xi(a, b, c) = (λ = eig_topk(transfer(a, b, c), 2)[1];
+                   -1 / log(sum(abs, λ[2:end]) / (length(λ) - 1) / abs(λ[1])))
+    a, b, c = 1.0, 0.8, 0.5
+    λ, _ = eig_topk(transfer(a, b, c), 2)
+    @test λ ≈ [b^2 + a * c, -b^2, -b^2]
+    exact(a, b, c) = 1 / log((b^2 + a * c) / b^2)
+    @test xi(a, b, c) ≈ exact(a, b, c) rtol = 1e-12
+    @test collect(Zygote.gradient(xi, a, b, c)) ≈ collect(Zygote.gradient(exact, a, b, c)) rtol = 1e-9
+    # a loss that reads one vector of the cluster is a basis choice: the gauge policy
+    E = transfer(a, b, c)
+    @test_throws GaugeError Zygote.gradient(
+        E -> abs2(eig_topk(E, 2; gauge=:raise)[2][1, 2]), E)
+    @test_logs (:warn, r"gauge") match_mode = :any Zygote.gradient(
+        E -> abs2(eig_topk(E, 2)[2][1, 2]), E)
+    @test_throws ArgumentError eig_topk(randn(5, 5), 6)
+    @test_throws ArgumentError eig_topk(randn(5, 5), 2, :XX)
+end
+
 # Script runs: close the outer testset (see the top of the file); throws if any failed.
 if STANDALONE
     Test.pop_testset()

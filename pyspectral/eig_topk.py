@@ -1,0 +1,326 @@
+"""``eig_topk``: a few eigenpairs of a square non-Hermitian matrix or
+never-formed operator by block Krylov-Schur (``forward/eig_topk.py``), with
+the subspace adjoint (``pullbacks/eig_topk.py``), exact for gauge-invariant
+losses at distinct and repeated eigenvalues of a diagonalizable operator.
+
+How the gradient reaches an operator's tensors: as for ``linsolve``, the
+forward computes ``Z = A V`` once with autograd on (``V`` detached); the
+autograd Function takes ``Z`` as its input, and its backward returns
+``Z̄ = U`` with ``Ā = U V^H`` (the pullback's factor), which autograd
+carries through the user's ``matmul`` (a tensor's ``A @ V``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from ._operator_plan import _check_operator, _checked
+from ._settings import Options, options
+from ._validation import _as_integer, check_matrix
+from ._warnings import warn
+from .common.defaults import eps34
+from .common.gauge import check_gauge, check_weights
+from .exceptions import BackendError, ConvergenceWarning, InputError, ShapeError
+from .forward import eig_topk as KS
+from .linsolve import _positive, _tolerance, _vjp_adjoint
+from .pullbacks.eig_topk import eig_topk_pullback
+
+__all__ = ["eig_topk", "EigTopKInfo", "EigTopKResult"]
+
+
+class EigTopKResult(NamedTuple):
+    """The result of :func:`eig_topk`: ``A V = V diag(eigenvalues)``,
+    eigenvalues ``(k',)`` ordered by ``which`` and unit-norm eigenvectors
+    ``(n, k')``, both complex.
+
+    Example::
+
+        >>> A = torch.diag(torch.tensor([3.0, -2.0, 1.0], dtype=torch.float64))
+        >>> res = eig_topk(A, 1)
+        >>> res.eigenvalues.real.round().tolist(), res.eigenvectors.shape
+        ([3.0], torch.Size([3, 1]))
+    """
+
+    eigenvalues: Tensor
+    eigenvectors: Tensor
+
+
+class EigTopKInfo(NamedTuple):
+    """The certificate of an :func:`eig_topk`: each returned pair's true
+    residual ``||A v - λ v||`` (``(k',)``), the tolerance they were asked
+    to meet (absolute: ``tol`` times the largest Ritz value's modulus), the
+    products with ``A``, the restarts, and whether every residual met it.
+
+    Example::
+
+        >>> A = torch.diag(torch.arange(1.0, 41.0, dtype=torch.float64))
+        >>> L, V, info = eig_topk(A, 2, return_info=True)
+        >>> info.converged, L.real.round().tolist()
+        (True, [40.0, 39.0])
+    """
+
+    residual: Tensor
+    tol: float
+    products: int
+    restarts: int
+    converged: bool
+
+
+def eig_topk(
+    op: Any,
+    k: int,
+    *,
+    which: str = "LM",
+    tol: float | None = None,
+    krylovdim: int | None = None,
+    maxiter: int = 300,
+    blocksize: int | None = None,
+    degeneracy_atol: float | None = None,
+    gauge: str | None = None,
+    backward_tol: float | None = None,
+    backward_krylovdim: int = 30,
+    backward_maxiter: int = 50,
+    generator: torch.Generator | None = None,
+    return_info: bool = False,
+    backend: str = "auto",
+) -> Any:
+    r"""eig_topk(op, k, *, which="LM", ...) -> (eigenvalues, eigenvectors)
+
+    The ``k`` eigenpairs ``A v = λ v`` of a square ``A`` (shape ``(n, n)``:
+    a tensor or a :class:`LinearOperator`, only ``matmul`` needed) that
+    come first by ``which``: ``"LM"`` / ``"SM"`` the largest / smallest
+    modulus, ``"LR"`` / ``"SR"`` real part, ``"LI"`` / ``"SI"`` imaginary
+    part (ARPACK's and KrylovKit's meaning), ordered by it. Eigenvalues
+    ``(k',)`` and unit-norm eigenvectors ``(n, k')``, complex also for a
+    real ``A``; ``k' >= k``: ``k`` is extended while the next eigenvalue
+    ties with the ``k``-th in the ordering (a conjugate pair under
+    ``"LM"``, a modulus tie, a repeated eigenvalue) to ``degeneracy_atol``
+    (default ``max|λ| max(eps**(3/4), 100 tol)``), so no cluster is cut.
+
+    Forward: block Krylov-Schur (``krylovdim`` basis vectors, default
+    ``max(30, 2k + 2 blocksize)``; restarts at most ``maxiter``), in
+    complex arithmetic; ``blocksize`` start vectors (default 1 for
+    ``k = 1``, else 2) find an eigenvalue of that multiplicity (a larger
+    one may be missed: raise ``blocksize``). Converged when each pair's true
+    residual ``||A v - λ v|| <= tol max|θ|`` (default ``tol = eps**(3/4)``;
+    ``return_info=True`` adds an :class:`EigTopKInfo`), else a
+    ``ConvergenceWarning`` with the residual and the remedy. ``"SM"`` and
+    interior targets converge slowly without a shift-invert (give ``op``
+    as ``(A - σ)^{-1}``, e.g. by :func:`linsolve`). ``generator`` seeds
+    the start block (default: a fixed seed, reproducible).
+
+    Backward (first order): exact for losses that see the eigenvectors
+    through complete clusters and the eigenvalues through symmetric
+    functions of each cluster, at distinct and repeated eigenvalues of a
+    diagonalizable ``A`` (the subspace adjoint: one shifted solve per kept
+    pair on the complement of the kept subspace by GMRES to
+    ``backward_tol``, default ``tol``; products by ``A^H`` only, through
+    ``op.rmatmul`` where given, else the vjp of ``matmul``); the gauge
+    policy (``gauge``) where the loss sees a phase or a basis in a cluster,
+    as :func:`eig`; into ``A`` or the tensors ``op.matmul`` uses.
+
+    Raises:
+        InputTypeError, ShapeError, DtypeError, NonFiniteError: a bad ``op``.
+        InputError: ``k`` not in ``1..n``, an unknown ``which``, a bad
+            keyword.
+        BackendError: ``backend="julia"`` (not reachable from Python yet).
+
+    Example::
+
+        >>> g = torch.Generator().manual_seed(0)
+        >>> A = torch.randn(200, 200, dtype=torch.float64, generator=g)
+        >>> L, V = eig_topk(A, 3)
+        >>> full = torch.linalg.eigvals(A)
+        >>> bool(torch.isclose(L.abs()[0], full.abs().max()))
+        True
+        >>> torch.allclose(A.to(V.dtype) @ V, V * L)
+        True
+    """
+    c = _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
+               gauge, backward_tol, backward_krylovdim, backward_maxiter, generator,
+               backend)  # fmt: skip
+    with torch.no_grad():
+        ritz, kk = KS.krylov_schur(
+            c.mm, c.n, c.k, c.which, c.tol, c.krylovdim, c.maxiter, c.blocksize,
+            c.cdtype, c.device, c.tie, c.gen,
+        )  # fmt: skip
+    scale = ritz.tol / c.tol if c.tol > 0 else 0.0
+    converged = bool((ritz.residual <= ritz.tol).all())
+    if not converged:
+        worst = float(ritz.residual.max())
+        warn(
+            f"eig_topk: not converged after {ritz.restarts} restarts "
+            f"({ritz.products} products): residual {worst:.3g} > {ritz.tol:.3g}. "
+            "Raise maxiter or krylovdim (or blocksize at a repeated eigenvalue); "
+            f"'SM' and interior targets need a shift-invert operator.",
+            ConvergenceWarning,
+        )
+    L, V = ritz.values, ritz.vectors
+    if torch.is_grad_enabled():
+        Z = c.A(V)
+        if Z.requires_grad:
+            cluster_tol = c.cluster_tol(scale)
+            L, V = _EigTopK.apply(Z, L, V, c, cluster_tol)
+    out = EigTopKResult(L, V)
+    if return_info:
+        info = EigTopKInfo(ritz.residual, ritz.tol, ritz.products, ritz.restarts,
+                           converged)  # fmt: skip
+        return (*out, info)
+    return out
+
+
+class _Checked(NamedTuple):
+    A: Callable[[Tensor], Tensor]  # complex block product, grad on
+    mm: Callable[[Tensor], Tensor]  # the same under no_grad
+    AH: Callable[[Tensor], Tensor]
+    n: int
+    k: int
+    which: str
+    tol: float
+    krylovdim: int
+    maxiter: int
+    blocksize: int
+    cdtype: torch.dtype
+    device: torch.device
+    tie: float
+    gen: torch.Generator
+    atol: float | None
+    opts: Options
+    backward_tol: float
+    backward_krylovdim: int
+    backward_maxiter: int
+    real: bool
+
+    def cluster_tol(self, scale: float) -> float:
+        return self.atol if self.atol is not None else self.tie * scale
+
+
+def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
+           gauge, backward_tol, backward_krylovdim, backward_maxiter, generator,
+           backend) -> _Checked:  # fmt: skip
+    name = "eig_topk"
+    if backend not in ("auto", "torch", "julia"):
+        raise BackendError(
+            f"{name}: backend must be 'auto', 'torch' or 'julia', got {backend!r}"
+        )
+    if backend == "julia":
+        raise BackendError(
+            f"{name}: backend='julia' is not reachable from Python for eig_topk "
+            "yet; use backend='torch'"
+        )
+    dense = isinstance(op, Tensor)
+    if dense:
+        check_matrix(name, op, square=True)
+        shape, dtype, device = tuple(op.shape), op.dtype, op.device
+    else:
+        _check_operator(name, op, need_rmatmul=False)
+        shape, dtype, device = tuple(int(s) for s in op.shape), op.dtype, op.device
+    if len(shape) != 2 or shape[0] != shape[1]:
+        raise ShapeError(
+            f"{name}: op must be one square matrix (n, n), got shape {shape} "
+            "(batched operators: loop over the batch)"
+        )
+    n = shape[0]
+    kk = _as_integer(k)
+    if kk is None or not 1 <= kk <= n:
+        raise InputError(f"{name}: k must be an integer in 1..{n}, got {k!r}")
+    if which not in KS.WHICH:
+        raise InputError(f"{name}: which must be one of {KS.WHICH}, got {which!r}")
+    cdtype = torch.complex64 if dtype in (torch.float32, torch.complex64) else (
+        torch.complex128)  # fmt: skip
+    tol_ = _tolerance(name, "tol", tol, eps34(cdtype))
+    bs = 1 if kk == 1 else 2
+    if blocksize is not None:
+        bs = _positive(name, "blocksize", blocksize)
+    kd = max(30, 2 * kk + 2 * bs)
+    if krylovdim is not None:
+        kd = _positive(name, "krylovdim", krylovdim)
+        if kd < kk + bs:
+            raise InputError(
+                f"{name}: krylovdim must be at least k + blocksize = {kk + bs}, "
+                f"got {krylovdim}"
+            )
+    opts = options(degeneracy_atol, None, gauge, None, op=name)
+    real = not dtype.is_complex
+    if dense:
+        matmul = lambda X: op @ X  # noqa: E731
+        rmatmul = lambda Y: op.mH @ Y  # noqa: E731
+    else:
+        matmul = _checked(f"{name}: op.matmul", op.matmul, (n, 1), dtype)
+        given = getattr(op, "rmatmul", None)
+        rmatmul = (
+            _checked(f"{name}: op.rmatmul", given, (n, 1), dtype)
+            if callable(given)
+            else _vjp_adjoint(matmul, shape, dtype, device)
+        )
+
+    def complex_product(f: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+        # a real operator on a complex block: its real and imaginary parts
+        def g(X: Tensor) -> Tensor:
+            if real:
+                p = X.shape[-1]
+                Y = f(torch.cat((X.real, X.imag), -1).to(dtype))
+                return torch.complex(Y[:, :p], Y[:, p:])
+            return f(X.to(dtype))
+
+        return g
+
+    A, AH = complex_product(matmul), complex_product(rmatmul)
+    gen = generator
+    if gen is None:
+        gen = torch.Generator().manual_seed(0)
+    elif not isinstance(gen, torch.Generator):
+        raise InputError(f"{name}: generator must be a torch.Generator or None")
+    btol = _tolerance(name, "backward_tol", backward_tol, tol_)
+    return _Checked(
+        A, A, AH, n, kk, which, tol_, kd,
+        _positive(name, "maxiter", maxiter), bs, cdtype, torch.device(device),
+        max(eps34(cdtype), 100 * tol_), gen, opts.degeneracy_atol, opts, btol,
+        _positive(name, "backward_krylovdim", backward_krylovdim),
+        _positive(name, "backward_maxiter", backward_maxiter), real,
+    )  # fmt: skip
+
+
+class _EigTopK(torch.autograd.Function):
+    """``(L, V)`` as a function of ``Z = A V``: the backward's ``Z̄ = U``."""
+
+    @staticmethod
+    def forward(ctx: Any, Z, L, V, c, cluster_tol):  # type: ignore[override]
+        ctx.c, ctx.cluster_tol = c, cluster_tol
+        ctx.save_for_backward(L, V)
+        ctx.set_materialize_grads(False)
+        return L.clone(), V.clone()
+
+    @staticmethod
+    def backward(ctx: Any, gL: Tensor | None, gV: Tensor | None):  # type: ignore[override]
+        L, V = ctx.saved_tensors
+        c = ctx.c
+        if gL is None and gV is None:
+            return (None,) * 5
+        with torch.no_grad():
+            cluster = (L[:, None] - L[None, :]).abs() <= ctx.cluster_tol
+            U, N_in, solve, converged = eig_topk_pullback(
+                L, V, None if gL is None else gL.to(L.dtype),
+                None if gV is None else gV.to(V.dtype), c.AH, cluster,
+                c.backward_tol, c.backward_krylovdim, c.backward_maxiter,
+            )  # fmt: skip
+            check_gauge("eig_topk", N_in, cluster, (V if gV is None else gV,), c.opts)
+            if gL is not None:
+                t = torch.full((1, 1), ctx.cluster_tol, dtype=L.real.dtype)
+                check_weights("eig_topk", gL.to(L.dtype), L, t, c.opts)
+        if not converged:
+            assert solve is not None
+            warn(
+                "eig_topk backward: the complement solve did not converge "
+                f"(residual {float(solve.residual.max()):.3g} after "
+                f"{solve.products} products): the kept eigenvalues are close "
+                "to the rest of the spectrum; the gradient is approximate. "
+                "Raise backward_maxiter / backward_krylovdim or choose k at "
+                "a gap.",
+                ConvergenceWarning,
+            )
+        return U, None, None, None, None

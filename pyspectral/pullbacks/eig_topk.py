@@ -1,0 +1,97 @@
+"""The pullback of ``k`` eigenpairs of a square operator known only by its
+products: the subspace adjoint of ``eig_topk``.
+
+With ``A V = V diag(L)`` (``V`` ``n x k``, unit-norm columns), ``V = Q R``
+(``Q`` orthonormal) and ``Π = I - Q Q^H``, a perturbation ``dA`` moves the
+eigenvectors by ``dV = V X + Y`` before normalisation, where ``Y = Π dV``
+solves the Sylvester equation on the complement
+
+    (Π A Π) Y - Y diag(L) = -Π dA V                         (one shifted
+                                                             solve per column)
+
+and, with ``dP = R^-1 Q^H (dA V + A Y)``, ``dL = diag(dP)`` and ``X_ij =
+dP_ij / (L_j - L_i)`` off the diagonal (``Q^H`` of ``dA V + A dV = dV L + V
+dL``). Transposed, with ``gV' = gV - V Re diag(V^H gV)`` (the normalisation)
+and ``N = V^H gV'``:
+
+    gP = diag(gL) + N / conj(L_j - L_i),   W = Q R^-H
+    (Π A^H Π) Ξ - Ξ conj(diag(L)) = Π (gV' + A^H W gP)
+    gA = (W gP - Ξ) V^H.
+
+Inside a cluster of equal eigenvalues ``N`` is zero for a loss that does not
+see the basis of the cluster's eigenspace (and the phases: the diagonal), so
+the quotient is set to zero there and ``N`` measured (the gauge policy), and
+a loss of the eigenvalues must weight a cluster equally (``check_weights``),
+as in ``pullbacks/eig.py``; the Sylvester solve is regular as long as no
+kept eigenvalue is one of the complement's, which the forward's cluster
+extension ensures. The products are ``A^H`` only: ``k`` for ``A^H W gP``,
+one block per Krylov step of the solve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..forward import linsolve as K
+
+# rmatmul: a block product X -> A^H X on (n, p) complex tensors
+
+__all__ = ["eig_topk_pullback"]
+
+
+def eig_topk_pullback(
+    L: Tensor,
+    V: Tensor,
+    gL: Tensor | None,
+    gV: Tensor | None,
+    rmatmul: Any,
+    cluster: Tensor,
+    tol: float,
+    krylovdim: int,
+    maxiter: int,
+) -> tuple[Tensor, Tensor, K.Solve | None, bool]:
+    """``(U, N_in, solve, converged)`` with ``gA = U V^H``: ``L`` ``(k,)`` and ``V``
+    ``(n, k)`` complex, the cotangents ``gL``, ``gV`` (None: zero),
+    ``rmatmul`` the block product ``A^H X``, ``cluster`` the ``(k, k)`` mask
+    of pairs counted as one eigenvalue (diagonal included), ``tol`` the
+    relative tolerance of the Sylvester solve. ``N_in`` (the cluster part of
+    ``N``) and ``gL`` are for the caller's gauge and weight checks; ``solve``
+    is the complement solve's certificate (None where there was nothing to
+    solve)."""
+    k = L.shape[-1]
+    Q, R = torch.linalg.qr(V)
+    W = torch.linalg.solve_triangular(R, Q.mH, upper=True).mH  # Q R^-H
+    if gV is None:
+        gVn = torch.zeros_like(V)
+        N = torch.zeros(k, k, dtype=V.dtype, device=V.device)
+    else:
+        gVn = gV - V * (V.conj() * gV).sum(0).real
+        N = V.mH @ gVn
+    gap = L[None, :] - L[:, None]  # L_j - L_i
+    inv = torch.where(cluster, 0, 1 / torch.where(cluster, 1, gap).conj())
+    gP = N * inv
+    if gL is not None:
+        gP = gP + torch.diag(gL.to(V.dtype))
+    Wg = W @ gP
+    rhs = gVn + rmatmul(Wg)
+    rhs = rhs - Q @ (Q.mH @ rhs)
+    Xi, solve, converged = torch.zeros_like(V), None, True
+    if bool((rhs != 0).any()):
+        shift = L.conj()
+
+        def op(X: Tensor) -> Tensor:  # rows are systems: X is (k, n)
+            Y = X.mT - Q @ (Q.mH @ X.mT)
+            Y = rmatmul(Y)
+            Y = Y - Q @ (Q.mH @ Y)
+            return Y.mT - shift[:, None] * X
+
+        b = rhs.mT.contiguous()
+        t = tol * torch.linalg.vector_norm(b, dim=-1)
+        solve = K.gmres(op, b, torch.zeros_like(b), t, krylovdim, maxiter)
+        Xi = solve.x.mT
+        converged = bool((solve.residual <= t).all())
+        Xi = Xi - Q @ (Q.mH @ Xi)
+    return Wg - Xi, N.masked_fill(~cluster, 0), solve, converged

@@ -1,0 +1,268 @@
+"""``eig_topk`` (``pyspectral/eig_topk.py``): a few eigenpairs of a
+non-Hermitian matrix or never-formed operator by block Krylov-Schur, and the
+subspace adjoint. Checked against ``torch.linalg.eigvals`` and the dense
+``ps.eig`` gradient, by ``gradcheck``, and, for the deformed AKLT MPS (whose
+transfer operator has a 2-fold cluster and is non-normal), against the closed
+forms of its spectrum, correlation length and their gradients.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import pyspectral as ps
+from pyspectral.forward.eig_topk import sort_key
+
+DTYPES = [torch.float64, torch.complex128]
+
+
+def randn(*shape, dtype=torch.float64, seed=0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, dtype=dtype, generator=g)
+
+
+def canonical(x: torch.Tensor) -> torch.Tensor:
+    return x[torch.argsort(x.real * 1e6 + x.imag)]
+
+
+def wanted(A: torch.Tensor, which: str, k: int) -> torch.Tensor:
+    full = torch.linalg.eigvals(A)
+    return full[torch.argsort(sort_key(full, which), descending=True, stable=True)][:k]
+
+
+@pytest.mark.parametrize("which", ["LM", "LR", "SR", "LI", "SI"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_values_and_vectors_match_torch(which, dtype):
+    n = 80
+    A = randn(n, n, dtype=dtype)
+    L, V, info = ps.eig_topk(A, 4, which=which, return_info=True)
+    assert info.converged and L.shape[0] >= 4 and V.shape == (n, L.shape[0])
+    ref = wanted(A, which, L.shape[0])
+    assert torch.allclose(canonical(L), canonical(ref), atol=1e-9)
+    key = sort_key(L, which)
+    assert bool((key[:-1] >= key[1:] - 1e-9).all())  # ordered by which
+    assert torch.allclose(V.norm(dim=0), torch.ones(L.shape[0], dtype=torch.float64))
+    assert (A.to(V.dtype) @ V - V * L).abs().max() < 1e-9
+    assert bool((info.residual <= info.tol).all())
+
+
+def test_a_real_operator_never_returns_half_a_conjugate_pair():
+    A = randn(60, 60, seed=3)
+    for k in range(1, 6):
+        L, _ = ps.eig_topk(A, k)
+        # every complex value's conjugate is in the result
+        for lam in L[L.imag.abs() > 1e-8]:
+            assert (L - lam.conj()).abs().min() < 1e-8
+
+
+def test_smallest_modulus_on_the_whole_space():
+    A = randn(12, 12, seed=4)
+    L, _ = ps.eig_topk(A, 3, which="SM")
+    assert torch.allclose(canonical(L), canonical(wanted(A, "SM", L.shape[0])))
+
+
+def loss_of(c: torch.Tensor):
+    def loss(L, V):
+        # symmetric in a conjugate pair, phase invariant in V
+        return (
+            (L.real**2).sum()
+            + 0.3 * (L.imag**2).sum()
+            + ((V.conj() * c[:, None]).sum(0).abs() ** 2).sum()
+        )
+
+    return loss
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradient_matches_dense_eig(dtype):
+    n = 50
+    A = randn(n, n, dtype=dtype, seed=1).requires_grad_()
+    loss = loss_of(randn(n, dtype=torch.complex128, seed=2))
+    L, V = ps.eig_topk(A, 3)
+    loss(L, V).backward()
+    g = A.grad.clone()
+    A.grad = None
+    Lf, Vf = ps.eig(A)
+    idx = [int((Lf - x).abs().argmin()) for x in L.detach()]
+    loss(Lf[idx], Vf[:, idx]).backward()
+    assert (g - A.grad).norm() < 1e-8 * A.grad.norm()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gradcheck(dtype):
+    n = 10
+    A = randn(n, n, dtype=dtype, seed=5).requires_grad_()
+    loss = loss_of(randn(n, dtype=torch.complex128, seed=6))
+
+    def f(A):
+        return loss(*ps.eig_topk(A, 2, krylovdim=10))
+
+    assert torch.autograd.gradcheck(f, (A,), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def low_rank_plus_diagonal(n: int, seed: int):
+    B = randn(n, 3, seed=seed).requires_grad_()
+    C = randn(3, n, seed=seed + 1).requires_grad_()
+    d = (torch.linspace(0, 1, n, dtype=torch.float64) * 0.1).requires_grad_()
+    return B, C, d
+
+
+@pytest.mark.parametrize("rmatmul", [True, False])
+def test_operator_gradient_reaches_its_tensors(rmatmul):
+    n = 200
+    B, C, d = low_rank_plus_diagonal(n, 7)
+    op = ps.LinearOperator(
+        (n, n),
+        lambda X: B @ (C @ X) + d[:, None] * X,
+        (lambda Y: C.mH @ (B.mH @ Y) + d[:, None] * Y) if rmatmul else None,
+        dtype=torch.float64,
+    )
+    loss = loss_of(randn(n, dtype=torch.complex128, seed=8))
+    L, V = ps.eig_topk(op, 2)
+    loss(L, V).backward()
+    got = [t.grad.clone() for t in (B, C, d)]
+    for t in (B, C, d):
+        t.grad = None
+    A = B @ C + torch.diag(d)
+    Lf, Vf = ps.eig(A)
+    idx = [int((Lf - x).abs().argmin()) for x in L.detach()]
+    loss(Lf[idx], Vf[:, idx]).backward()
+    for g, t in zip(got, (B, C, d), strict=True):
+        assert (g - t.grad).norm() <= 1e-7 * t.grad.norm()
+
+
+# ----------------------------------------------- deformed AKLT (exact results)
+
+
+def aklt(a, b, c):
+    """The MPS tensors A^s (3, 2, 2): A+ = a σ+, A0 = b σz, A- = c σ-."""
+    sp = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=torch.float64)
+    sz = torch.tensor([[1.0, 0.0], [0.0, -1.0]], dtype=torch.float64)
+    return torch.stack((a * sp, b * sz, c * sp.mT))
+
+
+def transfer(As: torch.Tensor) -> ps.LinearOperator:
+    """``X -> sum_s A^s X A^s^H`` on vec(X) (D^2 x p blocks), never formed."""
+    D = As.shape[-1]
+
+    def matmul(X):
+        Xs = X.mT.reshape(-1, D, D)
+        Y = torch.einsum("sij,pjk,slk->pil", As, Xs.to(As.dtype), As.conj())
+        return Y.reshape(-1, D * D).mT
+
+    return ps.LinearOperator((D * D, D * D), matmul, dtype=As.dtype)
+
+
+def test_aklt_transfer_spectrum_cluster_and_correlation_length():
+    a, b, c = (torch.tensor(x, dtype=torch.float64, requires_grad=True)
+               for x in (1.0, 0.8, 0.5))  # fmt: skip
+    L, V = ps.eig_topk(transfer(aklt(a, b, c)), 2)
+    # k = 2 is extended over the 2-fold cluster -b^2 (the second by modulus)
+    assert L.shape == (3,)
+    a_, b_, c_ = 1.0, 0.8, 0.5
+    exact = torch.tensor([b_**2 + a_ * c_, -(b_**2), -(b_**2)], dtype=torch.complex128)
+    assert torch.allclose(L, exact, atol=1e-12)
+    # the correlation length: a symmetric function of the cluster
+    xi = -1 / torch.log((L[1:].abs().mean()) / L[0].abs())
+    ga, gb, gc = torch.autograd.grad(xi, (a, b, c))
+    a2, b2, c2 = (t.detach().clone().requires_grad_() for t in (a, b, c))
+    xi_exact = 1 / torch.log((b2**2 + a2 * c2) / b2**2)
+    ea, eb, ec = torch.autograd.grad(xi_exact, (a2, b2, c2))
+    assert float(xi.detach()) == pytest.approx(float(xi_exact.detach()), rel=1e-12)
+    for g, e in ((ga, ea), (gb, eb), (gc, ec)):
+        assert float(g) == pytest.approx(float(e), rel=1e-9)
+
+
+def test_aklt_cluster_projector_gradient_matches_dense_and_a_basis_loss_warns():
+    a, b, c = 1.0, 0.8, 0.5
+    As = aklt(a, b, c).requires_grad_()
+    L, V = ps.eig_topk(transfer(As), 2)
+    # the projector onto the cluster's eigenspace: basis invariant
+    Vc = V[:, 1:]
+    P = Vc @ torch.linalg.pinv(Vc)
+    w = randn(4, 4, dtype=torch.complex128, seed=9)
+    (P * w).sum().real.backward()
+    g = As.grad.clone()
+    As.grad = None
+    E = transfer(As).matmul(torch.eye(4, dtype=torch.float64))
+    Lf, Vf = ps.eig(E)
+    idx = [i for i in range(4) if abs(float(Lf[i].real) + b * b) < 1e-9]
+    Vd = Vf[:, idx]
+    (((Vd @ torch.linalg.pinv(Vd)) * w).sum().real).backward()
+    assert (g - As.grad).norm() < 1e-8 * As.grad.norm()
+    # one vector of the cluster is a basis choice: the gauge policy says so
+    L, V = ps.eig_topk(transfer(aklt(a, b, c).requires_grad_()), 2)
+    with pytest.warns(ps.GaugeWarning):
+        (V[:, 1].abs() ** 2 * torch.arange(4.0)).sum().backward()
+
+
+def test_random_mps_transfer_operator_against_dense_and_finite_differences():
+    D, d = 4, 3
+    As = randn(d, D, D, seed=10).requires_grad_()
+
+    def xi(As):
+        L, _ = ps.eig_topk(transfer(As), 2, krylovdim=16)
+        return -1 / torch.log(L[1:].abs().mean() / L[0].abs())
+
+    assert torch.autograd.gradcheck(xi, (As,), eps=1e-6, atol=1e-6, rtol=1e-5)
+    E = transfer(As).matmul(torch.eye(D * D, dtype=torch.float64))
+    full = torch.linalg.eigvals(E)
+    top = full[full.abs().argsort(descending=True)]
+    n2 = 2 if abs(float(top[1].abs() - top[2].abs())) < 1e-9 else 1
+    exact = -1 / torch.log(top[1 : 1 + n2].abs().mean() / top[0].abs())
+    assert float(xi(As)) == pytest.approx(float(exact), rel=1e-10)
+
+
+# ------------------------------------------------------------- errors, warnings
+
+
+def test_not_converged_warns_with_the_remedy():
+    A = randn(300, 300, seed=11)
+    with pytest.warns(ps.ConvergenceWarning, match="Raise maxiter"):
+        *_, info = ps.eig_topk(A, 4, maxiter=1, krylovdim=10, return_info=True)
+    assert not info.converged
+
+
+def test_quiet_when_converged():
+    A = randn(100, 100, seed=12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        L, V = ps.eig_topk(A.requires_grad_(), 2)
+        loss_of(randn(100, dtype=torch.complex128))(L, V).backward()
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"k": 0}, ps.InputError, "k must be"),
+        ({"k": 11}, ps.InputError, "k must be"),
+        ({"k": 2, "which": "XX"}, ps.InputError, "which must be"),
+        ({"k": 2, "krylovdim": 2}, ps.InputError, "krylovdim"),
+        ({"k": 2, "backend": "julia"}, ps.BackendError, "not reachable"),
+        ({"k": 2, "tol": -1.0}, ps.InputError, "tol"),
+    ],
+)
+def test_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        ps.eig_topk(randn(10, 10), **kwargs)
+
+
+def test_bad_operators():
+    with pytest.raises(ps.ShapeError, match="square"):
+        ps.eig_topk(randn(2, 10, 10), 2)
+    with pytest.raises(ps.ShapeError):
+        ps.eig_topk(randn(10, 8), 2)
+    with pytest.raises(ps.InputTypeError):
+        ps.eig_topk([[1.0]], 1)
+
+
+def test_dense_eig_with_k_is_eig_topk():
+    A = randn(40, 40, seed=13)
+    L, V = ps.eig(A, k=3, which="LR")
+    L2, V2 = ps.eig_topk(A, 3, which="LR")
+    assert torch.equal(L, L2) and torch.equal(V, V2)
+    with pytest.raises(ps.InputError, match="k= takes the eig_topk route"):
+        ps.eig(A, k=3, broadening=1e-3)
