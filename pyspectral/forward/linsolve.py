@@ -82,30 +82,32 @@ def gmres(
     for _ in range(maxiter):
         if bool((beta <= tol).all()):
             break
-        V = torch.zeros(*batch, n, m + 1, dtype=b.dtype, device=b.device)
+        # the basis as rows (*, m + 1, n): each new vector is contiguous, and
+        # the projections read a contiguous block
+        V = torch.zeros(*batch, m + 1, n, dtype=b.dtype, device=b.device)
         H = torch.zeros(*batch, m + 1, m, dtype=b.dtype, device=b.device)
-        V[..., 0] = _safe_div(r, beta)
+        V[..., 0, :] = _safe_div(r, beta)
         rhs = torch.zeros(*batch, m + 1, dtype=b.dtype, device=b.device)
         rhs[..., 0] = beta
         y, j = None, 0
         for j in range(m):
-            w = matvec(V[..., j])
+            w = matvec(V[..., j, :])
             products += 1
-            basis = V[..., : j + 1]
-            h = (basis.mH @ w[..., None])[..., 0]
-            w = w - (basis @ h[..., None])[..., 0]
-            h2 = (basis.mH @ w[..., None])[..., 0]
-            w = w - (basis @ h2[..., None])[..., 0]
+            basis = V[..., : j + 1, :]
+            h = (basis.conj() @ w[..., None])[..., 0]
+            w = w - (h[..., None, :] @ basis)[..., 0, :]
+            h2 = (basis.conj() @ w[..., None])[..., 0]
+            w = w - (h2[..., None, :] @ basis)[..., 0, :]
             hn = _norm(w)
             H[..., : j + 1, j] = h + h2
             H[..., j + 1, j] = hn
-            V[..., j + 1] = _safe_div(w, hn)
+            V[..., j + 1, :] = _safe_div(w, hn)
             y, res = _least_squares(H[..., : j + 2, : j + 1], rhs[..., : j + 2])
             # relative to the cycle's start: a breakdown leaves hn at rounding
             if bool((res <= tol).all()) or bool((hn <= 1e-14 * beta).all()):
                 break
         assert y is not None
-        x = x + (V[..., : j + 1] @ y[..., None])[..., 0]
+        x = x + (y[..., None, :] @ V[..., : j + 1, :])[..., 0, :]
         r = b - matvec(x)
         products += 1
         beta = _norm(r)

@@ -2788,7 +2788,8 @@ end
         @test length(λ) >= 4 && size(V) == (n, length(λ))
         full = LinearAlgebra.eigvals(A)
         ref = sort(full; by=z -> key(z, which), rev=true)[1:length(λ)]
-        @test sort(λ; by=z -> (real(z), imag(z))) ≈ sort(ref; by=z -> (real(z), imag(z)))
+        @test all(z -> minimum(abs.(ref .- z)) < 1e-9 * maximum(abs, ref), λ)
+        @test all(z -> minimum(abs.(λ .- z)) < 1e-9 * maximum(abs, ref), ref)
         @test issorted(key.(λ, which); rev=true)
         @test norm(A * V - V * LinearAlgebra.Diagonal(λ)) < 1e-9 * norm(A)
         @test all(j -> norm(V[:, j]) ≈ 1, axes(V, 2))
@@ -2827,12 +2828,14 @@ end
     exact(a, b, c) = 1 / log((b^2 + a * c) / b^2)
     @test xi(a, b, c) ≈ exact(a, b, c) rtol = 1e-12
     @test collect(Zygote.gradient(xi, a, b, c)) ≈ collect(Zygote.gradient(exact, a, b, c)) rtol = 1e-9
-    # a loss that reads one vector of the cluster is a basis choice: the gauge policy
+    # a loss that reads one vector of the cluster (here entries 2 and 3 of vec X, where
+    # the cluster's eigenvectors live) is a basis choice: the gauge policy
     E = transfer(a, b, c)
+    one_vector(V) = abs2(V[2, 2] + V[3, 2])
     @test_throws GaugeError Zygote.gradient(
-        E -> abs2(eig_topk(E, 2; gauge=:raise)[2][1, 2]), E)
+        E -> one_vector(eig_topk(E, 2; gauge=:raise)[2]), E)
     @test_logs (:warn, r"gauge") match_mode = :any Zygote.gradient(
-        E -> abs2(eig_topk(E, 2)[2][1, 2]), E)
+        E -> one_vector(eig_topk(E, 2)[2]), E)
     @test_throws ArgumentError eig_topk(randn(5, 5), 6)
     @test_throws ArgumentError eig_topk(randn(5, 5), 2, :XX)
 end
