@@ -266,3 +266,15 @@ def test_dense_eig_with_k_is_eig_topk():
     assert torch.equal(L, L2) and torch.equal(V, V2)
     with pytest.raises(ps.InputError, match="k= takes the eig_topk route"):
         ps.eig(A, k=3, broadening=1e-3)
+
+
+def test_a_zero_matrix_and_a_threefold_eigenvalue():
+    # a zero block product (an invariant subspace at once): every value ties
+    L, V = ps.eig_topk(torch.zeros(5, 5, dtype=torch.float64), 2)
+    assert L.shape == (5,) and bool((L == 0).all())
+    assert torch.allclose(V.norm(dim=0), torch.ones(5, dtype=torch.float64))
+    # a 3-fold eigenvalue needs 3 start vectors; k = 2 is extended to it
+    d = torch.tensor([3.0, 3.0, 3.0, 1.0, 0.5] + [0.1] * 95, dtype=torch.float64)
+    L, V = ps.eig_topk(torch.diag(d), 2, blocksize=3)
+    assert torch.allclose(L, torch.full((3,), 3.0, dtype=torch.complex128))
+    assert torch.linalg.matrix_rank(V) == 3

@@ -85,7 +85,7 @@ def _orthonormalize(W: Tensor, Q: Tensor, gen: torch.Generator) -> tuple:
                 v = v - basis @ (basis.mH @ v)
             v = v / torch.linalg.vector_norm(v)
             Qn, basis = torch.cat((Qn, v), 1), torch.cat((basis, v), 1)
-            R = torch.cat((R, torch.zeros_like(R[:1])), 0)
+            R = torch.cat((R, R.new_zeros(1, R.shape[1])), 0)
         Qn, R = Qn[:, :room], R[:room]
     return Qn, C, R
 
