@@ -249,6 +249,23 @@ function ChainRulesCore.frule((_, ΔA), ::typeof(eigvals), A::AbstractMatrix)
     return E.values, first(eig_pushforward(E.values, E.vectors, ΔA))
 end
 
+# eig_topk: the pushforward of src/pullbacks/eig_topk.jl (one solve per pair with A); the
+# gauge policy where the tangent splits a cluster, as eig's forward mode.
+function ChainRulesCore.frule((_, ΔA, _...), ::typeof(eig_topk), A::AbstractMatrix,
+                              k::Integer, which::Symbol=:LM; gauge=:warn, kw...)
+    λ, V = eig_topk(A, k, which; kw...)
+    dA = unthunk(ΔA)
+    dA isa AbstractZero && return (λ, V), Tangent{typeof((λ, V))}(zero(λ), zero(V))
+    T = eltype(V)
+    rtol = get(kw, :tol, nothing)
+    rtol = rtol === nothing ? eps(real(T))^(3 / 4) : rtol
+    atol = get(kw, :degeneracy_atol, nothing)
+    ctol = atol === nothing ? maximum(abs, λ) * max(eps(real(T))^(3 / 4), 100 * rtol) : atol
+    dλ, dV, split = eig_topk_pushforward(λ, V, dA, A; cluster_tol=ctol, tol=rtol)
+    _checks_gauge(gauge) && check_gauge(:eig_topk, split, default_gauge_atol(dλ), gauge)
+    return (λ, V), Tangent{typeof((λ, V))}(dλ, dV)
+end
+
 # linsolve: dx = (a0 I + a1 A)⁻¹ (db - da0 x - da1 A x - a1 dA x), one more solve.
 function ChainRulesCore.frule((_, ΔA, Δb, Δa...), ::typeof(linsolve), A::AbstractMatrix,
                               b::AbstractVector, a::Number...; kw...)

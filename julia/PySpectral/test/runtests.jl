@@ -2836,6 +2836,24 @@ end
         E -> one_vector(eig_topk(E, 2; gauge=:raise)[2]), E)
     @test_logs (:warn, r"gauge") match_mode = :any Zygote.gradient(
         E -> one_vector(eig_topk(E, 2)[2]), E)
+    # forward mode: the frule's derivative of a gauge-invariant loss along dA against the
+    # rrule's gradient paired with dA and against central differences
+    for T in (Float64, ComplexF64)
+        n = 80
+        A, dA, c = randn(T, n, n), randn(T, n, n), randn(ComplexF64, n)
+        ℓ(λ, V) = sum(abs2, λ) + sum(abs2, V' * c)
+        (λ, V), ∂ = ChainRulesCore.frule((NoTangent(), dA, NoTangent()), eig_topk, A, 3)
+        dℓ = 2 * real(dot(λ, ∂[1])) + 2 * real(dot(V' * c, ∂[2]' * c))
+        g = Zygote.gradient(A -> ℓ(eig_topk(A, 3)...), A)[1]
+        @test dℓ ≈ real(dot(g, dA)) rtol = 1e-8
+        h = 1e-6
+        fd = (ℓ(eig_topk(A + h * dA, 3)...) - ℓ(eig_topk(A - h * dA, 3)...)) / 2h
+        @test dℓ ≈ fd rtol = 1e-6
+    end
+    # a tangent that splits the AKLT cluster: the gauge policy
+    dE = randn(4, 4)
+    @test_throws GaugeError ChainRulesCore.frule((NoTangent(), dE, NoTangent()), eig_topk,
+                                                 E, 2; gauge=:raise)
     @test_throws ArgumentError eig_topk(randn(5, 5), 6)
     @test_throws ArgumentError eig_topk(randn(5, 5), 2, :XX)
 end
