@@ -3,7 +3,7 @@ backward end to end against ``torch.linalg`` and the native backend.
 
     python benchmarks/bench_julia.py [--quick] [--sizes 8,64,512,4096x8]
         [--repeat 21] [--threads N] [--op svd,eigh] [--part overhead,e2e]
-        [--blas default|mkl|both]
+        [--blas auto|openblas|torch|mkl|all]
 
 Where Julia is not usable it prints ``skipped: <reason>`` and exits 0.
 
@@ -25,11 +25,12 @@ backward of the losses of bench_svd.py / bench_eigh.py, interleaved in one
 process; ratios to ``torch.linalg``. Julia's BLAS threads are what the bridge
 gives each call (pyspectral/julia/_blas.py: one thread below 768x768 entries,
 torch's thread count from there on, or PYSPECTRAL_JULIA_BLAS_THREADS=N for
-every call, which also applies to the loop timed inside Julia). ``--blas
-mkl`` runs with PYSPECTRAL_JULIA_BLAS=mkl (Julia's libblastrampoline
-forwarded to the ``mkl`` wheel's libmkl_rt; skipped if that is not
-installed); ``--blas both`` runs default and mkl, each in a fresh process, one
-after the other.
+every call, which also applies to the loop timed inside Julia). ``--blas X``
+runs with PYSPECTRAL_JULIA_BLAS=X: ``auto`` (the default: torch's own LAPACK
+where torch's library exports it), ``openblas`` (Julia's own), ``torch``, or
+``mkl`` (the ``mkl`` wheel's libmkl_rt; skipped if that is not installed);
+``--blas all`` runs openblas, torch and mkl, each in a fresh process, one after
+the other.
 """
 
 from __future__ import annotations
@@ -385,11 +386,11 @@ def arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--blas",
-        choices=("default", "mkl", "both"),
+        choices=("auto", "openblas", "torch", "mkl", "all"),
         default=None,
-        help="Julia's BLAS: its default, the mkl wheel's (PYSPECTRAL_JULIA_BLAS="
-        "mkl), or both, each in a fresh process (default: as PYSPECTRAL_JULIA_BLAS "
-        "says)",
+        help="Julia's BLAS (PYSPECTRAL_JULIA_BLAS): torch's own LAPACK where "
+        "exported (auto, torch), Julia's OpenBLAS, the mkl wheel's, or all three, "
+        "each in a fresh process (default: as PYSPECTRAL_JULIA_BLAS says)",
     )
     args = _timing.finish(p.parse_args(argv), SIZES, QUICK_SIZES)
     for name, allowed in (("op", ("svd", "eigh")), ("part", ("overhead", "e2e"))):
@@ -406,16 +407,16 @@ def child_argv(args: argparse.Namespace, blas: str) -> list[str]:
     return argv + ["--op", ",".join(args.op), "--part", ",".join(args.part)]
 
 
-def both(args: argparse.Namespace) -> int:
-    """``--blas default`` and ``--blas mkl``, each in a fresh process (Julia's
-    BLAS is chosen once per process), their output streamed through."""
+def every_blas(args: argparse.Namespace) -> int:
+    """``--blas openblas``, ``torch`` and ``mkl``, each in a fresh process
+    (Julia's BLAS is chosen once per process), their output streamed through."""
     env = dict(os.environ)
     root = Path(ps.__file__).resolve().parent.parent  # this pyspectral first
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(root), env.get("PYTHONPATH")) if p
     )
     status = 0
-    for blas in ("default", "mkl"):
+    for blas in ("openblas", "torch", "mkl"):
         print(f"\n## Julia's BLAS: {blas} (a fresh process)", flush=True)
         command = [sys.executable, __file__, *child_argv(args, blas)]
         status = max(status, subprocess.run(command, env=env).returncode)
@@ -424,16 +425,16 @@ def both(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = arguments(argv)
-    if args.blas == "both":
-        return both(args)
+    if args.blas == "all":
+        return every_blas(args)
     if args.blas is not None:
         os.environ[_blas.BLAS_ENV] = args.blas  # read when Julia starts
     usable, why = _bridge.status()
     if not usable:
         print(f"skipped: the Julia backend is not usable here: {why}")
         return 0
-    if args.blas == "mkl" and _blas.blas_choice()[1] is not None:
-        print(f"skipped: --blas mkl: {_blas.blas_choice()[1]}")
+    if args.blas in ("torch", "mkl") and _blas.blas_choice()[1] is not None:
+        print(f"skipped: --blas {args.blas}: {_blas.blas_choice()[1]}")
         return 0
     if args.blas is not None and _bridge.julia_blas() is not None:
         _timing.progress(

@@ -52,22 +52,17 @@ def julia_blas() -> str | None:
     if running is not None:
         return running
     wanted = _blas.requested_blas()
-    if not _bridge.status()[0] and wanted is None:
+    if not _bridge.status()[0] and wanted in (None, "auto"):
         return None
     path, problem = _blas.blas_choice()
     if problem is not None:
-        return f"default (Julia not started here): {problem}"
+        return f"Julia's own, OpenBLAS (Julia not started here): {problem}"
     if path is not None:
-        how = "the mkl wheel's" if wanted == "auto" else _blas.BLAS_ENV
-        return f"{path} ({how}; Julia not started here)"
-    if wanted == "auto":
-        return (
-            f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=auto, but "
-            "no mkl wheel is installed: pip install mkl for MKL)"
-        )
+        how = "torch's own LAPACK" if path == _blas.torch_lapack() else _blas.BLAS_ENV
+        return f"{path} ({how}, over Julia's OpenBLAS; Julia not started here)"
     return (
-        f"default, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=auto or mkl "
-        "for the mkl wheel's MKL)"
+        f"Julia's own, OpenBLAS (Julia not started here; {_blas.BLAS_ENV}=auto or "
+        "torch for torch's own LAPACK where torch's library exports it)"
     )
 
 
@@ -239,9 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     b.add_argument(
         "--blas",
-        choices=("default", "mkl", "both"),
-        help="julia: Julia's BLAS (mkl: the mkl wheel's; both: each in a fresh "
-        "process)",
+        choices=("auto", "openblas", "torch", "mkl", "all"),
+        help="julia: Julia's BLAS (auto, torch: torch's own LAPACK; openblas: "
+        "Julia's; mkl: the mkl wheel's; all: each in a fresh process)",
     )
     i = sub.add_parser(
         "install-julia",

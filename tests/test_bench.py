@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import importlib.metadata
 import importlib.util
 import io
 import os
+import platform
 import queue
 import subprocess
 import sys
@@ -395,9 +397,9 @@ def test_bench_julia_command_skips_where_julia_is_absent():
 
 
 @needs_no_julia
-def test_bench_julia_both_blas_runs_two_fresh_processes():
+def test_bench_julia_all_blas_runs_three_fresh_processes():
     run = subprocess.run(
-        [sys.executable, str(BENCHMARKS / "bench_julia.py"), "--blas", "both"],
+        [sys.executable, str(BENCHMARKS / "bench_julia.py"), "--blas", "all"],
         capture_output=True,
         text=True,
         env=child_env(),
@@ -405,8 +407,9 @@ def test_bench_julia_both_blas_runs_two_fresh_processes():
     )
     assert run.returncode == 0, run.stderr
     out = run.stdout
-    assert out.index("## Julia's BLAS: default") < out.index("## Julia's BLAS: mkl")
-    assert out.count("skipped: ") == 2
+    heads = [f"## Julia's BLAS: {blas}" for blas in ("openblas", "torch", "mkl")]
+    assert [out.index(head) for head in heads] == sorted(out.index(h) for h in heads)
+    assert out.count("skipped: ") == 3
 
 
 def test_bench_julia_end_to_end_rows_with_the_stand_in_runtime():
@@ -538,7 +541,7 @@ def test_bench_julia_gradient_check_catches_a_wrong_timing_loop():
 
 
 def test_bench_julia_mkl_skips_when_the_mkl_wheel_is_missing(monkeypatch):
-    monkeypatch.setenv(_blas.BLAS_ENV, "default")  # restored after the test
+    monkeypatch.setenv(_blas.BLAS_ENV, "openblas")  # restored after the test
     monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
     with installed() as fake:
         status, out = run_bench_julia("--blas", "mkl", "--quick")
@@ -679,13 +682,16 @@ def test_mkl_rt_names(name, match):
 @pytest.mark.parametrize(
     "value, wanted",
     [
-        (None, None),
-        ("", None),
-        ("  ", None),
+        (None, "auto"),
+        ("", "auto"),
+        ("  ", "auto"),
         (" Auto ", "auto"),
         ("default", None),
         ("DEFAULT", None),
         ("openblas", None),
+        ("julia", None),
+        ("torch", "torch"),
+        (" Torch ", "torch"),
         ("mkl", "mkl"),
         (" MKL ", "mkl"),
         ("/opt/blas/libblis.so", "/opt/blas/libblis.so"),
@@ -767,12 +773,54 @@ def test_blas_choice(tmp_path, monkeypatch):
     assert path is None and "`pip install mkl`" in problem
     monkeypatch.setenv(_blas.BLAS_ENV, "default")
     assert _blas.blas_choice() == (None, None)
-    # "auto": the mkl wheel's where it is installed, Julia's own where not, never
-    # a problem to report
-    monkeypatch.setenv(_blas.BLAS_ENV, "auto")
-    assert _blas.blas_choice() == (None, None)
-    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: library)
-    assert _blas.blas_choice() == (library, None)
+    # "auto" (and unset): torch's LAPACK where torch exports it, Julia's own
+    # where not, never a problem to report; "torch": a problem where it is not
+    torch_lib = tmp_path / "libtorch_cpu.so"
+    monkeypatch.setattr(_blas, "torch_lapack", lambda: None)
+    for auto in ("auto", ""):
+        monkeypatch.setenv(_blas.BLAS_ENV, auto)
+        assert _blas.blas_choice() == (None, None)
+    monkeypatch.setenv(_blas.BLAS_ENV, "torch")
+    path, problem = _blas.blas_choice()
+    assert path is None and "exports no ILP64 LAPACK" in problem
+    monkeypatch.setattr(_blas, "torch_lapack", lambda: torch_lib)
+    for wanted in ("auto", "", "torch"):
+        monkeypatch.setenv(_blas.BLAS_ENV, wanted)
+        assert _blas.blas_choice() == (torch_lib, None)
+
+
+def test_torch_lapack_is_torchs_library_where_it_exports_lapack(tmp_path, monkeypatch):
+    """torch's Linux x86-64 wheels (MKL linked in) export the ILP64 symbols;
+    where the library is not there, or not loadable, there is none."""
+    found = _blas.torch_lapack()
+    if found is not None:
+        handle = ctypes.CDLL(str(found))
+        assert all(hasattr(handle, name) for name in _blas.TORCH_SYMBOLS)
+        assert found.parent == Path(torch.__file__).resolve().parent / "lib"
+    if sys.platform == "linux" and platform.machine() == "x86_64":
+        if torch.backends.mkl.is_available():
+            assert found is not None and found.name == "libtorch_cpu.so"
+    fake = tmp_path / "torch"
+    (fake / "lib").mkdir(parents=True)
+    monkeypatch.setattr(torch, "__file__", str(fake / "__init__.py"))
+    assert _blas.torch_lapack() is None  # no library
+    (fake / "lib" / "libtorch_cpu.so").write_bytes(b"not a library")
+    assert _blas.torch_lapack() is None  # not loadable
+
+
+def test_the_probe_message_is_dropped_and_the_rest_kept(capfd):
+    """libblastrampoline's interface probe makes MKL print an error for a call
+    that was not one: dropped; anything else printed meanwhile comes through."""
+    with _blas._without_probe_message():
+        os.write(1, b"\nIntel oneMKL ERROR: Parameter 4 was incorrect on entry to ")
+        os.write(1, b"DPOTRF.\n")
+    out = capfd.readouterr().out
+    assert "DPOTRF" not in out and out.strip() == ""
+    with _blas._without_probe_message():
+        os.write(1, b"\nIntel oneMKL ERROR: Parameter 4 was incorrect on entry to ")
+        os.write(1, b"DPOTRF.\nsomething else\n")
+    out = capfd.readouterr().out
+    assert "DPOTRF" not in out and "something else\n" in out
 
 
 # ------------------------------------- Julia's BLAS: what happens at start
@@ -795,6 +843,7 @@ class StandInMain:
         self.PySpectralBLAS = types.SimpleNamespace(
             forward_mkl=lambda path, threading: self._forward("mkl", path, threading),
             forward=lambda path: self._forward("generic", path),
+            forward_over=lambda path: self._forward("over", path),
             describe=lambda: "libfoo.so (ilp64)",
         )
 
@@ -810,19 +859,37 @@ class StandInMain:
         return self.count
 
 
-def test_start_blas_without_the_mkl_wheel_forwards_nothing(monkeypatch):
+def test_start_blas_without_torchs_lapack_forwards_nothing(monkeypatch):
     monkeypatch.setenv(_blas.BLAS_ENV, "auto")
-    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
+    monkeypatch.setattr(_blas, "torch_lapack", lambda: None)
+    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: pytest.fail("looked for"))
     jl = StandInMain()
     assert _blas.start_blas(jl) == "libfoo.so (ilp64)"
     assert jl.evaluated == [_blas.BLAS_JL.strip()] and jl.forwarded == []
-    for unset in ("default", ""):  # (unset: Julia's own, not looked for)
-        monkeypatch.setenv(_blas.BLAS_ENV, unset)
-        monkeypatch.setattr(_blas, "find_mkl_rt", lambda: pytest.fail("looked for"))
+    for own in ("default", "openblas"):  # Julia's own, nothing looked for
+        monkeypatch.setenv(_blas.BLAS_ENV, own)
+        monkeypatch.setattr(_blas, "torch_lapack", lambda: pytest.fail("looked for"))
         assert _blas.start_blas(jl) == "libfoo.so (ilp64)" and jl.forwarded == []
 
 
-@pytest.mark.parametrize("setting", ["auto", "mkl"], ids=["auto", "asked for"])
+@pytest.mark.parametrize("setting", [None, "auto", "torch"])
+def test_start_blas_forwards_torchs_lapack_over_julias_own(setting, monkeypatch):
+    """By default: torch's library, over OpenBLAS (only the symbols it has), the
+    one-thread-below-768x768 policy kept for what stays on OpenBLAS."""
+    library = Path(torch.__file__).resolve().parent / "lib" / "libtorch_cpu.so"
+    monkeypatch.setattr(_blas, "torch_lapack", lambda: library)
+    monkeypatch.setattr(_blas, "_started", {"shared_pool": True})
+    if setting is None:
+        monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
+    else:
+        monkeypatch.setenv(_blas.BLAS_ENV, setting)
+    jl = StandInMain()
+    _blas.start_blas(jl)
+    assert jl.forwarded == [("over", str(library))]
+    assert _blas._started["shared_pool"] is False
+
+
+@pytest.mark.parametrize("setting", ["mkl"], ids=["asked for"])
 @pytest.mark.parametrize(
     "openmp, layer, shared", [("gnu", 3, True), ("intel", 0, False), (None, 0, False)]
 )
@@ -907,7 +974,7 @@ def test_start_blas_never_keeps_julia_from_starting(tmp_path, monkeypatch):
 
 def test_info_shows_julias_blas_once_julia_has_started(monkeypatch):
     monkeypatch.delenv(_blas.BLAS_ENV, raising=False)
-    monkeypatch.setattr(_blas, "find_mkl_rt", lambda: None)
+    monkeypatch.setattr(_blas, "torch_lapack", lambda: None)
     fake = FakeJulia()
     fake.blas = "libmkl_rt.so.3 (ilp64), libmkl_rt.so.3 (lp64)"
     with installed(fake):
@@ -919,7 +986,9 @@ def test_info_shows_julias_blas_once_julia_has_started(monkeypatch):
         after = io.StringIO()
         with contextlib.redirect_stdout(after):
             cli.info()
-    assert "Julia BLAS default, OpenBLAS (Julia not started here" in before.getvalue()
+    assert "Julia BLAS Julia's own, OpenBLAS (Julia not started here" in (
+        before.getvalue()
+    )
     assert "Julia BLAS libmkl_rt.so.3 (ilp64), libmkl_rt.so.3 (lp64)\n" in (
         after.getvalue()
     )
@@ -956,11 +1025,47 @@ def test_julia_uses_the_mkl_wheel_when_asked(tmp_path):
     env = child_env()
     env[_blas.BLAS_ENV] = "mkl"
     env["PYSPECTRAL_START_JULIA"] = "yes"
+    env["PYSPECTRAL_JULIA_SYSIMAGE"] = "no"  # (else an unbuilt image warns)
     run = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env
     )
     assert run.returncode == 0, run.stderr
     assert "mkl_rt" in run.stdout and "(ilp64)" in run.stdout
+
+
+@needs_julia
+def test_julia_uses_torchs_lapack_by_default():
+    """Unset PYSPECTRAL_JULIA_BLAS: Julia's svd, eigh and QR run on torch's own
+    LAPACK where torch's library exports it, agree with torch.linalg, and the
+    interface probe's MKL message is not printed."""
+    if _blas.torch_lapack() is None:
+        pytest.skip("this torch's library exports no ILP64 LAPACK (not MKL-linked)")
+    code = (
+        "import warnings\n"
+        "warnings.simplefilter('error')\n"
+        "import pyspectral as ps\n"
+        "import torch\n"
+        "from pyspectral.julia import _bridge\n"
+        "A = torch.randn(40, 30, dtype=torch.float64)\n"
+        "U, S, Vh = ps.svd(A, backend='julia', full_matrices=False)\n"
+        "assert torch.allclose(S, torch.linalg.svdvals(A), atol=1e-12)\n"
+        "H = A.T @ A\n"
+        "L, V = ps.eigh(H, backend='julia')\n"
+        "assert torch.allclose(L, torch.linalg.eigvalsh(H), atol=1e-10)\n"
+        "Q, R = ps.qr(A, backend='julia')\n"
+        "assert torch.allclose(Q @ R, A, atol=1e-12)\n"
+        "print(_bridge.julia_blas())\n"
+    )
+    env = child_env()
+    env.pop(_blas.BLAS_ENV, None)
+    env["PYSPECTRAL_START_JULIA"] = "yes"
+    env["PYSPECTRAL_JULIA_SYSIMAGE"] = "no"  # (else an unbuilt image warns)
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env
+    )
+    assert run.returncode == 0, run.stderr
+    assert "libtorch_cpu" in run.stdout and "(ilp64)" in run.stdout, run.stdout
+    assert "DPOTRF" not in run.stdout + run.stderr
 
 
 def test_bench_compile_runs_compiled_and_eager(capsys):

@@ -7,11 +7,15 @@ can forward them elsewhere: see the comment below.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.metadata
 import os
 import re
 import sys
+import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +27,40 @@ from ..exceptions import BackendError
 # Julia calls BLAS and LAPACK through libblastrampoline (LBT), which forwards
 # them to Julia's OpenBLAS. PYSPECTRAL_JULIA_BLAS (read when Julia starts) can
 # forward them elsewhere, right after Julia starts, with LinearAlgebra's
-# BLAS.lbt_forward (Julia >= 1.7): "mkl" means the libmkl_rt of the `mkl`
-# wheel from PyPI (pip install mkl puts it in <prefix>/lib), set up as MKL.jl
-# sets up its own MKL (the LP64 interface layer; MKL >= 2022 exports the ILP64
-# symbols Julia calls with the suffix 64); any other value is the path of a
-# BLAS/LAPACK library, whose interface and suffix LBT detects. Unset, empty,
-# "default" or "openblas": Julia's own. "auto": the mkl wheel's MKL where that
-# wheel is installed, else Julia's own; measured on an Intel Xeon (2 cores,
-# torch's MKL beside it), a 256x256 svd forward+backward took 1.46x the native
-# backend's with Julia's OpenBLAS and 1.16x with MKL (eigh: 1.42x, 1.12x): the
-# LAPACK, not the bridge, was most of the gap. Not the default: under MKL two of
-# PySpectral's own Julia test sets fail (the top-k frules against finite
-# differences and against the rrule; they pass on OpenBLAS), not yet explained.
+# BLAS.lbt_forward (Julia >= 1.7):
+#
+# - "auto" (the default: unset or empty): torch's own LAPACK where torch's
+#   library exports it, else Julia's own. torch's Linux x86-64 wheels link MKL
+#   into libtorch_cpu and export the ILP64 Fortran symbols Julia calls
+#   (dgemm_64_, dgesdd_64_, dsyevd_64_, ...: 99 of them, the BLAS and LAPACK
+#   torch itself uses). Those are forwarded over Julia's OpenBLAS (clear=false),
+#   which keeps the rest. So the Julia backend's svd, eigh, QR, eig and products
+#   run the very code torch.linalg runs, on torch's OpenMP threads with torch's
+#   thread count: no second pool of spinning threads, no second LAPACK.
+#   Measured (AMD EPYC, 2 cores, torch's MKL beside Julia's OpenBLAS): a 256x256
+#   eigh forward+backward took 1.12-1.28x the native backend's with Julia's
+#   OpenBLAS (its syevd 6.7 ms on one thread, 5.6 on two, against torch's 4.9;
+#   two OpenBLAS threads made the call 3x slower, spinning against torch's),
+#   see docs/benchmarks.md for the numbers with torch's.
+# - "torch": the same, with a warning where torch exports no such symbols.
+# - "mkl": the libmkl_rt of the `mkl` wheel from PyPI (pip install mkl puts it
+#   in <prefix>/lib), set up as MKL.jl sets up its own MKL (the LP64 interface
+#   layer; MKL >= 2022 exports the ILP64 symbols Julia calls with the suffix 64).
+# - "openblas" (or "julia", or "default"): Julia's own.
+# - any other value: the path of a BLAS/LAPACK library, whose interface and
+#   suffix LBT detects.
+#
 # Asked for and not usable: a warning, Julia's own.
 #
-# MKL's threads: where torch runs on GNU OpenMP (libgomp, its Linux wheels), MKL
-# is given its GNU threading layer, so that its parallel regions run on the same
-# OpenMP runtime and threads as torch's rather than on a second pool of spinning
-# threads (Intel OpenMP's); elsewhere MKL's default, Intel's.
+# MKL's threads (the mkl wheel's): where torch runs on GNU OpenMP (libgomp, its
+# Linux wheels), MKL is given its GNU threading layer, so that its parallel
+# regions run on the same OpenMP runtime and threads as torch's rather than on a
+# second pool of spinning threads (Intel OpenMP's); elsewhere MKL's default,
+# Intel's. torch's own MKL is on torch's runtime already, and Julia's
+# BLAS.set_num_threads does not reach it (LBT finds no thread setter in
+# libtorch_cpu: measured, torch's thread count and its eigh time unchanged), so
+# there the bridge's per-call policy below sets only OpenBLAS's threads, for the
+# symbols torch's library lacks.
 
 BLAS_ENV = "PYSPECTRAL_JULIA_BLAS"
 
@@ -74,6 +94,11 @@ end
 
 # Any other library: libblastrampoline detects its interface and symbol suffix.
 forward(path::String) = Int(LinearAlgebra.BLAS.lbt_forward(path; clear=true))
+
+# torch's library: only the symbols it has, over Julia's own (clear=false keeps the
+# rest on OpenBLAS), ILP64 with the suffix 64_.
+forward_over(path::String) =
+    Int(LinearAlgebra.BLAS.lbt_forward(path; clear=false, suffix_hint="64_"))
 
 # The libraries libblastrampoline forwards to, with their interfaces.
 describe() = join(("$(basename(lib.libname)) ($(lib.interface))"
@@ -138,15 +163,37 @@ def threads_for(elements: int) -> int:
 
 
 def requested_blas(value: str | None = None) -> str | None:
-    """What ``PYSPECTRAL_JULIA_BLAS`` (or ``value``) asks for: None for Julia's
-    own BLAS (unset, empty, "default" or "openblas"), "auto" (MKL where the mkl
-    wheel is installed), "mkl", or a library path."""
+    """What ``PYSPECTRAL_JULIA_BLAS`` (or ``value``) asks for: "auto" (unset or
+    empty: torch's LAPACK where torch exports it), "torch", "mkl", a library
+    path, or None for Julia's own BLAS ("openblas", "julia" or "default")."""
     value = (os.environ.get(BLAS_ENV, "") if value is None else value).strip()
-    if value.lower() == "auto":
+    if value.lower() in ("", "auto"):
         return "auto"
-    if value.lower() in ("", "default", "openblas"):
+    if value.lower() in ("default", "openblas", "julia"):
         return None
-    return "mkl" if value.lower() == "mkl" else value
+    return value.lower() if value.lower() in ("torch", "mkl") else value
+
+
+# Symbols torch's library must export for Julia to use it: ILP64 (suffix 64_)
+# BLAS and LAPACK, dpotrf_64_ being the one libblastrampoline probes.
+TORCH_SYMBOLS = ("dgemm_64_", "dgesdd_64_", "dsyevd_64_", "dpotrf_64_", "zheevd_64_")
+
+
+def torch_lapack() -> Path | None:
+    """torch's own library where it exports the ILP64 BLAS and LAPACK Julia
+    calls (libtorch_cpu of torch's Linux x86-64 wheels: the MKL linked into
+    it), else None. torch has loaded it already: this only looks it up."""
+    lib = Path(torch.__file__).resolve().parent / "lib"
+    for name in ("libtorch_cpu.so", "libtorch_cpu.dylib"):
+        path = lib / name
+        if not path.is_file():
+            continue
+        try:
+            handle = ctypes.CDLL(str(path))
+        except OSError:
+            return None
+        return path if all(hasattr(handle, s) for s in TORCH_SYMBOLS) else None
+    return None
 
 
 def find_mkl_rt() -> Path | None:
@@ -172,7 +219,16 @@ def blas_choice() -> tuple[Path | None, str | None]:
     if wanted is None:
         return None, None
     if wanted == "auto":
-        return find_mkl_rt(), None
+        return torch_lapack(), None
+    if wanted == "torch":
+        path = torch_lapack()
+        if path is None:
+            return None, (
+                f"{BLAS_ENV}=torch, but this torch's library exports no ILP64 "
+                f"LAPACK ({', '.join(TORCH_SYMBOLS)}; torch's Linux x86-64 wheels "
+                f"do): set {BLAS_ENV}=mkl after `pip install mkl`, or unset it"
+            )
+        return path, None
     if wanted == "mkl":
         path = find_mkl_rt()
         if path is None:
@@ -185,8 +241,8 @@ def blas_choice() -> tuple[Path | None, str | None]:
     path = Path(wanted).expanduser()
     if not path.is_file():
         return None, (
-            f"{BLAS_ENV}={wanted}: no such file; set it to 'mkl' or to the path "
-            "of a BLAS/LAPACK library"
+            f"{BLAS_ENV}={wanted}: no such file; set it to 'torch', 'mkl', "
+            "'openblas' or the path of a BLAS/LAPACK library"
         )
     return path.resolve(), None
 
@@ -217,7 +273,10 @@ def start_blas(jl: Any) -> str:
         mkl = _MKL_RT.match(path.name) is not None
         gnu = mkl and torch_openmp() == "gnu"
         try:
-            if mkl:
+            if path == torch_lapack():
+                with _without_probe_message():
+                    count = int(blas.forward_over(str(path)))
+            elif mkl:
                 count = int(blas.forward_mkl(str(path), _GNU if gnu else _INTEL))
             else:
                 count = int(blas.forward(str(path)))
@@ -228,6 +287,47 @@ def start_blas(jl: Any) -> str:
         except Exception as err:  # noqa: BLE001 - a warning, whatever Julia threw
             _warn_blas(f"{BLAS_ENV}: Julia could not load {path}: {err}")
     return str(blas.describe())
+
+
+# What MKL's error handler prints when libblastrampoline, to tell LP64 from ILP64,
+# calls the library's dpotrf with an argument only one of them accepts.
+PROBE_MESSAGE = re.compile(rb"^.*Parameter \d+ was incorrect on entry to DPOTRF\.?\s*$")
+
+
+@contextlib.contextmanager
+def _without_probe_message() -> Iterator[None]:
+    """Run the body with the process's standard output (file descriptor 1, where
+    MKL's C code prints) caught, and write back what it printed except
+    PROBE_MESSAGE: an error message for a call that was a probe, not an error."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:
+        yield
+        return
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 1)
+        try:
+            yield
+        finally:
+            _flush_c_stdout()
+            os.dup2(saved, 1)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read()
+    kept = [
+        line for line in text.splitlines(keepends=True) if not PROBE_MESSAGE.match(line)
+    ]
+    if any(line.strip() for line in kept):
+        os.write(1, b"".join(kept))
+
+
+def _flush_c_stdout() -> None:
+    """fflush(NULL): what C code printed reaches its file descriptor now."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
 
 
 # MKL_Set_Threading_Layer's values (MKL.jl's Threading enum)
