@@ -482,3 +482,53 @@ def test_trg_main_prints_warnings_after_its_table(trg, capsys, monkeypatch):
     table_end = max(i for i, line in enumerate(out) if line.startswith("0.5000"))
     assert out[table_end + 1].startswith("1 GaugeWarning(s)")
     assert out[table_end + 2] == "  K = 0.5000: svd: a stand-in guard"
+
+
+# ------------------------------------------------------------ CTMRG
+
+
+@pytest.fixture(scope="module")
+def ctmrg_run() -> tuple[ModuleType, list[dict[str, float]]]:
+    """The CTMRG example's main at chi = 16 (both phases), run once."""
+    module = load("ctmrg_ising")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # quiet: no warning where the number is right
+        rows = module.main(couplings=(0.3, 0.6), chi=16, steps=150)
+    return module, rows
+
+
+def test_ctmrg_meets_onsager_and_its_checks(ctmrg_run):
+    """ln Z / N against Onsager's; u = -d(ln Z / N)/dK by the implicit
+    gradient against Onsager's internal energy, the central finite
+    difference of the same CTMRG and autograd through the unrolled
+    iteration; the implicit gradient saves a small fraction of the unrolled
+    graph's tensors (one step's)."""
+    _, rows = ctmrg_run
+    for r in rows:
+        assert abs(r["lnz"] - r["lnz_onsager"]) < 1e-12, r
+        assert abs(r["u"] - r["u_onsager"]) < 1e-10, r
+        assert abs(r["u_fd"] - r["u"]) < 1e-6, r
+        assert abs(r["u_unrolled"] - r["u"]) < 1e-10, r
+        assert r["saved_bytes"] * 20 < r["unrolled_saved_bytes"], r
+
+
+def test_ctmrg_figure(ctmrg_run):
+    module, rows = ctmrg_run
+    check_figure(module, rows)
+
+
+def test_ctmrg_gauge_fix_undoes_a_gauge():
+    """The gauge fix finds Q from T' = Q T Q^T (Q orthogonal) and maps the
+    rotated state back onto the reference."""
+    module = load("ctmrg_ising")
+    a = module.ising_tensor(torch.tensor(0.3, dtype=torch.float64))
+    C, T = module.grow(a, 8)
+    Q, _ = torch.linalg.qr(
+        torch.randn(
+            8, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(0)
+        )
+    )
+    rotated = (Q @ C @ Q.mT, torch.einsum("ia,arb,jb->irj", Q, T, Q))
+    back = module.gauge(rotated, (C, T))(rotated)
+    assert torch.allclose(back[0], C, atol=1e-12)
+    assert torch.allclose(back[1], T, atol=1e-12)
