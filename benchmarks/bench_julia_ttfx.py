@@ -10,15 +10,24 @@ off"), and with Julia started from pyspectral's system image ("sysimage", when
 
 Where Julia is not usable it prints ``skipped: <reason>`` and exits 0.
 
+Two ways to start Julia are timed. "documented" and "documented, no image"
+take the path docs/guide/julia.md gives: ``PYSPECTRAL_START_JULIA=auto``, then
+``import pyspectral``, which sets juliacall's options (signal handling,
+threads, the system image: ``PYSPECTRAL_JULIA_SYSIMAGE=no`` for the second) and
+imports juliacall, then torch. "workload on", "workload off" and "sysimage"
+start with your own ``import juliacall`` (juliacall's defaults; "sysimage"
+with ``PYTHON_JULIACALL_SYSIMAGE``), then import torch and pyspectral.
+
 Each variant first runs one untimed "cold" process (it precompiles PySpectral
 if the variant's cache does not exist yet; its wall time is reported), then
-``--runs`` fresh processes, each timing, in the order docs/guide/julia.md recommends
-(Julia before torch): ``import juliacall`` (Julia itself), ``import torch`` and
-``pyspectral``, loading PySpectral and the glue (``_bridge.glue()``), the first
-``ps.svd`` of a 2 x 6x4 float64 batch, its first backward (the time to the
-first Julia call, "to first backward", is the sum of these but torch's own
-import), and a second svd + backward (compiled by then: the floor). The table
-gives medians over the timed processes.
+``--runs`` fresh processes, each timing (Julia before torch, as
+docs/guide/julia.md recommends): ``import juliacall`` (Julia itself),
+``import torch`` and ``pyspectral``, loading PySpectral and the glue
+(``_bridge.glue()``), the first ``ps.svd`` of a 2 x 6x4 float64 batch, its
+first backward (the time to the first Julia call, "to first backward", is
+the sum of these but torch's own import), and a second svd + backward
+(compiled by then: the floor). The table gives medians over the timed
+processes.
 
 "workload on" runs in exactly your setup: the environment this process has
 (juliapkg's project, offline or not, PYTHON_JULIAPKG_PROJECT, your depots),
@@ -74,14 +83,52 @@ print({MARK!r} + json.dumps({{
 }}))
 """
 
-CHILD = f"""
+# How a child starts Julia, torch and pyspectral; each sets julia, torch_s and
+# pyspectral_s (seconds) and t2 (when pyspectral is imported).
+EXPLICIT = """
 import time
 t0 = time.perf_counter()
-import juliacall  # Julia first, then torch: the order docs/guide/julia.md recommends
+import juliacall  # your own import, before torch
 t1 = time.perf_counter()
-import json
 import torch
 t1b = time.perf_counter()
+import pyspectral as ps
+t2 = time.perf_counter()
+julia, torch_s, pyspectral_s = t1 - t0, t1b - t1, t2 - t1b
+"""
+
+# The path docs/guide/julia.md gives: PYSPECTRAL_START_JULIA=auto, then
+# ``import pyspectral``, which imports juliacall (through importlib.import_module)
+# and then torch; both imports are timed where they happen.
+DOCUMENTED = """
+import builtins, importlib, os, sys, time
+os.environ["PYSPECTRAL_START_JULIA"] = "auto"
+spent = {"juliacall": 0.0, "torch": 0.0}
+def timed(load):
+    def run(name, *args, **kwargs):
+        if name not in spent or name in sys.modules:
+            return load(name, *args, **kwargs)
+        start = time.perf_counter()
+        try:
+            return load(name, *args, **kwargs)
+        finally:
+            spent[name] += time.perf_counter() - start
+    return run
+plain = builtins.__import__, importlib.import_module
+builtins.__import__, importlib.import_module = timed(plain[0]), timed(plain[1])
+t0 = time.perf_counter()
+import pyspectral as ps
+t2 = time.perf_counter()
+builtins.__import__, importlib.import_module = plain
+assert spent["juliacall"] > 0, "import pyspectral did not start Julia"
+julia, torch_s = spent["juliacall"], spent["torch"]
+pyspectral_s = t2 - t0 - julia - torch_s
+"""
+
+CHILD = f"""
+import json
+import time
+import torch
 import pyspectral as ps
 from pyspectral.julia import _bridge
 t2 = time.perf_counter()
@@ -103,12 +150,13 @@ assert torch.allclose((U * S.unsqueeze(-2)) @ Vh, A, atol=1e-12, rtol=0)
 from juliacall import Main as jl
 prefs = "Base.get_preferences(Base.PkgId(PySpectral).uuid)"
 workload = bool(jl.seval(f'get({{prefs}}, "precompile_workload", true)'))
+image = bool(jl.seval("isdefined(Main, :PYSPECTRAL_SYSIMAGE_SOURCES)"))
 print({MARK!r} + json.dumps({{
-    "Julia": t1 - t0, "torch": t1b - t1, "pyspectral": t2 - t1b,
+    "Julia": julia, "torch": torch_s, "pyspectral": pyspectral_s,
     "load PySpectral": t3 - t2, "first svd": t5 - t4, "first backward": t6 - t5,
-    "to first backward": (t3 - t0) - (t1b - t1) + (t6 - t4),
+    "to first backward": julia + pyspectral_s + (t3 - t2) + (t6 - t4),
     "second svd+backward": t7 - t6,
-    "workload": workload,
+    "workload": workload, "image": image,
 }}))
 """
 
@@ -185,9 +233,25 @@ def variant_env(base: dict, probe: dict, where: Path, workload: bool) -> dict:
     return env
 
 
-def measure(env: dict, runs: int, timeout: float, workload: bool) -> dict:
-    _, cold = run_child(CHILD, env, timeout)
-    timed = [run_child(CHILD, env, timeout)[0] for _ in range(runs)]
+def measure(
+    env: dict,
+    runs: int,
+    timeout: float,
+    workload: bool,
+    start: str = EXPLICIT,
+    image: bool = False,
+) -> dict:
+    """Medians over ``runs`` fresh processes (after one untimed cold one) that
+    start Julia as ``start`` does; they must see the ``workload`` preference
+    and (``image``) pyspectral's system image or not."""
+    code = start + CHILD
+    _, cold = run_child(code, env, timeout)
+    timed = [run_child(code, env, timeout)[0] for _ in range(runs)]
+    if any(t["image"] != image for t in timed):
+        raise ChildFailed(
+            f"the children {'did not start' if image else 'started'} Julia from "
+            "pyspectral's system image, against what this variant measures"
+        )
     if any(t["workload"] != workload for t in timed):
         raise ChildFailed(
             f"the children did not see precompile_workload = {workload}: your "
@@ -257,7 +321,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if image is not None:
             print(f"measuring sysimage {image} ...", file=sys.stderr, flush=True)
             env = dict(base, PYTHON_JULIACALL_SYSIMAGE=str(image))
-            rows["sysimage"] = measure(env, args.runs, args.timeout, True)
+            rows["sysimage"] = measure(env, args.runs, args.timeout, True, image=True)
+        print("measuring documented, no image ...", file=sys.stderr, flush=True)
+        env = dict(base, PYSPECTRAL_JULIA_SYSIMAGE="no")
+        rows["documented, no image"] = measure(
+            env, args.runs, args.timeout, True, DOCUMENTED
+        )
+        if image is not None:
+            print("measuring documented ...", file=sys.stderr, flush=True)
+            env = dict(base, PYSPECTRAL_JULIA_SYSIMAGE=str(image))
+            rows["documented"] = measure(
+                env, args.runs, args.timeout, True, DOCUMENTED, image=True
+            )
     except (ChildFailed, subprocess.TimeoutExpired) as err:
         print(f"bench_julia_ttfx: {err}", file=sys.stderr)
         return 1
@@ -268,7 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "backward': Julia, pyspectral, PySpectral, the first svd and backward, "
         "torch's own import not counted; 'cold "
         "process': wall time of the first, which precompiles PySpectral if "
-        "needed; 'sysimage': Julia started from pyspectral's system image)"
+        "needed; 'workload on/off' and 'sysimage': `import juliacall` first, "
+        "then torch and pyspectral, 'sysimage' with PYTHON_JULIACALL_SYSIMAGE; "
+        "'documented': PYSPECTRAL_START_JULIA=auto and `import pyspectral`, "
+        "which starts Julia (from the system image, or with "
+        "PYSPECTRAL_JULIA_SYSIMAGE=no without it) and then imports torch)"
     )
     print(table(rows))
     if "sysimage" not in rows:

@@ -17,6 +17,7 @@ import io
 import os
 import platform
 import queue
+import re
 import subprocess
 import sys
 import threading
@@ -24,6 +25,7 @@ import time
 import types
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -623,12 +625,17 @@ def test_bench_julia_ttfx_variants(tmp_path):
     assert off["PYTHON_JULIAPKG_PROJECT"] == "/elsewhere"
 
 
-@pytest.mark.parametrize("code", ["PROBE", "CHILD"])
-def test_bench_julia_ttfx_children_compile(code):
-    source = getattr(bench_julia_ttfx, code)
-    compile(source, code, "exec")
-    if code == "CHILD":  # Julia first, as docs/guide/julia.md recommends
-        assert source.index("import juliacall") < source.index("import torch")
+@pytest.mark.parametrize("start", ["EXPLICIT", "DOCUMENTED"])
+def test_bench_julia_ttfx_children_compile(start):
+    compile(bench_julia_ttfx.PROBE, "PROBE", "exec")
+    source = getattr(bench_julia_ttfx, start) + bench_julia_ttfx.CHILD
+    compile(source, start, "exec")
+    first = source.index("import pyspectral")
+    if start == "EXPLICIT":  # Julia first, as docs/guide/julia.md recommends
+        assert source.index("import juliacall") < source.index("import torch") < first
+    else:  # pyspectral starts Julia, as the guide's own snippet does
+        assert source.index('os.environ["PYSPECTRAL_START_JULIA"] = "auto"') < first
+        assert "import torch" not in source[:first]
 
 
 @needs_julia
@@ -647,6 +654,7 @@ def test_bench_julia_ttfx_runs_for_real():
     assert "started Julia after torch" not in run.stderr
     assert "to first backward" in run.stdout
     assert "workload on" in run.stdout and "workload off" in run.stdout
+    assert "documented, no image" in run.stdout  # the guide's path, always timed
 
 
 @needs_julia
@@ -847,10 +855,19 @@ class StandInMain:
             describe=lambda: "libfoo.so (ilp64)",
         )
 
-    def seval(self, source: str) -> None:
+    def seval(self, source: str) -> Any:
+        """The module's source (recorded), or one call of its functions with a
+        Julia string literal and integers, as start_blas writes them."""
+        call = re.fullmatch(r'PySpectralBLAS\.(\w+)\("((?:[^"\\]|\\.)*)"(.*)\)', source)
+        if call is not None:
+            name, literal, rest = call.groups()
+            path = re.sub(r"\\(.)", r"\1", literal)
+            numbers = [int(n) for n in re.findall(r"-?\d+", rest)]
+            return getattr(self.PySpectralBLAS, name)(path, *numbers)
         self.evaluated.append(source)
         if self.seval_error is not None:
             raise self.seval_error
+        return None
 
     def _forward(self, how: str, path: str, *threading: int) -> int:
         self.forwarded.append((how, path, *threading))
@@ -924,8 +941,10 @@ def test_torch_openmp_reads_the_loaded_libraries(tmp_path):
         assert _blas.torch_openmp() in ("gnu", "intel", None)
 
 
-def test_start_blas_forwards_to_a_library_path(tmp_path, monkeypatch):
-    library = tmp_path / "libblis.so.4"
+@pytest.mark.parametrize("name", ["libblis.so.4", 'odd $dir "q" \\ x/libblis.so.4'])
+def test_start_blas_forwards_to_a_library_path(name, tmp_path, monkeypatch):
+    library = tmp_path / name
+    library.parent.mkdir(exist_ok=True)
     library.write_bytes(b"")
     monkeypatch.setenv(_blas.BLAS_ENV, str(library))
     jl = StandInMain()

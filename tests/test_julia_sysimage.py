@@ -132,7 +132,7 @@ def test_build_runs_the_traced_workload_then_packagecompiler(
     def run(cmd: list[str], environ: dict[str, str], what: str) -> None:
         files = {}
         if "PYTHON_JULIACALL_TRACE_COMPILE" in environ:
-            Path(environ["PYTHON_JULIACALL_TRACE_COMPILE"]).write_text("# trace\n")
+            Path(environ["PYTHON_JULIACALL_TRACE_COMPILE"]).write_text(TRACE)
         elif cmd[0] == sys.executable:
             # the image exists when it is first started
             files["stamp"] = out.with_suffix(".json").read_text()
@@ -172,6 +172,79 @@ def test_build_runs_the_traced_workload_then_packagecompiler(
     assert warm_env["PYSPECTRAL_START_JULIA"] == "yes"
     assert "PYTHON_JULIACALL_SYSIMAGE" not in warm_env
     assert json.loads(warm["stamp"]) == stamp
+    # the trace's PythonCall statements, kept beside the image for the warm-up
+    kept = _sysimage.warm_up_path(out).read_text().splitlines()
+    assert kept == [
+        line
+        for line in TRACE.splitlines()
+        if line.startswith("precompile(") and "PythonCall.Py" in line
+    ]
+    assert len(kept) == 2  # not PySpectral's statement, not the comment
+
+
+TRACE = """\
+precompile(Tuple{typeof(PySpectral.svd_pullback), Array{Float64, 2}})
+precompile(Tuple{typeof(PythonCall.Convert.pyconvert_get_rules), Type, PythonCall.Py})
+# a comment that mentions PythonCall.Py
+precompile(Tuple{Type{PythonCall.Py}, Int64})
+"""
+
+
+class ThreadedMain:
+    """``juliacall.Main`` for warm_up: Julia's thread count, and what it evaluated."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads, self.evaluated = threads, []
+
+    def seval(self, code: str) -> int | None:
+        if code == "Threads.nthreads()":
+            return self.threads
+        self.evaluated.append(code)
+        return None
+
+
+@pytest.fixture
+def image_with_warm_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    image = tmp_path / "odd $dir" / "pyspectral.so"
+    image.parent.mkdir()
+    image.write_bytes(b"")
+    trace = tmp_path / "trace.jl"
+    trace.write_text(TRACE)
+    assert _sysimage.write_warm_up(trace, image) == 2
+    monkeypatch.setattr(_sysimage, "_warmed", {"done": False, "spawned": False})
+    monkeypatch.setattr(_sysimage, "_prepared", {"ran": True, "image": image})
+    return image
+
+
+def test_warm_up_compiles_the_recorded_statements_on_another_thread(
+    image_with_warm_up: Path,
+) -> None:
+    jl = ThreadedMain(threads=2)
+    assert _sysimage.warm_up(jl, {}) is True
+    (code,) = jl.evaluated
+    assert code.strip().startswith("Threads.@spawn")
+    literal = _sysimage.julia_string(_sysimage.warm_up_path(image_with_warm_up))
+    assert f"eachline({literal})" in code
+    assert _sysimage.warm_up(jl, {}) is False and len(jl.evaluated) == 1  # once
+
+
+def test_warm_up_needs_a_second_thread_and_the_recorded_file(
+    image_with_warm_up: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one = ThreadedMain(threads=1)
+    assert _sysimage.warm_up(one, {}) is False and one.evaluated == []
+    monkeypatch.setattr(_sysimage, "_warmed", {"done": False, "spawned": False})
+    _sysimage.warm_up_path(image_with_warm_up).unlink()
+    two = ThreadedMain(threads=2)
+    assert _sysimage.warm_up(two, {}) is False and two.evaluated == []
+    # an image the user gave juliacall: its file, if it has one
+    monkeypatch.setattr(_sysimage, "_warmed", {"done": False, "spawned": False})
+    monkeypatch.setattr(_sysimage, "_prepared", {"ran": False, "image": None})
+    assert _sysimage.warm_up(two, {}) is False  # no image at all
+    _sysimage.warm_up_path(image_with_warm_up).write_text("")
+    monkeypatch.setattr(_sysimage, "_warmed", {"done": False, "spawned": False})
+    environ = {"PYTHON_JULIACALL_SYSIMAGE": str(image_with_warm_up)}
+    assert _sysimage.warm_up(two, environ) is True and len(two.evaluated) == 1
 
 
 def test_command_line_path(env: Path, capsys: pytest.CaptureFixture) -> None:
@@ -179,6 +252,39 @@ def test_command_line_path(env: Path, capsys: pytest.CaptureFixture) -> None:
 
     assert main(["julia-sysimage", "--path"]) == 0
     assert capsys.readouterr().out.strip() == str(_sysimage.image_path(env))
+
+
+ODD_TEXTS = ["/a b/c.so", 'q"uote', "back\\slash\\", "$HOME $(rm -rf x)", 'ü\\$"']
+
+
+def test_julia_string_escapes_what_julia_would_interpret() -> None:
+    assert _sysimage.julia_string("/a b/c.so") == '"/a b/c.so"'
+    assert _sysimage.julia_string(Path("/x")) == '"/x"'
+    assert _sysimage.julia_string('a\\b"$c') == '"a\\\\b\\"\\$c"'
+
+
+def test_julia_string_reads_back_in_julia() -> None:
+    """Julia parses each literal back to the text (no interpolation, no
+    escape lost)."""
+    skip_without_julia("parsing Julia string literals")
+    code = (
+        "import json, sys\n"
+        "import pyspectral\n"
+        "from pyspectral.julia import _sysimage\n"
+        "from juliacall import Main as jl\n"
+        "texts = json.loads(sys.argv[1])\n"
+        "print(json.dumps([str(jl.seval(_sysimage.julia_string(t))) for t in texts]))"
+    )
+    environ = dict(os.environ, PYSPECTRAL_START_JULIA="yes")
+    environ[_sysimage.ENV] = "no"
+    run = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(ODD_TEXTS)],
+        capture_output=True,
+        text=True,
+        env=environ,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == ODD_TEXTS
 
 
 # ------------------------------------------------------------ for real
@@ -193,6 +299,7 @@ U, S, Vh = ps.svd(A, backend="julia", full_matrices=False)
 (S.sum() + (U @ Vh).sum()).backward()
 assert torch.allclose(S, torch.linalg.svdvals(A.detach()), atol=1e-12, rtol=0)
 print("in image:", _sysimage.check_started(jl))
+print("warmed up:", _sysimage._warmed["spawned"], jl.seval("Threads.nthreads()"))
 """
 
 
@@ -218,6 +325,8 @@ def test_build_and_start_from_it_for_real(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stdout + run.stderr
     assert image.is_file() and image.with_suffix(".json").is_file()
+    recorded = _sysimage.warm_up_path(image).read_text().splitlines()
+    assert recorded and all("PythonCall." in line for line in recorded)
     environ = dict(os.environ, PYSPECTRAL_START_JULIA="yes")
     environ[_sysimage.ENV] = str(image)
     environ.pop("PYTHON_JULIACALL_SYSIMAGE", None)
@@ -226,6 +335,8 @@ def test_build_and_start_from_it_for_real(tmp_path: Path) -> None:
     )
     assert child.returncode == 0, child.stdout + child.stderr
     assert "in image: True" in child.stdout
+    spawned, threads = child.stdout.split("warmed up: ")[1].split()[:2]
+    assert spawned == str(int(threads) >= 2)  # compiled beside Python where it can
 
 
 @pytest.fixture

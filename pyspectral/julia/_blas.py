@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from ..exceptions import BackendError
+from ._sysimage import julia_string
 
 # ------------------------------------------------------------ Julia's BLAS
 # Julia calls BLAS and LAPACK through libblastrampoline (LBT), which forwards
@@ -273,13 +274,18 @@ def start_blas(jl: Any) -> str:
         mkl = _MKL_RT.match(path.name) is not None
         gnu = mkl and torch_openmp() == "gnu"
         try:
+            # The path goes in as Julia source, not as an argument: the first
+            # call from Python with a str converts it through PythonCall's
+            # generic rules, compiled on first use (1.1 s of the first call, measured).
+            lib = julia_string(str(path))
             if path == torch_lapack():
                 with _without_probe_message():
-                    count = int(blas.forward_over(str(path)))
+                    count = int(jl.seval(f"PySpectralBLAS.forward_over({lib})"))
             elif mkl:
-                count = int(blas.forward_mkl(str(path), _GNU if gnu else _INTEL))
+                layer = _GNU if gnu else _INTEL
+                count = int(jl.seval(f"PySpectralBLAS.forward_mkl({lib}, {layer})"))
             else:
-                count = int(blas.forward(str(path)))
+                count = int(jl.seval(f"PySpectralBLAS.forward({lib})"))
             if count == 0:
                 _warn_blas(f"{BLAS_ENV}: libblastrampoline could not use {path}")
             else:

@@ -83,6 +83,7 @@ class JuliaRuntime:
                 warnings.warn(IMPORT_ORDER_WARNING, RuntimeWarning, stacklevel=4)
             else:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        _sysimage.warm_up(jl)  # once: if _start.import_juliacall has not
         self.blas = start_blas(jl)
         jl.seval("using PySpectral")
         from_image = _sysimage.check_started(jl)

@@ -13,9 +13,12 @@ from . import _sysimage
 
 
 def import_juliacall() -> Any:
-    """Import juliacall, which starts Julia as :func:`prepare_start` sets up."""
+    """Import juliacall, which starts Julia as :func:`prepare_start` sets up,
+    and start the image's warm-up (:func:`pyspectral.julia._sysimage.warm_up`)."""
     prepare_start()
-    return importlib.import_module("juliacall")
+    juliacall = importlib.import_module("juliacall")
+    _sysimage.warm_up(juliacall.Main)
+    return juliacall
 
 
 def prepare_start(environ: MutableMapping[str, str] = os.environ) -> None:

@@ -145,6 +145,65 @@ def select(environ: Mapping[str, str] = os.environ) -> Path | None:
 _prepared: dict[str, Any] = {"ran": False, "image": None}
 
 
+# ------------------------------------------------------------ the warm-up
+# PythonCall cannot be in the image (juliacall 0.9.34 cannot start from one that
+# has it), so a process's first call into Julia with arguments compiles
+# PythonCall's conversions (pyconvert's rule tables: 1.1-1.4 s here, measured),
+# and package caches cannot hold them (precompiling a package that loads
+# PythonCall runs PythonCall's __init__, which needs a Python: it failed here).
+# The build records the PythonCall methods the traced workload compiled beside the
+# image; a process started from it compiles them on another Julia thread while
+# Python goes on (importing torch, loading the glue). Only compilation: each line
+# is a precompile statement; one that does not resolve is skipped.
+WARM_UP_JL = """
+Threads.@spawn begin
+    for line in eachline({path})
+        try
+            Core.eval(Main, Meta.parse(line))
+        catch
+        end
+    end
+end
+"""
+
+
+_warmed = {"done": False, "spawned": False}  # what warm_up() did in this process
+
+
+def warm_up_path(image: Path) -> Path:
+    """The precompile statements the build recorded for ``image``."""
+    return Path(image).with_suffix(".pythoncall.jl")
+
+
+def write_warm_up(trace: Path, image: Path) -> int:
+    """Keep the PythonCall statements of the build's ``trace`` (those the image
+    cannot hold) for :func:`warm_up`; return how many."""
+    lines = [
+        line
+        for line in Path(trace).read_text().splitlines()
+        if "PythonCall." in line and line.startswith("precompile(")
+    ]
+    warm_up_path(image).write_text("".join(f"{line}\n" for line in lines))
+    return len(lines)
+
+
+def warm_up(jl: Any, environ: Mapping[str, str] = os.environ) -> bool:
+    """Right after Julia started (once): if it started from an image with
+    recorded statements and has a second thread, compile them on it in the
+    background. Returns whether it did."""
+    if _warmed["done"]:
+        return False
+    _warmed["done"] = True
+    image = _prepared["image"] or environ.get("PYTHON_JULIACALL_SYSIMAGE")
+    if not image or not warm_up_path(Path(image)).is_file():
+        return False
+    if int(jl.seval("Threads.nthreads()")) < 2:
+        return False  # the one thread is Python's: nothing would run beside it
+    jl.seval(WARM_UP_JL.format(path=julia_string(warm_up_path(Path(image)))))
+    _warmed["spawned"] = True
+    return True
+
+
 def _fresh(path: Path, project: Path, julia: Path) -> bool:
     """Whether the image at ``path`` was built from what is installed now."""
     try:
@@ -282,18 +341,22 @@ def build(output: Path | None = None, log: Any = print) -> Path:
         log("pyspectral: tracing what the backend compiles (a fresh process)...")
         code = "from pyspectral.julia._workload import workload; workload()"
         _run([sys.executable, "-c", code], env, "the traced workload")
+        count = write_warm_up(trace, output)
+        log(f"pyspectral: {count} PythonCall methods recorded for the warm-up")
         script.write_text(
             _SCRIPT.format(
-                glue=_jl(GLUE),
+                glue=julia_string(GLUE),
                 mark=IMAGE_MARK,
-                trace=_jl(trace),
-                digest=_jl(stamp["sources"]),
+                trace=julia_string(trace),
+                digest=julia_string(stamp["sources"]),
             )  # fmt: skip
         )
         build_jl.write_text(
             _BUILD.format(
-                packages='"PySpectral"', output=_jl(output), script=_jl(script)
-            )  # fmt: skip
+                packages='"PySpectral"',
+                output=julia_string(output),
+                script=julia_string(script),
+            )
         )
         # PackageCompiler loads the packages with --pkgimages=no, in a process that
         # writes the image, where Julia neither precompiles nor has its BLAS set up:
@@ -328,9 +391,11 @@ def _backend_error(message: str) -> Exception:
     return BackendError(message)
 
 
-def _jl(value: Any) -> str:
-    """A Julia string literal (raw: Windows paths keep their backslashes)."""
-    return 'raw"' + str(value).replace('"', '\\"') + '"'
+def julia_string(value: Any) -> str:
+    """``str(value)`` as a Julia string literal (backslash, quote and ``$``
+    escaped, so Windows paths keep their backslashes)."""
+    text = str(value).replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
+    return f'"{text}"'
 
 
 def _run(cmd: list[str], env: dict[str, str], what: str) -> None:
