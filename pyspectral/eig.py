@@ -168,8 +168,8 @@ def eig(
     ``backend="julia"`` runs the same formulas in Julia (CPU tensors).
     ``out=`` as in ``torch.linalg.eig`` (no autograd, native backend).
     ``k=`` (and ``which=``, default ``"LM"``): only the ``k`` eigenpairs
-    first by ``which``, by :func:`eig_topk` on the matrix (one ``(n, n)``
-    matrix; ``k`` extended over ties, see there).
+    first by ``which``, by :func:`eig_topk` on the matrix (a batch matrix
+    by matrix; ``k`` extended over ties, see there).
 
     Returns:
         ``(eigenvalues, eigenvectors)``, a named tuple (:class:`EigResult`).

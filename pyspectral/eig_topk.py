@@ -91,7 +91,8 @@ def eig_topk(
     r"""eig_topk(op, k, *, which="LM", ...) -> (eigenvalues, eigenvectors)
 
     The ``k`` eigenpairs ``A v = λ v`` of a square ``A`` (shape ``(n, n)``:
-    a tensor or a :class:`LinearOperator`, only ``matmul`` needed) that
+    a tensor or a :class:`LinearOperator`, only ``matmul`` needed; a tensor
+    may be a batch ``(..., n, n)``, see below) that
     come first by ``which``: ``"LM"`` / ``"SM"`` the largest / smallest
     modulus, ``"LR"`` / ``"SR"`` real part, ``"LI"`` / ``"SI"`` imaginary
     part (ARPACK's and KrylovKit's meaning), ordered by it. Eigenvalues
@@ -123,10 +124,17 @@ def eig_topk(
     policy (``gauge``) where the loss sees a phase or a basis in a cluster,
     as :func:`eig`; into ``A`` or the tensors ``op.matmul`` uses.
 
+    A batch ``(..., n, n)`` is solved matrix by matrix (a loop: each its own
+    Krylov run and autograd node), with one ``k'`` for all: the widest any
+    matrix extends ``k`` to (results ``(..., k')`` and ``(..., n, k')``);
+    where some matrix would then cut a cluster, ``InputError`` (ask for a
+    ``k`` they agree on). With ``return_info``: residuals ``(..., k')``,
+    ``tol`` a tensor ``(...)``, the products summed, the most restarts.
+
     Raises:
         InputTypeError, ShapeError, DtypeError, NonFiniteError: a bad ``op``.
         InputError: ``k`` not in ``1..n``, an unknown ``which``, a bad
-            keyword.
+            keyword, a batch whose matrices extend ``k`` incompatibly.
         BackendError: ``backend="julia"`` (not reachable from Python yet).
 
     Example::
@@ -140,6 +148,15 @@ def eig_topk(
         >>> torch.allclose(A.to(V.dtype) @ V, V * L)
         True
     """
+    if isinstance(op, Tensor) and op.ndim > 2:
+        check_matrix("eig_topk", op, square=True)
+        keywords = dict(
+            which=which, tol=tol, krylovdim=krylovdim, maxiter=maxiter,
+            blocksize=blocksize, degeneracy_atol=degeneracy_atol, gauge=gauge,
+            backward_tol=backward_tol, backward_krylovdim=backward_krylovdim,
+            backward_maxiter=backward_maxiter, generator=generator, backend=backend,
+        )  # fmt: skip
+        return _batched(op, k, return_info, keywords)
     c = _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
                gauge, backward_tol, backward_krylovdim, backward_maxiter, generator,
                backend)  # fmt: skip
@@ -171,6 +188,54 @@ def eig_topk(
                            converged)  # fmt: skip
         return (*out, info)
     return out
+
+
+def _batched(A: Tensor, k: Any, return_info: bool, keywords: dict) -> Any:
+    """A batch ``(..., n, n)``: one :func:`eig_topk` per matrix, each with its
+    own autograd node, and one ``k'`` for all: the matrices that extended
+    ``k`` less than the widest are solved again with its ``k'``; if they then
+    extend it further, no ``k'`` fits all without cutting a cluster
+    (``InputError``)."""
+    batch, n = A.shape[:-2], A.shape[-1]
+    flat = A.reshape(-1, n, n)
+    if flat.shape[0] == 0:  # the arguments checked as for one matrix
+        c = _check(A.new_zeros(n, n), k, *keywords.values())
+        L = torch.zeros(*batch, c.k, dtype=c.cdtype, device=A.device)
+        V = torch.zeros(*batch, n, c.k, dtype=c.cdtype, device=A.device)
+        if not return_info:
+            return EigTopKResult(L, V)
+        real = L.real.dtype
+        residual = torch.zeros(*batch, c.k, dtype=real, device=A.device)
+        tol = torch.zeros(batch, dtype=real, device=A.device)
+        return L, V, EigTopKInfo(residual, tol, 0, 0, True)  # type: ignore[arg-type]
+    results = [eig_topk(M, k, return_info=True, **keywords) for M in flat]
+    widest = max(r[0].shape[-1] for r in results)
+    for b, r in enumerate(results):  # once: those that extended k less
+        if r[0].shape[-1] < widest:
+            results[b] = eig_topk(flat[b], widest, return_info=True, **keywords)
+    widths = sorted({r[0].shape[-1] for r in results})
+    if len(widths) > 1:
+        raise InputError(
+            f"eig_topk: the matrices of the batch extend k = {k} to different "
+            f"k' ({', '.join(map(str, widths))}): a conjugate pair or a tie at "
+            "the k-th eigenvalue of some matrices, not of others, and one k' "
+            "for all would cut a cluster; ask for a k at which they agree, or "
+            "call eig_topk on each matrix"
+        )
+    L = torch.stack([r[0] for r in results]).reshape(*batch, widest)
+    V = torch.stack([r[1] for r in results]).reshape(*batch, n, widest)
+    out = EigTopKResult(L, V)
+    if not return_info:
+        return out
+    infos = [r[2] for r in results]
+    info = EigTopKInfo(  # type: ignore[arg-type]
+        torch.stack([i.residual for i in infos]).reshape(*batch, widest),
+        torch.tensor([i.tol for i in infos], dtype=L.real.dtype).reshape(batch),
+        sum(i.products for i in infos),
+        max(i.restarts for i in infos),
+        all(i.converged for i in infos),
+    )
+    return (*out, info)
 
 
 class _Checked(NamedTuple):

@@ -253,7 +253,7 @@ def test_bad_arguments(kwargs, error, match):
 
 def test_bad_operators():
     with pytest.raises(ps.ShapeError, match="square"):
-        ps.eig_topk(randn(2, 10, 10), 2)
+        ps.eig_topk(randn(2, 10, 8), 2)
     with pytest.raises(ps.ShapeError):
         ps.eig_topk(randn(10, 8), 2)
     with pytest.raises(ps.InputTypeError):
@@ -279,3 +279,89 @@ def test_a_zero_matrix_and_a_threefold_eigenvalue():
     L, V = ps.eig_topk(torch.diag(d), 2, blocksize=3)
     assert torch.allclose(L, torch.full((3,), 3.0, dtype=torch.complex128))
     assert torch.linalg.matrix_rank(V) == 3
+
+
+# ------------------------------------------------------------------ batches
+
+C128 = torch.complex128
+
+
+def blocks(*parts) -> torch.Tensor:
+    """A real block-diagonal matrix: numbers (1x1) and 2x2 rotations r*J
+    (a conjugate pair ±ir), given as ("pair", r)."""
+    J = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=torch.float64)
+    mats = [
+        p[1] * J if isinstance(p, tuple) else torch.tensor([[float(p)]]).double()
+        for p in parts
+    ]
+    return torch.block_diag(*mats)
+
+
+def test_a_batch_is_each_matrix_with_one_k():
+    """(..., n, n): each matrix as alone, all with the same k'."""
+    A = randn(2, 3, 30, 30, dtype=C128, seed=20)
+    L, V, info = ps.eig_topk(A, 2, return_info=True)
+    assert L.shape == (2, 3, 2) and V.shape == (2, 3, 30, 2)
+    for i in range(2):
+        for j in range(3):
+            Lij, Vij = ps.eig_topk(A[i, j], 2)
+            assert torch.equal(L[i, j], Lij) and torch.equal(V[i, j], Vij)
+    assert info.residual.shape == (2, 3, 2) and info.tol.shape == (2, 3)
+    assert info.converged and bool((info.residual <= info.tol[..., None]).all())
+    assert info.products > 0
+
+
+def test_a_batch_takes_the_widest_k():
+    """A real matrix whose dominant eigenvalues are a conjugate pair makes k=1
+    two for the whole batch; the other matrix is solved again with k=2."""
+    one, two = blocks(3, 1, 0.5, 0.1), blocks(("pair", 3), 0.5, 0.1)
+    assert ps.eig_topk(one, 1)[0].shape == (1,)
+    L, V = ps.eig_topk(torch.stack([one, two]), 1)
+    assert L.shape == (2, 2) and V.shape == (2, 4, 2)
+    assert torch.equal(L[0], ps.eig_topk(one, 2)[0])
+    assert torch.allclose(L[0].real, torch.tensor([3.0, 1.0], dtype=torch.float64))
+    assert torch.allclose(L[1].abs(), torch.full((2,), 3.0, dtype=torch.float64))
+
+
+def test_a_batch_with_no_common_k_is_refused():
+    """k=1: widths 1 and 2; at k=2 the first matrix's 2nd and 3rd eigenvalues
+    are a conjugate pair (3): no k' fits both without cutting it."""
+    one, two = blocks(3, ("pair", 2), 0.5), blocks(("pair", 3), 1, 0.5)
+    with pytest.raises(ps.InputError, match=r"different k' \(2, 3\)"):
+        ps.eig_topk(torch.stack([one, two]), 1)
+    L, _ = ps.eig_topk(torch.stack([one, two]), 3)  # where they agree
+    assert L.shape == (2, 3)
+
+
+def test_a_batch_gradient_is_each_matrix_gradient():
+    A = randn(3, 12, 12, dtype=C128, seed=21).requires_grad_()
+    loss = loss_of(randn(12, dtype=C128, seed=22))
+    L, V = ps.eig_topk(A, 2, krylovdim=12)
+    sum(loss(L[b], V[b]) for b in range(3)).backward()
+    for b in range(3):
+        Ab = A.detach()[b].clone().requires_grad_()
+        loss(*ps.eig_topk(Ab, 2, krylovdim=12)).backward()
+        assert torch.allclose(A.grad[b], Ab.grad, atol=1e-10, rtol=0)
+    c = randn(8, dtype=C128, seed=23)
+
+    def f(A):
+        L, V = ps.eig_topk(A, 2, krylovdim=8)
+        return sum(loss_of(c)(L[b], V[b]) for b in range(2))
+
+    B = randn(2, 8, 8, dtype=C128, seed=24).requires_grad_()
+    assert torch.autograd.gradcheck(f, (B,), eps=1e-6, atol=1e-6, rtol=1e-5)
+
+
+def test_an_empty_batch():
+    L, V, info = ps.eig_topk(randn(0, 6, 6), 2, return_info=True)
+    assert L.shape == (0, 2) and V.shape == (0, 6, 2) and L.dtype == C128
+    assert info.residual.shape == (0, 2) and info.tol.shape == (0,) and info.converged
+    with pytest.raises(ps.InputError, match="k must be"):
+        ps.eig_topk(randn(0, 6, 6), 7)
+
+
+def test_dense_eig_with_k_takes_batches():
+    A = randn(2, 20, 20, dtype=C128, seed=25)
+    L, V = ps.eig(A, k=2, which="LR")
+    L2, V2 = ps.eig_topk(A, 2, which="LR")
+    assert torch.equal(L, L2) and torch.equal(V, V2) and L.shape == (2, 2)
