@@ -124,6 +124,12 @@ def eig_topk(
     policy (``gauge``) where the loss sees a phase or a basis in a cluster,
     as :func:`eig`; into ``A`` or the tensors ``op.matmul`` uses.
 
+    ``backend="julia"`` (a dense CPU tensor): Julia's ``PySpectral.eig_topk``
+    (dense ``eigen`` up to 64 rows, KrylovKit's Arnoldi above, ``tol``,
+    ``krylovdim``, ``maxiter`` as here; no ``blocksize`` or ``generator``) and
+    its subspace adjoint, certified and gauge-checked here as natively; a
+    :class:`LinearOperator` stays native (``BackendError``).
+
     A batch ``(..., n, n)`` is solved matrix by matrix (a loop: each its own
     Krylov run and autograd node), with one ``k'`` for all: the widest any
     matrix extends ``k`` to (results ``(..., k')`` and ``(..., n, k')``);
@@ -135,7 +141,9 @@ def eig_topk(
         InputTypeError, ShapeError, DtypeError, NonFiniteError: a bad ``op``.
         InputError: ``k`` not in ``1..n``, an unknown ``which``, a bad
             keyword, a batch whose matrices extend ``k`` incompatibly.
-        BackendError: ``backend="julia"`` (not reachable from Python yet).
+        BackendError: ``backend="julia"`` with a :class:`LinearOperator`
+            (Julia would call back into Python per product), or a tensor not
+            on the CPU.
 
     Example::
 
@@ -160,6 +168,8 @@ def eig_topk(
     c = _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
                gauge, backward_tol, backward_krylovdim, backward_maxiter, generator,
                backend)  # fmt: skip
+    if c.julia:
+        return _julia(op, c, return_info)
     with torch.no_grad():
         ritz, kk = KS.krylov_schur(
             c.mm, c.n, c.k, c.which, c.tol, c.krylovdim, c.maxiter, c.blocksize,
@@ -238,6 +248,68 @@ def _batched(A: Tensor, k: Any, return_info: bool, keywords: dict) -> Any:
     return (*out, info)
 
 
+def _julia(A: Tensor, c: _Checked, return_info: bool) -> Any:
+    """backend="julia": Julia's forward and pullback; the certificate (true
+    residuals against ``tol max|λ|``), the warning and the gauge policy here,
+    as the native backend's."""
+    from .julia import _eig_topk as J
+
+    if return_info:
+        raise InputError(
+            "eig_topk: return_info=True is the native backend's (KrylovKit does "
+            "not report the products and restarts as it counts them); use "
+            "backend='torch'"
+        )
+    Ad = A.detach()
+    L, V, handles = J.eig_topk(Ad, c.k, c.which, c.tol, c.krylovdim, c.maxiter, c.atol)
+    scale = float(L.abs().max())
+    with torch.no_grad():
+        residual = (Ad.to(V.dtype) @ V - V * L).norm(dim=0)
+    tol = c.tol * scale
+    if not bool((residual <= tol).all()):
+        warn(
+            f"eig_topk: not converged (Julia, KrylovKit): residual "
+            f"{float(residual.max()):.3g} > {tol:.3g}. Raise maxiter or krylovdim; "
+            "'SM' and interior targets need a shift-invert operator.",
+            ConvergenceWarning,
+        )
+    if torch.is_grad_enabled() and A.requires_grad:
+        L, V = _JuliaEigTopK.apply(A, L, V, handles, c, c.cluster_tol(scale))
+    return EigTopKResult(L, V)
+
+
+class _JuliaEigTopK(torch.autograd.Function):
+    """``(L, V)`` of a dense ``A`` by the Julia backend; backward in Julia."""
+
+    @staticmethod
+    def forward(ctx: Any, A, L, V, handles, c, cluster_tol):  # type: ignore[override]
+        ctx.A, ctx.handles, ctx.c, ctx.cluster_tol = A.detach(), handles, c, cluster_tol
+        ctx.save_for_backward(L, V)
+        ctx.set_materialize_grads(False)
+        return L.clone(), V.clone()
+
+    @staticmethod
+    def backward(ctx: Any, gL: Tensor | None, gV: Tensor | None):  # type: ignore[override]
+        from .julia import _eig_topk as J
+
+        L, V = ctx.saved_tensors
+        c = ctx.c
+        if gL is None and gV is None:
+            return (None,) * 6
+        gL = None if gL is None else gL.to(L.dtype)
+        gV = None if gV is None else gV.to(V.dtype)
+        gA, N_in = J.eig_topk_pullback(
+            ctx.A, ctx.handles, gL, gV, ctx.cluster_tol, c.backward_tol,
+            c.backward_krylovdim, c.backward_maxiter,
+        )  # fmt: skip
+        cluster = (L[:, None] - L[None, :]).abs() <= ctx.cluster_tol
+        check_gauge("eig_topk", N_in, cluster, (V if gV is None else gV,), c.opts)
+        if gL is not None:
+            t = torch.full((1, 1), ctx.cluster_tol, dtype=L.real.dtype)
+            check_weights("eig_topk", gL, L, t, c.opts)
+        return gA, None, None, None, None, None
+
+
 class _Checked(NamedTuple):
     A: Callable[[Tensor], Tensor]  # complex block product, grad on
     mm: Callable[[Tensor], Tensor]  # the same under no_grad
@@ -259,6 +331,7 @@ class _Checked(NamedTuple):
     backward_krylovdim: int
     backward_maxiter: int
     real: bool
+    julia: bool
 
     def cluster_tol(self, scale: float) -> float:
         return self.atol if self.atol is not None else self.tie * scale
@@ -272,12 +345,23 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
         raise BackendError(
             f"{name}: backend must be 'auto', 'torch' or 'julia', got {backend!r}"
         )
-    if backend == "julia":
-        raise BackendError(
-            f"{name}: backend='julia' is not reachable from Python for eig_topk "
-            "yet; use backend='torch'"
-        )
     dense = isinstance(op, Tensor)
+    if backend == "julia":
+        if not dense:
+            raise BackendError(
+                f"{name}: backend='julia' takes a dense tensor; an operator's "
+                "products are Python functions, which Julia's Krylov solver would "
+                "call back into Python once per product (not supported): use "
+                "backend='torch' for a LinearOperator, or pass the matrix"
+            )
+        for given, what in ((blocksize, "blocksize"), (generator, "generator")):
+            if given is not None:
+                raise InputError(
+                    f"{name}: {what}= is the native backend's (block Krylov-Schur); "
+                    "backend='julia' runs KrylovKit's Arnoldi from one fixed start "
+                    f"vector (dense eigen up to 64 rows): drop {what}= or use "
+                    "backend='torch'"
+                )
     if dense:
         check_matrix(name, op, square=True)
         shape, dtype, device = tuple(op.shape), op.dtype, op.device
@@ -347,6 +431,7 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
         max(eps34(cdtype), 100 * tol_), gen, opts.degeneracy_atol, opts, btol,
         _positive(name, "backward_krylovdim", backward_krylovdim),
         _positive(name, "backward_maxiter", backward_maxiter), real,
+        backend == "julia",
     )  # fmt: skip
 
 

@@ -172,6 +172,8 @@ GLUE_FUNCTIONS = (
     "eigvals_batched",
     "eig_pullback_batched!",
     "eig_pushforward_batched",
+    "eig_topk_dense",
+    "eig_topk_pullback_dense!",
     "eig_function_eigenbasis_batched",
     "eig_function_apply_batched",
     "eig_function_pullback_batched!",

@@ -583,6 +583,37 @@ function eig_pushforward_batched(λ, V, ΔAt, degeneracy_atol, broadening, gauge
             records(recorder))
 end
 
+# ------------------------------------------------------------------ eig_topk
+
+# One dense matrix (pyspectral loops over a batch), solved as A itself from the Aᵀ it
+# reads, as eig. Its own non-convergence warning is not logged: the bridge certifies
+# the pairs by their true residuals, as the native backend does, and warns in its words.
+function eig_topk_dense(At, k::Integer, which::AbstractString, tol, krylovdim,
+                        maxiter::Integer, degeneracy_atol)
+    A = transpose(view(wrap(At), :, :, 1))
+    λ, V = Logging.with_logger(Logging.NullLogger()) do
+        PySpectral.eig_topk(A, k, Symbol(which); tol, krylovdim, maxiter,
+                            degeneracy_atol, gauge=:ignore)
+    end
+    return outs((batch([λ]), batch([V])))
+end
+
+# ΔA = U Vᴴ (its real part for a real A), written transposed into ΔAt; products by
+# Aᴴ = conj(Aᵀ). Returns the cotangent's part inside the clusters for the gauge check.
+function eig_topk_pullback_dense!(ΔAt, At, λ, V, Δλ, ΔV, cluster_tol, tol,
+                                  krylovdim::Integer, maxiter::Integer)
+    ΔAt, At, Δλ, ΔV = wrap(ΔAt), wrap(At), wrap(Δλ), wrap(ΔV)
+    AH = conj(At[:, :, 1])
+    V1 = slice(V, 1)
+    U = similar(V1)
+    _, Nin = PySpectral.eig_topk_pullback!(U, slice(λ, 1), V1, slice(Δλ, 1), slice(ΔV, 1),
+                                           x -> AH * x; cluster_tol, tol, krylovdim,
+                                           maxiter)
+    ΔA = U * V1'
+    view(ΔAt, :, :, 1) .= eltype(ΔAt) <: Real ? real.(transpose(ΔA)) : transpose(ΔA)
+    return out(batch([Nin]))
+end
+
 # ---------------------------------------------------------- eig_function
 
 # f(Aᵀ) = f(A)ᵀ for a matrix function, so Julia works on the Aᵀ it reads: its Yᵀ, and
