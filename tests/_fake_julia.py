@@ -55,6 +55,7 @@ import torch
 from pyspectral import topk as TK
 from pyspectral._fns import SpectralFn
 from pyspectral._settings import Options
+from pyspectral.eig_topk import eig_topk as native_eig_topk
 from pyspectral.eigfun import _named_fn as eigfun_named
 from pyspectral.eigh import _matfun
 from pyspectral.exceptions import (
@@ -74,6 +75,7 @@ from pyspectral.forward.truncation import (
 from pyspectral.julia import _bridge, _convert
 from pyspectral.polar import _native as native_polar
 from pyspectral.pullbacks.eig import check_diagonalizable, eig_pullback, eig_pushforward
+from pyspectral.pullbacks.eig_topk import eig_topk_pullback
 from pyspectral.pullbacks.eigfun import eig_function_pullback, eig_function_pushforward
 from pyspectral.pullbacks.eigh import (
     eigh_pullback,
@@ -1414,6 +1416,35 @@ class FakeJulia:
             _stack([o[i].resolve_conj().numpy() for o in out]) for i in range(2)
         )
         return (*tangents, tuple(recorder.records))
+
+    # ---------------------------------------------------------- eig_topk
+
+    def eig_topk_dense(
+        self, At, k, which, tol, krylovdim, maxiter, degeneracy_atol
+    ) -> tuple:
+        """Julia's ``eig_topk`` of the one matrix (the transpose of what it
+        reads), by the native forward: ``(k' x 1, n x k' x 1)``."""
+        A = _t(self._wrap(At), 0).mT
+        L, V = native_eig_topk(A, k, which=which, tol=tol, krylovdim=krylovdim,
+                               maxiter=maxiter, degeneracy_atol=degeneracy_atol,
+                               gauge="ignore")  # fmt: skip
+        return _stack([L.numpy()]), _stack([V.resolve_conj().numpy()])
+
+    def eig_topk_pullback_dense_b(
+        self, dAt, At, w, V, dw, dV, cluster_tol, tol, krylovdim, maxiter
+    ) -> np.ndarray:
+        """``ΔA = U Vᴴ`` written transposed into ``dAt`` (real part for a real
+        ``A``); returns the cotangent's part inside the clusters."""
+        dAt, At, dw, dV = map(self._wrap, (dAt, At, dw, dV))
+        A, L, Vb = _t(At, 0).mT, _t(w, 0), _t(V, 0)
+        AH = A.mH.to(Vb.dtype)
+        cluster = (L[:, None] - L[None, :]).abs() <= cluster_tol
+        U, N_in, _, _ = eig_topk_pullback(L, Vb, _t(dw, 0), _t(dV, 0),
+                                          lambda Y: AH @ Y, cluster, tol,
+                                          krylovdim, maxiter)  # fmt: skip
+        g = (U @ Vb.mH).mT
+        dAt[:, :, 0] = (g if np.iscomplexobj(dAt) else g.real).numpy()
+        return _stack([N_in.resolve_conj().numpy()])
 
     # -------------------------------------------------- eig_function
 

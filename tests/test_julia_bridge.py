@@ -1573,8 +1573,11 @@ def test_gauge_records_belong_to_their_own_call(fake):
 
 
 STUB_JULIACALL = """
+import os
 import warnings
 
+# juliacall reads its options once, at import
+SEEN = {k: v for k, v in os.environ.items() if k.startswith("PYTHON_JULIACALL_")}
 warnings.warn("torch was imported before juliacall. This may cause a segfault.")
 warnings.warn("an unrelated note from juliacall", FutureWarning)
 
@@ -1644,8 +1647,11 @@ def test_real_runtime_start_and_describe(tmp_path, monkeypatch):
         # then whether the image has the glue (it has not), so it is loaded
         assert len(jc.Main.evals) == 3 and _sysimage.IMAGE_MARK in jc.Main.evals[2]
         assert jc.Main.includes == [str(_bridge.GLUE)]
-        assert os.environ["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
-        assert os.environ["PYTHON_JULIACALL_THREADS"] == str(_start.cpus())
+        assert jc.SEEN["PYTHON_JULIACALL_HANDLE_SIGNALS"] == "yes"
+        assert jc.SEEN["PYTHON_JULIACALL_THREADS"] == str(_start.cpus())
+        # and not left behind for a subprocess to inherit
+        assert "PYTHON_JULIACALL_HANDLE_SIGNALS" not in os.environ
+        assert "PYTHON_JULIACALL_THREADS" not in os.environ
         err = jc.JuliaError("DomainError", "DomainError with -1.0: log")
         assert rt.describe(err) == ("domain", "DomainError: Julia's message", None)
         assert rt.describe(ValueError("not Julia")) is None

@@ -74,10 +74,15 @@ class JuliaRuntime:
             # own. Offline it needs no network: it finds the Julia it may use and
             # writes juliapkg's state (what probe() relies on being possible).
             juliapkg.resolve()
-            _start.prepare_start()
+            added = _start.prepare_start()
+        else:
+            added = {}
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            from juliacall import Main as jl
+            try:
+                from juliacall import Main as jl
+            finally:
+                _start.forget_options(added)
         for w in caught:
             if "torch" in str(w.message):
                 warnings.warn(IMPORT_ORDER_WARNING, RuntimeWarning, stacklevel=4)
