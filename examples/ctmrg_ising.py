@@ -79,7 +79,9 @@ import torch
 import pyspectral as ps
 
 # The site tensor and Onsager's formulas are the TRG example's.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# sphinx-gallery runs an example from its own folder, without __file__
+HERE = Path(__file__).resolve().parent if "__file__" in globals() else Path.cwd()
+sys.path.insert(0, str(HERE))
 from trg_ising import ising_tensor, onsager_energy, onsager_lnz  # noqa: E402
 
 State = tuple[torch.Tensor, torch.Tensor]
