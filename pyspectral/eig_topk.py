@@ -302,12 +302,22 @@ class _JuliaEigTopK(torch.autograd.Function):
             ctx.A, ctx.handles, gL, gV, ctx.cluster_tol, c.backward_tol,
             c.backward_krylovdim, c.backward_maxiter,
         )  # fmt: skip
-        cluster = (L[:, None] - L[None, :]).abs() <= ctx.cluster_tol
-        check_gauge("eig_topk", N_in, cluster, (V if gV is None else gV,), c.opts)
-        if gL is not None:
-            t = torch.full((1, 1), ctx.cluster_tol, dtype=L.real.dtype)
-            check_weights("eig_topk", gL, L, t, c.opts)
+        _policy(L, V, gL, gV, N_in, _clusters(L, ctx.cluster_tol), ctx.cluster_tol, c)
         return gA, None, None, None, None, None
+
+
+def _clusters(L: Tensor, cluster_tol: float) -> Tensor:
+    """Which kept eigenvalues are one eigenvalue (``k' x k'`` booleans)."""
+    return (L[:, None] - L[None, :]).abs() <= cluster_tol
+
+
+def _policy(L, V, gL, gV, N_in, cluster, cluster_tol, c) -> None:
+    """Both backends' backward, after the pullback: the gauge policy on the
+    cotangent's part inside the clusters, and the cluster-weight check."""
+    check_gauge("eig_topk", N_in, cluster, (V if gV is None else gV,), c.opts)
+    if gL is not None:
+        t = torch.full((1, 1), cluster_tol, dtype=L.real.dtype)
+        check_weights("eig_topk", gL.to(L.dtype), L, t, c.opts)
 
 
 class _Checked(NamedTuple):
@@ -452,16 +462,13 @@ class _EigTopK(torch.autograd.Function):
         if gL is None and gV is None:
             return (None,) * 5
         with torch.no_grad():
-            cluster = (L[:, None] - L[None, :]).abs() <= ctx.cluster_tol
+            cluster = _clusters(L, ctx.cluster_tol)
             U, N_in, solve, converged = eig_topk_pullback(
                 L, V, None if gL is None else gL.to(L.dtype),
                 None if gV is None else gV.to(V.dtype), c.AH, cluster,
                 c.backward_tol, c.backward_krylovdim, c.backward_maxiter,
             )  # fmt: skip
-            check_gauge("eig_topk", N_in, cluster, (V if gV is None else gV,), c.opts)
-            if gL is not None:
-                t = torch.full((1, 1), ctx.cluster_tol, dtype=L.real.dtype)
-                check_weights("eig_topk", gL.to(L.dtype), L, t, c.opts)
+            _policy(L, V, gL, gV, N_in, cluster, ctx.cluster_tol, c)
         if not converged:
             assert solve is not None
             warn(
