@@ -1,6 +1,7 @@
 """Krylov solvers for ``M x = b`` touching ``M`` only through ``matvec``:
-restarted GMRES for any ``M`` and conjugate gradients for a Hermitian
-positive definite one. Mirrors ``julia/PySpectral/src/forward/linsolve.jl``.
+restarted GMRES for any ``M``, conjugate gradients for a Hermitian
+positive definite one and MINRES for a Hermitian indefinite one. Mirrors
+``julia/PySpectral/src/forward/linsolve.jl``.
 
 Vectors are ``(*, n)`` tensors: one system per batch entry, all advanced by
 the same products (``matvec`` maps ``(*, n)`` to ``(*, n)``). ``tol`` is a
@@ -167,3 +168,72 @@ def cg(
         p, rs = r + beta[..., None] * p, rs_new
     r = b - matvec(x)
     return Solve(x, _norm(r), products + 1), definite
+
+
+def minres(
+    matvec: Op,
+    b: Tensor,
+    x0: Tensor,
+    tol: Tensor,
+    maxiter: int,
+) -> Solve:
+    """MINRES (Paige and Saunders 1975) for a Hermitian ``M``, definite or
+    not, at most ``maxiter`` products (and one for the final residual): the
+    Lanczos recurrence (real ``alpha`` and ``beta``) with the Givens QR of
+    its tridiagonal matrix, which minimises ``||b - M x||`` over the Krylov
+    space with short recurrences.
+
+    Its residual estimate ``|phibar|`` is exact only in exact arithmetic, so
+    the true residual is computed where the estimate says converged and
+    every ``CG_RESIDUAL_EVERY`` steps; where the estimate says converged and
+    the true residual does not (Lanczos vectors that lost orthogonality),
+    the recurrence restarts from the current ``x``. A system already solved
+    (a zero residual) stays where it is.
+    """
+    x = x0
+    r = b - matvec(x)
+    products = 1
+    residual = _norm(r)
+    while not bool((residual <= tol).all()) and products < maxiter:
+        zero = torch.zeros_like(residual)
+        v_prev, v = torch.zeros_like(r), _safe_div(r, residual)
+        beta, dbar, epsln, sn = zero, zero, zero, zero
+        cs, phibar = -torch.ones_like(residual), residual
+        d_prev, d = torch.zeros_like(r), torch.zeros_like(r)
+        step = 0
+        while products < maxiter:
+            step += 1
+            w = matvec(v) - beta[..., None] * v_prev
+            products += 1
+            alpha = _dot(v, w).real
+            w = w - alpha[..., None] * v
+            beta_next = _norm(w)
+            # the Givens rotation that eliminates this column's subdiagonal
+            oldeps = epsln
+            delta = cs * dbar + sn * alpha
+            gbar = sn * dbar - cs * alpha
+            epsln = sn * beta_next
+            dbar = -cs * beta_next
+            gamma = torch.hypot(gbar, beta_next)
+            live = gamma > 0
+            cs = torch.where(live, gbar / torch.where(live, gamma, 1), 1)
+            sn = torch.where(live, beta_next / torch.where(live, gamma, 1), 0)
+            phi, phibar = cs * phibar, sn * phibar
+            d_prev, d = (
+                d,
+                _safe_div(v - oldeps[..., None] * d_prev - delta[..., None] * d, gamma),
+            )
+            x = x + phi[..., None] * d
+            v_prev, v, beta = v, _safe_div(w, beta_next), beta_next
+            estimate = bool((phibar <= tol).all())
+            if estimate or step % CG_RESIDUAL_EVERY == 0:
+                r = b - matvec(x)
+                products += 1
+                residual = _norm(r)
+                if estimate or bool((residual <= tol).all()):
+                    break  # solved, or restart from x: the estimate drifted
+        else:
+            r = b - matvec(x)
+            products += 1
+            residual = _norm(r)
+    return Solve(x, residual, products)

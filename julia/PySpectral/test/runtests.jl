@@ -2726,6 +2726,36 @@ end
     @test_logs (:warn, r"did not converge") PySpectral.linsolve(randn(30, 30), randn(30),
                                                                 0.1; krylovdim=2, maxiter=1)
     @test_throws DimensionMismatch PySpectral.linsolve(randn(3, 3), randn(4))
+    # MINRES for a Hermitian indefinite matrix with real a0, a1: the solution, its short
+    # recurrences (no more products than n and a few residuals) and the rule, whose
+    # adjoint solve is MINRES too
+    for T in (Float64, ComplexF64)
+        n = 40
+        Q = Matrix(qr(randn(T, n, n)).Q)
+        H = Hermitian(Q * Diagonal(range(-2.0, 3.0; length=n) .+ 0.01) * Q')
+        H = Matrix(H)
+        h = randn(T, n)
+        x, info = PySpectral._krylov(H, h, zero(h), 0.1, 1.0; tol=1e-12 * norm(h),
+                                     krylovdim=30, maxiter=100, ishermitian=true,
+                                     isposdef=false)
+        @test info.converged == 1 && info.numops <= n + 5
+        @test x ≈ (0.1I + H) \ h
+        @test PySpectral.linsolve(H, h, 0.1; ishermitian=true) ≈ (0.1I + H) \ h
+        Hs = H[1:8, 1:8]
+        test_rrule(PySpectral.linsolve, Hs, h[1:8], 0.1, 1.0;
+                   fkwargs=(; ishermitian=true), check_inferred=false, rtol=RTOL,
+                   atol=ATOL, output_tangent=randn(T, 8))
+    end
+    @test_logs (:warn, r"did not converge") PySpectral.linsolve(
+        Matrix(Symmetric(randn(60, 60))), randn(60); ishermitian=true, krylovdim=2,
+        maxiter=3)
+    # a zero right-hand side at tolerance zero (a zero cotangent, as the bridge passes
+    # absolute tolerances) is solved by zero, the pullback too
+    C = randn(5, 5) + 5I
+    @test PySpectral.linsolve(C, zeros(5); atol=0, rtol=0) == zeros(5)
+    ΔC = zeros(5, 5)
+    y, Δa0, Δa1 = linsolve_pullback!(ΔC, C, C \ ones(5), zeros(5); atol=0, rtol=0)
+    @test iszero(y) && iszero(ΔC) && iszero(Δa0) && iszero(Δa1)
 end
 
 @testset "fixed_point" begin

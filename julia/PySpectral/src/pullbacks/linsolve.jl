@@ -10,7 +10,7 @@
 
 Add to `ΔA` the gradient `-conj(a1) y xᴴ` of [`linsolve`](@ref)'s `x` given its
 cotangent `Δx`, with `y` the adjoint solve `(conj(a0) I + conj(a1) Aᴴ) y = Δx` to the
-forward's relative accuracy (KrylovKit.linsolve on `A'`), and return the cotangents of
+forward's relative accuracy (the forward's solver on `A'`), and return the cotangents of
 `b`, `a0` and `a1`. `ΔA` may be `nothing` (only `Δb`, `Δa0`, `Δa1` wanted).
 """
 function linsolve_pullback!(ΔA, A::AbstractMatrix, x::AbstractVector, Δx::AbstractVector,
@@ -19,9 +19,8 @@ function linsolve_pullback!(ΔA, A::AbstractMatrix, x::AbstractVector, Δx::Abst
                             krylovdim::Integer=30, maxiter::Integer=100)
     T = eltype(x)
     tol = _linsolve_tol(T, Δx, atol, rtol)
-    y, info = KrylovKit.linsolve(A', Vector{T}(Δx), zeros(T, length(x)), conj(a0), conj(a1);
-                                 tol, krylovdim, maxiter, ishermitian, isposdef,
-                                 verbosity=0)
+    y, info = _krylov(A', Vector{T}(Δx), zeros(T, length(x)), conj(a0), conj(a1); tol,
+                      krylovdim, maxiter, ishermitian, isposdef)
     _linsolve_converged(info, tol, "the backward's adjoint solve")
     ΔA === nothing || (ΔA .-= conj(a1) .* y .* x')
     return y, -dot(x, y), -dot(A * x, y)
