@@ -91,10 +91,12 @@ def linsolve(
     ``krylovdim`` basis vectors per cycle and at most ``maxiter`` cycles;
     conjugate gradients (``maxiter * krylovdim`` products) where
     ``isposdef=True`` says that ``M = a0 I + a1 A`` is Hermitian positive
-    definite (``ishermitian=True`` alone: ``A = A^H``, used by the backward
-    for ``A^H``). Converged when the true residual
-    ``||b - M x|| <= max(atol, rtol ||b||)`` for every system (defaults:
-    ``atol = 0``, ``rtol = eps**(3/4)``); otherwise the result comes with a
+    definite; MINRES (the same budget, no restarts, short recurrences)
+    where ``ishermitian=True`` says that ``A = A^H`` and ``a0``, ``a1`` are
+    real, so that ``M`` is Hermitian but maybe indefinite (the backward's
+    solve with ``M^H = M`` too; with ``project``, GMRES). Converged when the
+    true residual ``||b - M x|| <= max(atol, rtol ||b||)`` for every system
+    (defaults: ``atol = 0``, ``rtol = eps**(3/4)``); otherwise the result comes with a
     ``ConvergenceWarning`` that gives the residual (a singular ``M``, where
     ``a0 + a1 λ = 0`` for an eigenvalue ``λ`` of ``A``, is one cause).
     ``return_info=True`` returns ``(x, LinsolveInfo)``.
@@ -115,8 +117,12 @@ def linsolve(
     ``Ā = -conj(a1) y x^H`` into ``A`` (a tensor) or, through ``A x``, into
     the tensors an operator's ``matmul`` uses. First order.
 
-    ``backend="julia"`` raises ``BackendError`` (the Julia rule is not
-    reachable from Python yet); ``"auto"`` and ``"torch"`` run natively on
+    ``backend="julia"`` (a dense CPU tensor): Julia's ``PySpectral.linsolve``
+    (KrylovKit's GMRES, CG with ``isposdef``, or PySpectral's MINRES, as
+    here) and its adjoint solve
+    ``linsolve_pullback!``, zero copy, to the same tolerances; the
+    certificate (the true residual) and the warning are computed here as
+    for the native backend. ``"auto"`` and ``"torch"`` run natively on
     ``b``'s device.
 
     Raises:
@@ -155,9 +161,11 @@ def linsolve(
         return_info,
         backend,
     )
+    if s.julia:
+        return _julia(op, s)
     with torch.no_grad():
         x, info = _solve(s.M, s.Q(s.b.detach().to(s.x0.dtype)), s.Q(s.x0), s.tol, s)
-    _not_converged("linsolve", info, s)
+    _not_converged("linsolve", info.residual, info.tol, info.products)
     # A x through the user's products, for the backward: whether an operator's
     # tensors need a gradient shows only on the product (a tensor's, on it)
     given = any(t.requires_grad for t in (s.b, s.a0, s.a1, *s.tracked))
@@ -197,6 +205,9 @@ class _System(NamedTuple):
     Q: Callable[[Tensor], Tensor]  # I - r l^H / (l^H r), or the identity
     QH: Callable[[Tensor], Tensor]
     lr: tuple[Tensor, Tensor] | None  # project's (l, r)
+    hermitian: bool
+    minres: bool  # M = a0 I + a1 A Hermitian, not said to be definite
+    julia: bool
 
 
 def _check(
@@ -220,13 +231,23 @@ def _check(
         raise BackendError(
             f"{name}: backend must be 'auto', 'torch' or 'julia', got {backend!r}"
         )
-    if backend == "julia":
-        raise BackendError(
-            f"{name}: backend='julia' is not reachable from Python for linsolve "
-            "yet (PySpectral.linsolve and its rrule are Julia-only); use "
-            "backend='torch'"
-        )
     dense = isinstance(op, Tensor)
+    julia = backend == "julia"
+    if julia:
+        if not dense:
+            raise BackendError(
+                f"{name}: backend='julia' takes a dense tensor; an operator's "
+                "products are Python functions, which Julia's Krylov solver would "
+                "call back into Python once per product (not supported): use "
+                "backend='torch' for a LinearOperator, or pass the matrix"
+            )
+        for given, what in ((project, "project"), (return_info, "return_info")):
+            if given not in (None, False):
+                raise InputError(
+                    f"{name}: {what}= is the native backend's (KrylovKit's linsolve "
+                    "neither projects nor reports its products as counted here): "
+                    f"drop {what}= or use backend='torch'"
+                )
     if dense:
         check_matrix(name, op, square=True)
         shape, op_dtype, device = tuple(op.shape), op.dtype, op.device
@@ -334,7 +355,11 @@ def _check(
         Q,
         QH,
         lr,
-    )
+        ishermitian,
+        ishermitian and not isposdef and project is None
+        and not (a0t.is_complex() or a1t.is_complex()),
+        julia,
+    )  # fmt: skip
 
 
 def _identity(v: Tensor) -> Tensor:
@@ -501,6 +526,8 @@ def _solve(
                 "p with p^H (a0 I + a1 A) p <= 0: the matrix is not positive "
                 "definite; drop isposdef (GMRES)"
             )
+    elif s.minres:
+        solve = K.minres(M, b, x0, tol, s.maxiter * s.krylovdim)
     else:
         solve = K.gmres(M, b, x0, tol, s.krylovdim, s.maxiter)
     converged = bool((solve.residual <= tol).all())
@@ -508,18 +535,26 @@ def _solve(
 
 
 def _not_converged(
-    name: str, info: LinsolveInfo, s: _System, *, adjoint: bool = False
+    name: str,
+    residual: Tensor,
+    tol: Tensor,
+    products: int | None,
+    *,
+    adjoint: bool = False,
 ) -> None:
-    if info.converged:
+    """A ``ConvergenceWarning`` with the worst system's residual where one is
+    above its tolerance (``products`` None: the Julia backend's count)."""
+    if bool((residual <= tol).all()):
         return
-    worst = int(torch.argmax(info.residual - info.tol)) if info.residual.dim() else 0
-    res = float(info.residual.reshape(-1)[worst])
-    tol = float(info.tol.reshape(-1)[worst])
+    worst = int(torch.argmax(residual - tol)) if residual.dim() else 0
+    res = float(residual.reshape(-1)[worst])
+    t = float(tol.reshape(-1)[worst])
     what = "the backward's adjoint solve" if adjoint else "the solve"
+    after = "(Julia, KrylovKit)" if products is None else f"after {products} products"
     warn(
         f"{name}: {what} did not converge: residual {res:.3g} > tolerance "
-        f"{tol:.3g} after {info.products} products. Raise maxiter or krylovdim, "
-        "give a better x0, or check that a0 I + a1 A is not (nearly) singular.",
+        f"{t:.3g} {after}. Raise maxiter or krylovdim, give a better x0, or "
+        "check that a0 I + a1 A is not (nearly) singular.",
         ConvergenceWarning,
     )
 
@@ -546,7 +581,7 @@ class _Linsolve(torch.autograd.Function):
         with torch.no_grad():
             rhs = s.QH(gx)
             y, info = _solve(s.MH, rhs, torch.zeros_like(gx), _adjoint_tol(rhs, s), s)
-        _not_converged("linsolve", info, s, adjoint=True)
+        _not_converged("linsolve", info.residual, info.tol, info.products, adjoint=True)
         db, da0, da1, dZ = linsolve_pullback(x, Z.to(x.dtype), y, a1.to(x.dtype))
         grads = [
             _like(g, *meta) if need else None
@@ -555,6 +590,61 @@ class _Linsolve(torch.autograd.Function):
             )
         ]
         return (*grads, None, None)
+
+
+def _julia(A: Tensor, s: _System) -> Tensor:
+    """backend="julia": Julia's solve and adjoint solve; the certificate (the
+    true residual, one product) and the warning here, as the native
+    backend's."""
+    from .julia import _linsolve as J
+
+    dtype = s.x0.dtype
+    Ad, bd = A.detach().to(dtype), s.b.detach().to(dtype)
+    x = J.linsolve(Ad, bd, s.x0, s.a0, s.a1, s.tol, s.hermitian, s.posdef,
+                   s.krylovdim, s.maxiter)  # fmt: skip
+    with torch.no_grad():
+        residual = torch.linalg.vector_norm(bd - s.M(x), dim=-1)
+    _not_converged("linsolve", residual, s.tol, None)
+    inputs = (A, s.b, s.a0, s.a1)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        x = _JuliaLinsolve.apply(*inputs, Ad, x, s)
+    return x
+
+
+class _JuliaLinsolve(torch.autograd.Function):
+    """``x`` as a function of ``A``, ``b``, ``a0`` and ``a1`` by the Julia
+    backend; the adjoint solve and the gradients in Julia, its certificate
+    (``||x̄ - M^H y||``, one product) here."""
+
+    @staticmethod
+    def forward(ctx: Any, A, b, a0, a1, Ad, x, s) -> Tensor:  # type: ignore[override]
+        ctx.Ad, ctx.s = Ad, s
+        ctx.save_for_backward(x)
+        ctx.meta = [(t.shape, t.dtype) for t in (A, b, a0, a1)]
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, gx: Tensor):  # type: ignore[override]
+        from .julia import _linsolve as J
+
+        (x,) = ctx.saved_tensors
+        s = ctx.s
+        gx = gx.to(x.dtype)
+        tol = _adjoint_tol(gx, s)
+        gA, gb, ga0, ga1 = J.linsolve_pullback(
+            ctx.Ad, ctx.meta[0][1], x, gx, s.a0, s.a1, tol, s.hermitian,
+            s.posdef, s.krylovdim, s.maxiter,
+        )  # fmt: skip
+        with torch.no_grad():
+            residual = torch.linalg.vector_norm(gx - s.MH(gb), dim=-1)
+        _not_converged("linsolve", residual, tol, None, adjoint=True)
+        grads = [
+            _like(g, *meta) if need else None
+            for g, meta, need in zip(
+                (gA, gb, ga0, ga1), ctx.meta, ctx.needs_input_grad, strict=False
+            )
+        ]
+        return (*grads, None, None, None)
 
 
 def _adjoint_tol(gx: Tensor, s: _System) -> Tensor:

@@ -73,6 +73,7 @@ from pyspectral.forward.truncation import (
     truncation_rank,
 )
 from pyspectral.julia import _bridge, _convert
+from pyspectral.linsolve import linsolve as native_linsolve
 from pyspectral.polar import _native as native_polar
 from pyspectral.pullbacks.eig import check_diagonalizable, eig_pullback, eig_pushforward
 from pyspectral.pullbacks.eig_topk import eig_topk_pullback
@@ -83,6 +84,7 @@ from pyspectral.pullbacks.eigh import (
     fold_triangle,
     hermitian_from_triangle,
 )
+from pyspectral.pullbacks.linsolve import linsolve_pullback
 from pyspectral.pullbacks.matfun import (
     matrix_function_pullback,
     matrix_function_pushforward,
@@ -440,7 +442,7 @@ def _memory(address: int, code: int, dims: tuple[int, ...]) -> np.ndarray:
 
 def _is_op(name: str) -> bool:
     """The built-in ops (not the test runner, user functions or GC)."""
-    return name.endswith(("_batched", "_batched!"))
+    return name.endswith(("_batched", "_batched!", "_dense", "_dense!"))
 
 
 def _stored_values(fX: np.ndarray, dX: np.ndarray, b: int) -> SpectralFn:
@@ -1445,6 +1447,54 @@ class FakeJulia:
         g = (U @ Vb.mH).mT
         dAt[:, :, 0] = (g if np.iscomplexobj(dAt) else g.real).numpy()
         return _stack([N_in.resolve_conj().numpy()])
+
+    # ---------------------------------------------------------- linsolve
+
+    def _systems(self, At, *vectors) -> Iterator[tuple]:
+        """Each system ``j``: ``A`` (Julia's transpose of what it reads) and
+        column ``j`` of each ``n x B`` / ``1 x B`` argument."""
+        At, vectors = self._wrap(At), [self._wrap(v) for v in vectors]
+        for j in range(At.shape[2]):
+            yield _t(At, j).mT, *(_t(v, j) for v in vectors)
+
+    def linsolve_dense(
+        self, At, b, x0, a0, a1, tol, ishermitian, isposdef, krylovdim, maxiter
+    ) -> np.ndarray:
+        """Julia's ``linsolve`` of each system by the native solver, its
+        warning not logged (the glue's NullLogger)."""
+        xs = []
+        for A, bj, x0j, a0j, a1j, tolj in self._systems(At, b, x0, a0, a1, tol):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                x = native_linsolve(A, bj, a0=a0j[0], a1=a1j[0], x0=x0j,
+                                    ishermitian=ishermitian, isposdef=isposdef,
+                                    atol=float(tolj[0]), rtol=0.0,
+                                    krylovdim=krylovdim, maxiter=maxiter)  # fmt: skip
+            xs.append(x.resolve_conj().numpy())
+        return _stack(xs)
+
+    def linsolve_pullback_dense_b(
+        self, dAt, At, x, dx, a0, a1, tol, ishermitian, isposdef, krylovdim, maxiter
+    ) -> tuple:
+        """The adjoint solve by the native solver on ``A^H``, then the
+        pullback's formula; ``ΔA`` written transposed into ``dAt``."""
+        dAt = self._wrap(dAt)
+        out: list[list[np.ndarray]] = [[], [], []]
+        for j, (A, xj, dxj, a0j, a1j, tolj) in enumerate(
+            self._systems(At, x, dx, a0, a1, tol)
+        ):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                y = native_linsolve(A.mH, dxj, a0=a0j[0].conj(), a1=a1j[0].conj(),
+                                    ishermitian=ishermitian, isposdef=isposdef,
+                                    atol=float(tolj[0]), rtol=0.0,
+                                    krylovdim=krylovdim, maxiter=maxiter)  # fmt: skip
+            gb, ga0, ga1, gZ = linsolve_pullback(xj, A.to(xj.dtype) @ xj, y, a1j[0])
+            g = (gZ[:, None] * xj.conj()[None, :]).mT
+            dAt[:, :, j] = (g if np.iscomplexobj(dAt) else g.real).numpy()
+            for o, v in zip(out, (gb, ga0.reshape(1), ga1.reshape(1)), strict=True):
+                o.append(v.resolve_conj().numpy())
+        return tuple(_stack(o) for o in out)
 
     # -------------------------------------------------- eig_function
 

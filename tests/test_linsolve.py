@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+from _julia import needs_julia
 
 import pyspectral as ps
 
@@ -97,9 +98,95 @@ def test_cg_refuses_an_indefinite_matrix():
     H = torch.diag(torch.tensor([1.0, -2.0, 3.0], dtype=torch.float64))
     with pytest.raises(ps.InputError, match="not positive definite; drop isposdef"):
         ps.linsolve(H, torch.ones(3, dtype=torch.float64), isposdef=True)
-    # GMRES solves it
+    # MINRES solves it
     x = ps.linsolve(H, torch.ones(3, dtype=torch.float64), ishermitian=True)
     assert torch.allclose(x, torch.tensor([1.0, -0.5, 1 / 3], dtype=torch.float64))
+
+
+def spy_on(monkeypatch, name: str) -> list:
+    """The calls to the Krylov solver ``name`` of forward/linsolve.py."""
+    from pyspectral.forward import linsolve as K
+
+    calls: list = []
+    real = getattr(K, name)
+
+    def spy(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(K, name, spy)
+    return calls
+
+
+def indefinite(n, dtype, batch=(), seed=0):
+    """A Hermitian matrix with eigenvalues of both signs, away from zero."""
+    Q, _ = torch.linalg.qr(randn(*batch, n, n, dtype=dtype, seed=seed))
+    w = torch.linspace(-2.0, 3.0, n, dtype=torch.float64)
+    w = torch.where(w.abs() < 0.3, w.sign() * 0.3 + (w == 0) * 0.3, w)
+    return (Q * w.to(dtype)) @ Q.mH
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_minres_for_a_hermitian_indefinite_matrix(monkeypatch, dtype):
+    """ishermitian=True, real a0 and a1: MINRES, in the forward and in the
+    backward's adjoint solve (M^H = M); against torch.linalg.solve and by
+    gradcheck; GMRES where a complex a1 makes M non-Hermitian."""
+    calls = spy_on(monkeypatch, "minres")
+    n = 40
+    H = indefinite(n, dtype, batch=(2,))
+    b = randn(2, n, dtype=dtype, seed=1)
+    x, info = ps.linsolve(H, b, a0=0.1, ishermitian=True, return_info=True)
+    assert len(calls) == 1 and info.converged
+    ref = torch.linalg.solve(H + 0.1 * torch.eye(n, dtype=dtype), b)
+    assert (x - ref).abs().max() < 1e-9 * ref.abs().max()
+    # MINRES's short recurrences: no restarts, far fewer products than the
+    # budget of maxiter * krylovdim, here at most n + a few
+    assert info.products <= n + 5
+
+    Hs, bs = H[0, :8, :8].clone().requires_grad_(), b[0, :8].clone().requires_grad_()
+
+    def f(H, b):
+        return ps.linsolve((H + H.mH) / 2, b, ishermitian=True)
+
+    calls.clear()
+    assert torch.autograd.gradcheck(f, (Hs, bs))
+    assert len(calls) >= 2  # forward and adjoint solves
+    calls.clear()
+    ps.linsolve(H, b, a1=1j if dtype.is_complex else 1.0 + 0j, ishermitian=True)
+    assert not calls
+
+
+def test_minres_through_a_hermitian_operator(monkeypatch):
+    """A never-formed Hermitian indefinite operator (rmatmul = matmul): x and
+    the gradient into the operator's tensors, as by the dense matrix."""
+    calls = spy_on(monkeypatch, "minres")
+    n = 30
+    B = randn(n, 3, seed=5)
+    d = torch.linspace(-2.0, 2.5, n, dtype=torch.float64)
+    d = torch.where(d.abs() < 0.2, torch.full_like(d, 0.2), d).requires_grad_()
+    op = ps.LinearOperator((n, n), lambda X: d[:, None] * X + B @ (B.mT @ X),
+                           dtype=torch.float64)  # fmt: skip
+    b = randn(n, seed=6)
+    x = ps.linsolve(op, b, ishermitian=True)
+    (g,) = torch.autograd.grad(x.pow(2).sum(), d)
+    assert len(calls) == 2
+    A = torch.diag(d) + B @ B.mT
+    x_ref = torch.linalg.solve(A, b)
+    (g_ref,) = torch.autograd.grad(x_ref.pow(2).sum(), d)
+    assert (x - x_ref).abs().max() < 1e-9 * x_ref.abs().max()
+    assert (g - g_ref).abs().max() < 1e-7 * g_ref.abs().max()
+
+
+def test_minres_not_converged_warns_and_a_solved_system_stays():
+    n = 60
+    H = indefinite(n, torch.float64, batch=(2,), seed=2)
+    b = randn(2, n, seed=3)
+    b[1] = 0  # solved at the start: x stays 0
+    with pytest.warns(ps.ConvergenceWarning, match="did not converge"):
+        x, info = ps.linsolve(H, b, ishermitian=True, krylovdim=2, maxiter=3,
+                              return_info=True)  # fmt: skip
+    assert info.products <= 2 * 3 + 1 and not info.converged
+    assert torch.equal(x[1], torch.zeros(n, dtype=torch.float64))
 
 
 def operator(B, C, d, with_rmatmul):
@@ -260,7 +347,8 @@ def test_the_backward_warns_when_its_adjoint_solve_does_not_converge():
         ({"rtol": -1.0}, ps.InputError, "rtol must be a finite number >= 0"),
         ({"a0": "one"}, ps.InputTypeError, "a0 must be a number or a tensor"),
         ({"a1": float("nan")}, ps.NonFiniteError, "a1 is not finite"),
-        ({"backend": "julia"}, ps.BackendError, "backend='torch'"),
+        ({"backend": "julia", "project": (1, 2)}, ps.InputError, "project= is"),
+        ({"backend": "julia", "return_info": True}, ps.InputError, "return_info="),
         ({"backend": "jax"}, ps.BackendError, "backend must be"),
         ({"project": (1, 2)}, ps.InputTypeError, "project's l must be a tensor"),
     ],
@@ -302,3 +390,102 @@ def test_a_shift_per_system_of_a_batch():
     M = a0.detach()[:, None, None] * torch.eye(n, dtype=torch.float64) + A
     assert (x - torch.linalg.solve(M, b)).abs().max() < 1e-10
     assert torch.autograd.gradcheck(lambda a0: ps.linsolve(A, b, a0=a0), (a0,))
+
+
+# ------------------------------------------------------------ backend="julia"
+
+
+def julia_case(dtype, seed=40):
+    """A batch of three systems with a shift per system and a shared scale,
+    every input requiring its gradient."""
+    n = 30
+    A = (randn(3, n, n, dtype=dtype, seed=seed) / n**0.5).requires_grad_()
+    b = randn(3, n, dtype=dtype, seed=seed + 1).requires_grad_()
+    a0 = torch.tensor([1.0, 2.0, 1.5], dtype=torch.float64, requires_grad=True)
+    a1 = torch.tensor(0.7, dtype=torch.float64, requires_grad=True)
+    return A, b, a0, a1
+
+
+def both_backends(A, b, a0, a1):
+    """``x`` and the gradients of a real loss on both backends."""
+    w = randn(*b.shape, dtype=b.dtype, seed=7)
+    out = {}
+    for backend in ("torch", "julia"):
+        x = ps.linsolve(A, b, a0=a0, a1=a1, backend=backend)
+        loss = (x * w.conj()).real.sum()
+        out[backend] = (x.detach(), *torch.autograd.grad(loss, (A, b, a0, a1)))
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_julia_route_through_the_stand_in(fake, dtype):
+    """backend="julia" calls the glue's solve and adjoint solve (the stand-in
+    solves natively), with one absolute tolerance per system and rtol 0, and
+    returns the native backend's numbers and gradients."""
+    A, b, a0, a1 = julia_case(dtype)
+    out = both_backends(A, b, a0, a1)
+    (solve,) = fake.calls_to("linsolve_dense")
+    (pullback,) = fake.calls_to("linsolve_pullback_dense!")
+    assert len(solve.args) == 10 and len(pullback.args) == 11
+    for u, v in zip(out["torch"], out["julia"], strict=True):
+        assert u.dtype == v.dtype and u.shape == v.shape
+        assert (u - v).abs().max() <= 1e-10 * v.abs().max()
+
+
+def test_julia_refuses_a_python_operator(fake):
+    op = ps.LinearOperator((4, 4), lambda X: 2 * X, dtype=torch.float64)
+    with pytest.raises(ps.BackendError, match="back into Python"):
+        ps.linsolve(op, torch.ones(4, dtype=torch.float64), backend="julia")
+    assert not fake.calls_to("linsolve_dense")
+
+
+@needs_julia
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_julia_matches_native(dtype):
+    """Julia's KrylovKit GMRES and adjoint solve against the native ones: the
+    same x and gradients to the solves' tolerance, and a gradcheck."""
+    A, b, a0, a1 = julia_case(dtype)
+    out = both_backends(A, b, a0, a1)
+    for u, v in zip(out["torch"], out["julia"], strict=True):
+        assert u.dtype == v.dtype and u.shape == v.shape
+        assert (u - v).abs().max() <= 1e-9 * v.abs().max()
+    # a zero cotangent per system (gradcheck's unit vectors) solves to zero
+    assert torch.autograd.gradcheck(
+        lambda A, b, a0, a1: ps.linsolve(A, b, a0=a0, a1=a1, backend="julia"),
+        (A[:, :6, :6], b[:, :6], a0, a1),
+    )
+
+
+@needs_julia
+def test_julia_cg_and_a_real_matrix_with_a_complex_right_hand_side():
+    n = 25
+    B = randn(n, n, seed=3)
+    H = (B @ B.mT / n + torch.eye(n, dtype=torch.float64)).requires_grad_()
+    h = randn(n, seed=4)
+    x = ps.linsolve(H, h, ishermitian=True, isposdef=True, backend="julia")
+    assert (x - torch.linalg.solve(H.detach(), h)).abs().max() < 1e-9
+    x.sum().backward()
+    g = H.grad.clone()
+    H.grad = None
+    ps.linsolve(H, h, ishermitian=True, isposdef=True).sum().backward()
+    assert torch.allclose(g, H.grad, atol=1e-9, rtol=0)
+    # real A, complex b: a complex x, a real gradient for A
+    A = (randn(n, n, seed=5) / n**0.5).requires_grad_()
+    c = randn(n, dtype=torch.complex128, seed=6)
+    x = ps.linsolve(A, c, a0=2.0, backend="julia")
+    assert x.dtype == torch.complex128 and residual(A.detach(), x, c, 2.0) < 1e-10
+    x.abs().pow(2).sum().backward()
+    assert A.grad.dtype == torch.float64
+    g = A.grad.clone()
+    A.grad = None
+    ps.linsolve(A, c, a0=2.0).abs().pow(2).sum().backward()
+    assert torch.allclose(g, A.grad, atol=1e-9, rtol=0)
+
+
+@needs_julia
+def test_julia_warns_when_not_converged():
+    n = 50
+    A = randn(n, n) / n**0.5
+    b = randn(n, seed=1)
+    with pytest.warns(ps.ConvergenceWarning, match=r"residual .* \(Julia, KrylovKit\)"):
+        ps.linsolve(A, b, a0=0.1, krylovdim=2, maxiter=1, backend="julia")

@@ -179,6 +179,8 @@ GLUE_FUNCTIONS = (
     "eig_pushforward_batched",
     "eig_topk_dense",
     "eig_topk_pullback_dense!",
+    "linsolve_dense",
+    "linsolve_pullback_dense!",
     "eig_function_eigenbasis_batched",
     "eig_function_apply_batched",
     "eig_function_pullback_batched!",

@@ -614,6 +614,46 @@ function eig_topk_pullback_dense!(ΔAt, At, λ, V, Δλ, ΔV, cluster_tol, tol,
     return out(batch([Nin]))
 end
 
+# ------------------------------------------------------------------ linsolve
+
+# A batch of dense systems (a0 I + a1 A) x = b, A read as its transpose Aᵀ (so solved with
+# transpose(Aᵀ) = A, no copy), each with its own a0, a1 and absolute tolerance (1 × B:
+# the bridge's max(atol, rtol ‖b‖), passed as atol with rtol = 0, so that both backends
+# stop at the same residual). Julia's warning is not logged: the bridge certifies x by
+# its true residual and warns in its words, as the native backend does.
+function linsolve_dense(At, b, x0, a0, a1, tol, ishermitian::Bool, isposdef::Bool,
+                        krylovdim::Integer, maxiter::Integer)
+    At, b, x0, a0, a1, tol = map(wrap, (At, b, x0, a0, a1, tol))
+    xs = Logging.with_logger(Logging.NullLogger()) do
+        [PySpectral.linsolve(transpose(slice(At, j)), slice(b, j), a0[j], a1[j];
+                             x0=slice(x0, j), ishermitian, isposdef, atol=tol[j], rtol=0,
+                             krylovdim, maxiter) for j in axes(At, 3)]
+    end
+    return out(batch(xs))
+end
+
+# The adjoint solve of each system: ΔA = -conj(a1) y xᴴ written transposed into ΔAt (its
+# real part for a real A); returns (Δb, Δa0, Δa1) as n × B, 1 × B, 1 × B.
+function linsolve_pullback_dense!(ΔAt, At, x, Δx, a0, a1, tol, ishermitian::Bool,
+                                  isposdef::Bool, krylovdim::Integer, maxiter::Integer)
+    ΔAt, At, x, Δx, a0, a1, tol = map(wrap, (ΔAt, At, x, Δx, a0, a1, tol))
+    B = size(At, 3)
+    Δb, Δa0, Δa1 = similar(x), similar(x, 1, B), similar(x, 1, B)
+    Logging.with_logger(Logging.NullLogger()) do
+        for j in 1:B
+            # A itself (one copy): A' of a lazy transpose would not reach BLAS
+            A = Matrix(transpose(slice(At, j)))
+            G = zeros(eltype(x), size(A))
+            y, Δa0[j], Δa1[j] = PySpectral.linsolve_pullback!(
+                G, A, slice(x, j), slice(Δx, j), a0[j], a1[j];
+                ishermitian, isposdef, atol=tol[j], rtol=0, krylovdim, maxiter)
+            view(Δb, :, j) .= y
+            view(ΔAt, :, :, j) .= eltype(ΔAt) <: Real ? real.(transpose(G)) : transpose(G)
+        end
+    end
+    return outs((Δb, Δa0, Δa1))
+end
+
 # ---------------------------------------------------------- eig_function
 
 # f(Aᵀ) = f(A)ᵀ for a matrix function, so Julia works on the Aᵀ it reads: its Yᵀ, and
