@@ -16,18 +16,21 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
+from ._autograd import check_not_nested_forward_mode
 from ._operator_plan import _check_operator, _checked
 from ._settings import Options, options
 from ._validation import _as_integer, check_matrix
 from ._warnings import warn
-from .common.defaults import eps34
-from .common.gauge import check_gauge, check_weights
+from .common.defaults import eps34, max_abs
+from .common.gauge import apply_gauge_policy, check_gauge, check_weights
 from .exceptions import BackendError, ConvergenceWarning, InputError, ShapeError
 from .forward import eig_topk as KS
-from .linsolve import _positive, _tolerance, _vjp_adjoint
-from .pullbacks.eig_topk import eig_topk_pullback
+from .linsolve import _has_tangent, _positive, _primal, _tolerance, _vjp_adjoint
+from .pullbacks.eig import split_measure, split_message
+from .pullbacks.eig_topk import eig_topk_pullback, eig_topk_pushforward
 
 __all__ = ["eig_topk", "EigTopKInfo", "EigTopKResult"]
 
@@ -122,7 +125,10 @@ def eig_topk(
     ``backward_tol``, default ``tol``; products by ``A^H`` only, through
     ``op.rmatmul`` where given, else the vjp of ``matmul``); the gauge
     policy (``gauge``) where the loss sees a phase or a basis in a cluster,
-    as :func:`eig`; into ``A`` or the tensors ``op.matmul`` uses.
+    as :func:`eig`; into ``A`` or the tensors ``op.matmul`` uses. Forward
+    mode (dual tensors, ``torch.func.jvp``): one shifted solve per pair with
+    products by ``A``; exact where the tangent keeps each cluster together,
+    the gauge policy where it splits one.
 
     ``backend="julia"`` (a dense CPU tensor): Julia's ``PySpectral.eig_topk``
     (dense ``eigen`` up to 64 rows, KrylovKit's Arnoldi above, ``tol``,
@@ -187,11 +193,10 @@ def eig_topk(
             ConvergenceWarning,
         )
     L, V = ritz.values, ritz.vectors
-    if torch.is_grad_enabled():
-        Z = c.A(V)
-        if Z.requires_grad:
-            cluster_tol = c.cluster_tol(scale)
-            L, V = _EigTopK.apply(Z, L, V, c, cluster_tol)
+    # Z = A V carries A's dependence (its gradient, or forward mode's dA V)
+    Z = c.A(V)
+    if Z.requires_grad or _has_tangent(Z):
+        L, V = _EigTopK.apply(Z, L, V, c, c.cluster_tol(scale))
     out = EigTopKResult(L, V)
     if return_info:
         info = EigTopKInfo(ritz.residual, ritz.tol, ritz.products, ritz.restarts,
@@ -260,7 +265,7 @@ def _julia(A: Tensor, c: _Checked, return_info: bool) -> Any:
             "not report the products and restarts as it counts them); use "
             "backend='torch'"
         )
-    Ad = A.detach()
+    Ad = fwAD.unpack_dual(A).primal.detach()
     L, V, handles = J.eig_topk(Ad, c.k, c.which, c.tol, c.krylovdim, c.maxiter, c.atol)
     scale = float(L.abs().max())
     with torch.no_grad():
@@ -273,20 +278,35 @@ def _julia(A: Tensor, c: _Checked, return_info: bool) -> Any:
             "'SM' and interior targets need a shift-invert operator.",
             ConvergenceWarning,
         )
-    if torch.is_grad_enabled() and A.requires_grad:
+    dual = _has_tangent(A)
+    if (torch.is_grad_enabled() and A.requires_grad) or dual:
         L, V = _JuliaEigTopK.apply(A, L, V, handles, c, c.cluster_tol(scale))
     return EigTopKResult(L, V)
 
 
 class _JuliaEigTopK(torch.autograd.Function):
-    """``(L, V)`` of a dense ``A`` by the Julia backend; backward in Julia."""
+    """``(L, V)`` of a dense ``A`` by the Julia backend; backward in Julia,
+    forward mode by the native pushforward on Julia's pairs (the same
+    formula as Julia's frule, without a round trip per product)."""
 
     @staticmethod
-    def forward(ctx: Any, A, L, V, handles, c, cluster_tol):  # type: ignore[override]
-        ctx.A, ctx.handles, ctx.c, ctx.cluster_tol = A.detach(), handles, c, cluster_tol
-        ctx.save_for_backward(L, V)
-        ctx.set_materialize_grads(False)
+    def forward(A, L, V, handles, c, cluster_tol):  # type: ignore[override]
         return L.clone(), V.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        A, L, V, ctx.handles, ctx.c, ctx.cluster_tol = inputs
+        ctx.A = A.detach()
+        ctx.save_for_backward(L, V)
+        ctx.save_for_forward(L, V)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def jvp(ctx: Any, dA: Tensor | None, *_: Any) -> tuple:
+        L, V = ctx.saved_tensors
+        if dA is None:
+            return torch.zeros_like(L), torch.zeros_like(V)
+        return _pushforward(L, V, dA.to(V.dtype) @ V, ctx.c, ctx.cluster_tol)
 
     @staticmethod
     def backward(ctx: Any, gL: Tensor | None, gV: Tensor | None):  # type: ignore[override]
@@ -306,6 +326,34 @@ class _JuliaEigTopK(torch.autograd.Function):
         return gA, None, None, None, None, None
 
 
+def _pushforward(L: Tensor, V: Tensor, dAV: Tensor, c: _Checked, cluster_tol: float):
+    """Both backends' forward mode: the tangents ``(dL, dV)`` from ``dA V``,
+    with the solve's certificate and the gauge policy where the tangent
+    splits a cluster (as ``eig``'s forward mode)."""
+    check_not_nested_forward_mode("eig_topk")
+    with torch.no_grad():
+        cluster = _clusters(L, cluster_tol)
+        dL, dV, dP, solve, converged = eig_topk_pushforward(
+            L, V, dAV, c.mm, cluster, c.backward_tol, c.backward_krylovdim,
+            c.backward_maxiter,
+        )  # fmt: skip
+    if not converged:
+        assert solve is not None
+        warn(
+            "eig_topk forward mode: the complement solve did not converge "
+            f"(residual {float(solve.residual.max()):.3g} after "
+            f"{solve.products} products): the tangent is approximate. "
+            "Raise backward_maxiter / backward_krylovdim or choose k at a gap.",
+            ConvergenceWarning,
+        )
+    if c.opts.gauge != "ignore":
+        measured = split_measure(L, dP, torch.tensor(cluster_tol))
+        allowed = max(eps34(V.dtype), 10 * c.tol) * max_abs(dP)
+        if measured > allowed:
+            apply_gauge_policy(split_message("eig_topk", measured, allowed), c.opts)
+    return dL, dV
+
+
 def _clusters(L: Tensor, cluster_tol: float) -> Tensor:
     """Which kept eigenvalues are one eigenvalue (``k' x k'`` booleans)."""
     return (L[:, None] - L[None, :]).abs() <= cluster_tol
@@ -322,7 +370,7 @@ def _policy(L, V, gL, gV, N_in, cluster, cluster_tol, c) -> None:
 
 class _Checked(NamedTuple):
     A: Callable[[Tensor], Tensor]  # complex block product, grad on
-    mm: Callable[[Tensor], Tensor]  # the same under no_grad
+    mm: Callable[[Tensor], Tensor]  # the same, without forward mode's tangent
     AH: Callable[[Tensor], Tensor]
     n: int
     k: int
@@ -436,7 +484,7 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
         raise InputError(f"{name}: generator must be a torch.Generator or None")
     btol = _tolerance(name, "backward_tol", backward_tol, tol_)
     return _Checked(
-        A, A, AH, n, kk, which, tol_, kd,
+        A, _primal(A), AH, n, kk, which, tol_, kd,
         _positive(name, "maxiter", maxiter), bs, cdtype, torch.device(device),
         max(eps34(cdtype), 100 * tol_), gen, opts.degeneracy_atol, opts, btol,
         _positive(name, "backward_krylovdim", backward_krylovdim),
@@ -446,14 +494,26 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
 
 
 class _EigTopK(torch.autograd.Function):
-    """``(L, V)`` as a function of ``Z = A V``: the backward's ``Z̄ = U``."""
+    """``(L, V)`` as a function of ``Z = A V``: the backward's ``Z̄ = U``;
+    forward mode's tangent of ``Z`` is ``dA V``."""
 
     @staticmethod
-    def forward(ctx: Any, Z, L, V, c, cluster_tol):  # type: ignore[override]
-        ctx.c, ctx.cluster_tol = c, cluster_tol
-        ctx.save_for_backward(L, V)
-        ctx.set_materialize_grads(False)
+    def forward(Z, L, V, c, cluster_tol):  # type: ignore[override]
         return L.clone(), V.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: tuple) -> None:
+        _, L, V, ctx.c, ctx.cluster_tol = inputs
+        ctx.save_for_backward(L, V)
+        ctx.save_for_forward(L, V)
+        ctx.set_materialize_grads(False)
+
+    @staticmethod
+    def jvp(ctx: Any, dZ: Tensor | None, *_: Any) -> tuple:
+        L, V = ctx.saved_tensors
+        if dZ is None:
+            return torch.zeros_like(L), torch.zeros_like(V)
+        return _pushforward(L, V, dZ.to(V.dtype), ctx.c, ctx.cluster_tol)
 
     @staticmethod
     def backward(ctx: Any, gL: Tensor | None, gV: Tensor | None):  # type: ignore[override]

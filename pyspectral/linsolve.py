@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
+import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
 from ._operator_plan import _DTYPES, _check_operator, _checked, _finite
@@ -115,7 +116,9 @@ def linsolve(
     ``M^H y = x̄`` to the same tolerance (warned as above where it does not
     converge), then ``b̄ = y``, ``ā0 = -x^H y``, ``ā1 = -(A x)^H y`` and
     ``Ā = -conj(a1) y x^H`` into ``A`` (a tensor) or, through ``A x``, into
-    the tensors an operator's ``matmul`` uses. First order.
+    the tensors an operator's ``matmul`` uses. First order; forward mode
+    (dual tensors) by one more solve, ``M dx = db - da0 x - da1 A x -
+    a1 dA x``.
 
     ``backend="julia"`` (a dense CPU tensor): Julia's ``PySpectral.linsolve``
     (KrylovKit's GMRES, CG with ``isposdef``, or PySpectral's MINRES, as
@@ -166,11 +169,13 @@ def linsolve(
     with torch.no_grad():
         x, info = _solve(s.M, s.Q(s.b.detach().to(s.x0.dtype)), s.Q(s.x0), s.tol, s)
     _not_converged("linsolve", info.residual, info.tol, info.products)
-    # A x through the user's products, for the backward: whether an operator's
-    # tensors need a gradient shows only on the product (a tensor's, on it)
-    given = any(t.requires_grad for t in (s.b, s.a0, s.a1, *s.tracked))
-    Z = s.A(x) if torch.is_grad_enabled() and (given or not s.dense) else None
-    if Z is not None and (given or Z.requires_grad):
+    inputs = (s.b, s.a0, s.a1, *s.tracked)
+    given = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    dual = any(_has_tangent(t) for t in inputs)
+    # A x through the user's products, for both modes: whether an operator's
+    # tensors carry a gradient or a tangent shows only on the product
+    Z = s.A(x) if given or dual or not s.dense else None
+    if Z is not None and (given or Z.requires_grad or dual or _has_tangent(Z)):
         with torch.enable_grad():
             if s.lr is None:
                 x = _Linsolve.apply(s.b, s.a0, s.a1, Z, x, s)
@@ -320,9 +325,11 @@ def _check(
         return g
 
     A, AH = apply(matmul), apply(rmatmul if not ishermitian else matmul)
+    # the iterations see no forward-mode tangent (the jvp solves for it)
+    Ap, AHp = _primal(A), _primal(AH)
     c0, c1 = a0t.detach().to(dtype), a1t.detach().to(dtype)
-    M = lambda v: c0[..., None] * v + c1[..., None] * A(v)  # noqa: E731
-    MH = lambda v: c0.conj()[..., None] * v + c1.conj()[..., None] * AH(v)  # noqa: E731
+    M = lambda v: c0[..., None] * v + c1[..., None] * Ap(v)  # noqa: E731
+    MH = lambda v: c0.conj()[..., None] * v + c1.conj()[..., None] * AHp(v)  # noqa: E731
     tracked = (op,) if dense else ()
     Q = QH = _identity
     lr = None
@@ -541,15 +548,18 @@ def _not_converged(
     products: int | None,
     *,
     adjoint: bool = False,
+    tangent: bool = False,
 ) -> None:
     """A ``ConvergenceWarning`` with the worst system's residual where one is
-    above its tolerance (``products`` None: the Julia backend's count)."""
+    above its tolerance (``products`` None: the Julia backend's count); the
+    solve named: the forward's, the backward's adjoint or forward mode's."""
     if bool((residual <= tol).all()):
         return
     worst = int(torch.argmax(residual - tol)) if residual.dim() else 0
     res = float(residual.reshape(-1)[worst])
     t = float(tol.reshape(-1)[worst])
     what = "the backward's adjoint solve" if adjoint else "the solve"
+    what = "forward mode's tangent solve" if tangent else what
     after = "(Julia, KrylovKit)" if products is None else f"after {products} products"
     warn(
         f"{name}: {what} did not converge: residual {res:.3g} > tolerance "
@@ -567,11 +577,28 @@ class _Linsolve(torch.autograd.Function):
     its gradient (``l^H dx = -dl^H x``)."""
 
     @staticmethod
-    def forward(ctx: Any, b, a0, a1, Z, x, s) -> Tensor:  # type: ignore[override]
-        ctx.s = s
-        ctx.save_for_backward(x, Z.detach(), a1.detach())
-        ctx.meta = [(t.shape, t.dtype) for t in (b, a0, a1, Z)]
+    def forward(b, a0, a1, Z, x, s) -> Tensor:  # type: ignore[override]
         return x.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        b, a0, a1, Z, x, ctx.s = inputs
+        ctx.save_for_backward(x, Z.detach(), a1.detach())
+        ctx.save_for_forward(x, Z, a1)
+        ctx.meta = [(t.shape, t.dtype) for t in (b, a0, a1, Z)]
+
+    @staticmethod
+    def jvp(ctx: Any, db, da0, da1, dZ, *_: Any) -> Tensor:
+        """``dx = M^-1 Q (db - da0 x - da1 A x - a1 dA x)``, ``dZ = dA x``:
+        one more solve, certified as the forward's."""
+        x, Z, a1 = ctx.saved_tensors
+        s = ctx.s
+        rhs = _tangent_rhs(x, Z, a1, db, da0, da1, dZ)
+        with torch.no_grad():
+            tol = _adjoint_tol(rhs, s)
+            dx, info = _solve(s.M, s.Q(rhs), torch.zeros_like(x), tol, s)
+        _not_converged("linsolve", info.residual, tol, info.products, tangent=True)
+        return dx
 
     @staticmethod
     def backward(ctx: Any, gx: Tensor):  # type: ignore[override]
@@ -606,7 +633,8 @@ def _julia(A: Tensor, s: _System) -> Tensor:
         residual = torch.linalg.vector_norm(bd - s.M(x), dim=-1)
     _not_converged("linsolve", residual, s.tol, None)
     inputs = (A, s.b, s.a0, s.a1)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in inputs)
+    if grad or any(_has_tangent(t) for t in inputs):
         x = _JuliaLinsolve.apply(*inputs, Ad, x, s)
     return x
 
@@ -617,11 +645,34 @@ class _JuliaLinsolve(torch.autograd.Function):
     (``||x̄ - M^H y||``, one product) here."""
 
     @staticmethod
-    def forward(ctx: Any, A, b, a0, a1, Ad, x, s) -> Tensor:  # type: ignore[override]
-        ctx.Ad, ctx.s = Ad, s
-        ctx.save_for_backward(x)
-        ctx.meta = [(t.shape, t.dtype) for t in (A, b, a0, a1)]
+    def forward(A, b, a0, a1, Ad, x, s) -> Tensor:  # type: ignore[override]
         return x.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: Tensor) -> None:
+        A, b, a0, a1, ctx.Ad, x, ctx.s = inputs
+        ctx.save_for_backward(x)
+        ctx.save_for_forward(x)
+        ctx.meta = [(t.shape, t.dtype) for t in (A, b, a0, a1)]
+
+    @staticmethod
+    def jvp(ctx: Any, dA, db, da0, da1, *_: Any) -> Tensor:
+        """``dx = M^-1 (db - da0 x - da1 A x - a1 dA x)``: one more solve in
+        Julia, certified here as the forward's."""
+        from .julia import _linsolve as J
+
+        (x,) = ctx.saved_tensors
+        s, Ad = ctx.s, ctx.Ad
+        Ax = (Ad @ x[..., None])[..., 0]
+        dAx = None if dA is None else (dA.to(x.dtype) @ x[..., None])[..., 0]
+        rhs = _tangent_rhs(x, Ax, s.a1.detach(), db, da0, da1, dAx)
+        tol = _adjoint_tol(rhs, s)
+        dx = J.linsolve(Ad, rhs, torch.zeros_like(x), s.a0, s.a1, tol, s.hermitian,
+                        s.posdef, s.krylovdim, s.maxiter)  # fmt: skip
+        with torch.no_grad():
+            residual = torch.linalg.vector_norm(rhs - s.M(dx), dim=-1)
+        _not_converged("linsolve", residual, tol, None, tangent=True)
+        return dx
 
     @staticmethod
     def backward(ctx: Any, gx: Tensor):  # type: ignore[override]
@@ -645,6 +696,36 @@ class _JuliaLinsolve(torch.autograd.Function):
             )
         ]
         return (*grads, None, None, None)
+
+
+def _tangent_rhs(x, Ax, a1, db, da0, da1, dAx) -> Tensor:
+    """``db - da0 x - da1 A x - a1 dA x`` (a None tangent: zero), ``a0`` and
+    ``a1`` scalars or one per system."""
+    rhs = torch.zeros_like(x)
+    if db is not None:
+        rhs = rhs + db.to(x.dtype)
+    if da0 is not None:
+        rhs = rhs - da0.to(x.dtype)[..., None] * x
+    if da1 is not None:
+        rhs = rhs - da1.to(x.dtype)[..., None] * Ax.to(x.dtype)
+    if dAx is not None:
+        rhs = rhs - a1.to(x.dtype)[..., None] * dAx.to(x.dtype)
+    return rhs
+
+
+def _has_tangent(t: Tensor) -> bool:
+    """Whether ``t`` is a forward-mode dual tensor (``torch.autograd.forward_ad``)."""
+    return fwAD.unpack_dual(t).tangent is not None
+
+
+def _primal(f: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """``f`` with its result's forward-mode tangent dropped: an iteration on
+    an operator whose tensors are dual computes the primal only."""
+
+    def g(X: Tensor) -> Tensor:
+        return fwAD.unpack_dual(f(X)).primal
+
+    return g
 
 
 def _adjoint_tol(gx: Tensor, s: _System) -> Tensor:

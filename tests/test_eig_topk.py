@@ -12,6 +12,7 @@ import warnings
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 from _julia import needs_julia
 
 import pyspectral as ps
@@ -101,7 +102,9 @@ def test_gradcheck(dtype):
     def f(A):
         return loss(*ps.eig_topk(A, 2, krylovdim=10))
 
-    assert torch.autograd.gradcheck(f, (A,), eps=1e-6, atol=1e-6, rtol=1e-5)
+    assert torch.autograd.gradcheck(
+        f, (A,), eps=1e-6, atol=1e-6, rtol=1e-5, check_forward_ad=True
+    )
 
 
 def low_rank_plus_diagonal(n: int, seed: int):
@@ -208,7 +211,9 @@ def test_random_mps_transfer_operator_against_dense_and_finite_differences():
         L, _ = ps.eig_topk(transfer(As), 2, krylovdim=16)
         return -1 / torch.log(L[1:].abs().mean() / L[0].abs())
 
-    assert torch.autograd.gradcheck(xi, (As,), eps=1e-6, atol=1e-6, rtol=1e-5)
+    assert torch.autograd.gradcheck(
+        xi, (As,), eps=1e-6, atol=1e-6, rtol=1e-5, check_forward_ad=True
+    )
     with torch.no_grad():
         E = transfer(As).matmul(torch.eye(D * D, dtype=torch.float64))
     full = torch.linalg.eigvals(E)
@@ -216,6 +221,86 @@ def test_random_mps_transfer_operator_against_dense_and_finite_differences():
     n2 = 2 if abs(float(top[1].abs() - top[2].abs())) < 1e-9 else 1
     exact = -1 / torch.log(top[1 : 1 + n2].abs().mean() / top[0].abs())
     assert float(xi(As).detach()) == pytest.approx(float(exact), rel=1e-10)
+
+
+# ---------------------------------------------------------------- forward mode
+
+
+def jvp_of(f, x: torch.Tensor, dx: torch.Tensor) -> torch.Tensor:
+    with fwAD.dual_level():
+        return fwAD.unpack_dual(f(fwAD.make_dual(x, dx))).tangent
+
+
+def central(f, x: torch.Tensor, dx: torch.Tensor, h: float = 1e-6) -> torch.Tensor:
+    with torch.no_grad():
+        return (f(x + h * dx) - f(x - h * dx)) / (2 * h)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_mode_is_the_backward_transposed_and_matches_dense_eig(dtype):
+    """The tangent of a gauge-invariant loss equals <gradient, dA> and the
+    central difference; the eigenvalues' tangents equal the dense ps.eig's."""
+    n = 60
+    A, dA = randn(n, n, dtype=dtype, seed=40), randn(n, n, dtype=dtype, seed=41)
+    loss = loss_of(randn(n, dtype=C128, seed=42))
+
+    def f(X):
+        return loss(*ps.eig_topk(X, 3))
+
+    t = jvp_of(f, A, dA)
+    X = A.clone().requires_grad_()
+    (g,) = torch.autograd.grad(f(X), X)
+    assert float(t) == pytest.approx(float((g.conj() * dA).sum().real), rel=1e-9)
+    assert float(t) == pytest.approx(float(central(f, A, dA)), rel=1e-7)
+    with fwAD.dual_level():
+        L, _ = ps.eig_topk(fwAD.make_dual(A, dA), 3)
+        Lf, _ = ps.eig(fwAD.make_dual(A, dA))
+        (L, dL), (Lf, dLf) = fwAD.unpack_dual(L), fwAD.unpack_dual(Lf)
+    at = [int((Lf - lam).abs().argmin()) for lam in L]
+    assert torch.allclose(dL, dLf[at], atol=1e-9 * float(dLf.abs().max()), rtol=0)
+    # torch.func.jvp takes the same rule
+    _, tf = torch.func.jvp(f, (A,), (dA,))
+    assert float(tf) == pytest.approx(float(t), rel=1e-12)
+
+
+def test_forward_mode_through_an_operator_and_its_tensors():
+    """xi of a random MPS, the tangent pushed through the operator's tensors
+    (never formed), against the central difference."""
+    As, dAs = randn(3, 4, 4, seed=43), randn(3, 4, 4, seed=44)
+
+    def xi(As):
+        L, _ = ps.eig_topk(transfer(As), 2, krylovdim=16)
+        return -1 / torch.log(L[1:].abs().mean() / L[0].abs())
+
+    t = jvp_of(xi, As, dAs)
+    assert float(t) == pytest.approx(float(central(xi, As, dAs)), rel=1e-7)
+
+
+def test_forward_mode_at_the_aklt_cluster():
+    """Along a, b, c the cluster -b^2 stays repeated: the tangent of xi is the
+    closed form's, quietly. A tangent of all twelve entries splits it: the
+    gauge policy says so."""
+    abc = torch.tensor([1.0, 0.8, 0.5], dtype=torch.float64)
+    d = torch.tensor([0.3, -0.7, 0.2], dtype=torch.float64)
+
+    def xi(abc):
+        L, _ = ps.eig_topk(transfer(aklt(*abc)), 2)
+        return -1 / torch.log(L[1:].abs().mean() / L[0].abs())
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        t = jvp_of(xi, abc, d)
+
+    def exact(abc):
+        a, b, c = abc
+        return 1 / torch.log((b**2 + a * c) / b**2)
+
+    x = abc.clone().requires_grad_()
+    (g,) = torch.autograd.grad(exact(x), x)
+    assert float(t) == pytest.approx(float((g * d).sum()), rel=1e-9)
+    As, dAs = aklt(1.0, 0.8, 0.5), randn(3, 2, 2, seed=45)
+    with fwAD.dual_level(), pytest.warns(ps.GaugeWarning, match="splits it"):
+        ps.eig_topk(transfer(fwAD.make_dual(As, dAs)), 2)
 
 
 # ------------------------------------------------------------- errors, warnings
@@ -396,6 +481,18 @@ def test_julia_route_through_the_stand_in(fake, dtype):
     assert len(fake.calls_to("eig_topk_pullback_dense!")) == 1
     for u, v in zip(*out, strict=True):
         assert u.dtype == v.dtype and torch.allclose(u, v, atol=1e-10, rtol=0)
+
+
+def test_julia_forward_mode_through_the_stand_in(fake):
+    """Forward mode on the Julia backend: Julia's pairs, the native
+    pushforward (the formula of Julia's frule), the native tangents."""
+    A, dA = randn(30, 30, seed=46), randn(30, 30, seed=47)
+    loss = loss_of(randn(30, dtype=C128, seed=48))
+    t = [jvp_of(lambda X, b=b: loss(*ps.eig_topk(X, 3, backend=b)), A, dA)
+         for b in ("torch", "julia")]  # fmt: skip
+    assert len(fake.calls_to("eig_topk_dense")) == 1
+    assert not fake.calls_to("eig_topk_pullback_dense!")
+    assert float(t[1]) == pytest.approx(float(t[0]), rel=1e-10)
 
 
 @needs_julia

@@ -133,6 +133,7 @@ def test_the_gallery_has_my_examples():
         "covariance_pooling",
         "mps_canonical_form",
         "mps_correlation_length",
+        "mps_transfer_operator",
         "orthogonal_procrustes",
         "topk_operator",
         "julia_rule",
@@ -186,6 +187,20 @@ def test_mps_correlation_length():
         assert row["dxi"] == pytest.approx(row["dxi_exact"], rel=1e-8)
         assert row["pyspectral"] < 1e-8
         assert math.isnan(row["torch.linalg.eig"])
+
+
+def test_mps_transfer_operator():
+    """xi of a random MPS through the never-formed transfer operator: its
+    gradient along a direction against the central difference, and xi and
+    the whole gradient against the dense ps.eig of the formed matrix."""
+    example = load("mps_transfer_operator")
+    r = example.main(Ds=(4, 6), dense_upto=6, verbose=False)
+    check_figure(example, r)
+    assert [row["D"] for row in r["rows"]] == [4, 6]
+    for row in r["rows"]:
+        assert row["fd_error"] < 1e-6
+        assert row["xi"] == pytest.approx(row["xi_dense"], rel=1e-10)
+        assert row["dense_error"] < 1e-9
 
 
 def test_mps_canonical_form():

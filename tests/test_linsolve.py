@@ -13,6 +13,7 @@ import warnings
 
 import pytest
 import torch
+import torch.autograd.forward_ad as fwAD
 from _julia import needs_julia
 
 import pyspectral as ps
@@ -60,7 +61,9 @@ def test_gradcheck_dense(dtype):
     def f(A, b, a0, a1):
         return ps.linsolve(A.expand(2, n, n), b, a0=a0, a1=a1, krylovdim=4)
 
-    assert torch.autograd.gradcheck(f, (A, b, a0, a1), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        f, (A, b, a0, a1), fast_mode=True, check_forward_ad=True
+    )
 
 
 def test_complex_a0_with_a_real_matrix():
@@ -75,7 +78,9 @@ def test_complex_a0_with_a_real_matrix():
     x = f(A, b, a0)
     assert x.dtype == torch.complex128
     assert residual(A.detach().to(x.dtype), x.detach(), b.detach(), a0.detach()) < 1e-12
-    assert torch.autograd.gradcheck(f, (A, b, a0), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        f, (A, b, a0), fast_mode=True, check_forward_ad=True
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -89,7 +94,7 @@ def test_cg_for_a_positive_definite_matrix(dtype):
         Hs = (H + H.mH) / 2
         return ps.linsolve(Hs, b, ishermitian=True, isposdef=True)
 
-    assert torch.autograd.gradcheck(f, (H, b))
+    assert torch.autograd.gradcheck(f, (H, b), check_forward_ad=True)
     x = f(H, b)
     assert (x - torch.linalg.solve((H + H.mH) / 2, b)).abs().max() < 1e-10
 
@@ -149,7 +154,7 @@ def test_minres_for_a_hermitian_indefinite_matrix(monkeypatch, dtype):
         return ps.linsolve((H + H.mH) / 2, b, ishermitian=True)
 
     calls.clear()
-    assert torch.autograd.gradcheck(f, (Hs, bs))
+    assert torch.autograd.gradcheck(f, (Hs, bs), check_forward_ad=True)
     assert len(calls) >= 2  # forward and adjoint solves
     calls.clear()
     ps.linsolve(H, b, a1=1j if dtype.is_complex else 1.0 + 0j, ishermitian=True)
@@ -211,7 +216,9 @@ def test_operator_gradient_reaches_its_tensors(dtype, with_rmatmul):
     def f(B, C, d, b):
         return ps.linsolve(operator(B, C, d, with_rmatmul), b)
 
-    assert torch.autograd.gradcheck(f, (B, C, d, b), fast_mode=True)
+    assert torch.autograd.gradcheck(
+        f, (B, C, d, b), fast_mode=True, check_forward_ad=True
+    )
     # the same gradient as the dense path
     w = randn(n, dtype=dtype, seed=4)
     dense = ps.linsolve(torch.diag(d) + B @ C, b)
@@ -234,7 +241,7 @@ def test_projected_solve_of_a_singular_system_and_its_gradient():
         return ps.linsolve(T, b, a0=1.0, a1=-1 / lam[-1], project=(r, r))
 
     x = f(W, b)
-    assert torch.autograd.gradcheck(f, (W, b))
+    assert torch.autograd.gradcheck(f, (W, b), check_forward_ad=True)
     T = (W @ W.mT / n + torch.diag(torch.arange(n, dtype=W.dtype)) / 10).detach()
     lam, V = torch.linalg.eigh(T)
     r = V[:, -1]
@@ -258,7 +265,7 @@ def test_projected_solve_of_a_non_normal_matrix():
 
     x = f(A, b)
     assert x.dtype == torch.complex128
-    assert torch.autograd.gradcheck(f, (A, b))
+    assert torch.autograd.gradcheck(f, (A, b), check_forward_ad=True)
 
 
 def test_project_refuses_vectors_that_are_not_eigenvectors():
@@ -432,6 +439,45 @@ def test_julia_route_through_the_stand_in(fake, dtype):
         assert (u - v).abs().max() <= 1e-10 * v.abs().max()
 
 
+def tangents(A, b, a0, a1, backend):
+    """Forward mode: ``dx`` along tangents of all four inputs (dual tensors)."""
+    dA, db = (
+        randn(*A.shape, dtype=A.dtype, seed=8),
+        randn(*b.shape, dtype=b.dtype, seed=9),
+    )
+    da0 = torch.tensor([0.3, -0.2, 0.1], dtype=torch.float64)
+    da1 = torch.tensor(-0.4, dtype=torch.float64)
+    with fwAD.dual_level():
+        duals = [fwAD.make_dual(t.detach(), d) for t, d in
+                 zip((A, b, a0, a1), (dA, db, da0, da1), strict=True)]  # fmt: skip
+        x = ps.linsolve(duals[0], duals[1], a0=duals[2], a1=duals[3], backend=backend)
+        dx = fwAD.unpack_dual(x).tangent
+    with fwAD.dual_level():  # the dense reference: torch.linalg.solve's tangent
+        d = [fwAD.make_dual(t.detach(), dt) for t, dt in
+             zip((A, b, a0, a1), (dA, db, da0, da1), strict=True)]  # fmt: skip
+        eye = torch.eye(A.shape[-1], dtype=A.dtype)
+        M = d[2][:, None, None] * eye + d[3] * d[0]
+        ref = fwAD.unpack_dual(torch.linalg.solve(M, d[1])).tangent
+    return dx, ref
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_forward_mode_matches_the_dense_solve(dtype):
+    """Dual tensors through the native solver: the tangent of the converged
+    iteration, equal to torch.linalg.solve's."""
+    dx, ref = tangents(*julia_case(dtype), "torch")
+    assert dx is not None and (dx - ref).abs().max() <= 1e-9 * ref.abs().max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_julia_forward_mode_through_the_stand_in(fake, dtype):
+    """Forward mode on the Julia backend: one more glue solve for the
+    tangent, equal to the dense solve's (no tangent dropped)."""
+    dx, ref = tangents(*julia_case(dtype), "julia")
+    assert len(fake.calls_to("linsolve_dense")) == 2  # x, then dx
+    assert dx is not None and (dx - ref).abs().max() <= 1e-9 * ref.abs().max()
+
+
 def test_julia_refuses_a_python_operator(fake):
     op = ps.LinearOperator((4, 4), lambda X: 2 * X, dtype=torch.float64)
     with pytest.raises(ps.BackendError, match="back into Python"):
@@ -454,6 +500,13 @@ def test_julia_matches_native(dtype):
         lambda A, b, a0, a1: ps.linsolve(A, b, a0=a0, a1=a1, backend="julia"),
         (A[:, :6, :6], b[:, :6], a0, a1),
     )
+
+
+@needs_julia
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_julia_forward_mode_matches_the_dense_solve(dtype):
+    dx, ref = tangents(*julia_case(dtype), "julia")
+    assert dx is not None and (dx - ref).abs().max() <= 1e-9 * ref.abs().max()
 
 
 @needs_julia

@@ -26,6 +26,11 @@ as in ``pullbacks/eig.py``; the Sylvester solve is regular as long as no
 kept eigenvalue is one of the complement's, which the forward's cluster
 extension ensures. The products are ``A^H`` only: ``k`` for ``A^H W gP``,
 one block per Krylov step of the solve.
+
+Forward mode is the same algebra untransposed (:func:`eig_topk_pushforward`):
+``Y`` by one shifted solve per pair with products by ``A`` only, then ``dP``,
+``dL`` and ``X``; exact where the tangent keeps each cluster together (``dP``
+a multiple of the identity on it), which the caller checks (the gauge policy).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from ..forward import linsolve as K
 
 # rmatmul: a block product X -> A^H X on (n, p) complex tensors
 
-__all__ = ["eig_topk_pullback"]
+__all__ = ["eig_topk_pullback", "eig_topk_pushforward"]
 
 
 def eig_topk_pullback(
@@ -95,3 +100,44 @@ def eig_topk_pullback(
         converged = bool((solve.residual <= t).all())
         Xi = Xi - Q @ (Q.mH @ Xi)
     return Wg - Xi, N.masked_fill(~cluster, 0), solve, converged
+
+
+def eig_topk_pushforward(
+    L: Tensor,
+    V: Tensor,
+    dAV: Tensor,
+    matmul: Any,
+    cluster: Tensor,
+    tol: float,
+    krylovdim: int,
+    maxiter: int,
+) -> tuple[Tensor, Tensor, Tensor, K.Solve | None, bool]:
+    """``(dL, dV, dP, solve, converged)``: the tangents of ``eig_topk``'s
+    ``(L, V)`` along ``dA``, given ``dAV = dA V`` (``(n, k)`` complex) and
+    ``matmul`` the block product ``A X``; ``cluster`` and ``tol`` as in
+    :func:`eig_topk_pullback`. ``dV`` keeps unit norm (``Re v_j^H dv_j =
+    0``) and has no rotation inside a cluster; ``dP = R^-1 Q^H (dA V + A Y)``
+    is returned for the caller's split check."""
+    Q, R = torch.linalg.qr(V)
+    rhs = -(dAV - Q @ (Q.mH @ dAV))
+    Y, solve, converged = torch.zeros_like(V), None, True
+    if bool((rhs != 0).any()):
+
+        def op(X: Tensor) -> Tensor:  # rows are systems: X is (k, n)
+            Z = X.mT - Q @ (Q.mH @ X.mT)
+            Z = matmul(Z)
+            Z = Z - Q @ (Q.mH @ Z)
+            return Z.mT - L[:, None] * X
+
+        b = rhs.mT.contiguous()
+        t = tol * torch.linalg.vector_norm(b, dim=-1)
+        solve = K.gmres(op, b, torch.zeros_like(b), t, krylovdim, maxiter)
+        converged = bool((solve.residual <= t).all())
+        Y = solve.x.mT
+        Y = Y - Q @ (Q.mH @ Y)
+    dP = torch.linalg.solve_triangular(R, Q.mH @ (dAV + matmul(Y)), upper=True)
+    gap = L[None, :] - L[:, None]  # L_j - L_i
+    X = torch.where(cluster, 0, dP / torch.where(cluster, 1, gap))
+    dV = V @ X + Y
+    dV = dV - V * (V.conj() * dV).sum(0).real
+    return dP.diagonal(), dV, dP, solve, converged
