@@ -2727,8 +2727,9 @@ end
                                                                 0.1; krylovdim=2, maxiter=1)
     @test_throws DimensionMismatch PySpectral.linsolve(randn(3, 3), randn(4))
     # MINRES for a Hermitian indefinite matrix with real a0, a1: the solution, its short
-    # recurrences (no more products than n and a few residuals) and the rule, whose
-    # adjoint solve is MINRES too
+    # recurrences (no restart: in rounding Lanczos loses orthogonality, so a condition
+    # of ~100 takes about 1.25 n steps to 1e-12, within 2 n) and the rule, whose adjoint
+    # solve is MINRES too
     for T in (Float64, ComplexF64)
         n = 40
         Q = Matrix(qr(randn(T, n, n)).Q)
@@ -2738,7 +2739,7 @@ end
         x, info = PySpectral._krylov(H, h, zero(h), 0.1, 1.0; tol=1e-12 * norm(h),
                                      krylovdim=30, maxiter=100, ishermitian=true,
                                      isposdef=false)
-        @test info.converged == 1 && info.numops <= n + 5
+        @test info.converged == 1 && info.numops <= 2n
         @test x ≈ (0.1I + H) \ h
         @test PySpectral.linsolve(H, h, 0.1; ishermitian=true) ≈ (0.1I + H) \ h
         Hs = H[1:8, 1:8]
