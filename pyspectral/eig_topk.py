@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
-import torch.autograd.forward_ad as fwAD
 from torch import Tensor
 
 from ._autograd import check_not_nested_forward_mode
@@ -26,9 +25,16 @@ from ._validation import _as_integer, check_matrix
 from ._warnings import warn
 from .common.defaults import eps34, max_abs
 from .common.gauge import apply_gauge_policy, check_gauge, check_weights
-from .exceptions import BackendError, ConvergenceWarning, InputError, ShapeError
+from .exceptions import ConvergenceWarning, InputError, ShapeError
 from .forward import eig_topk as KS
-from .linsolve import _has_tangent, _positive, _primal, _tolerance, _vjp_adjoint
+from .linsolve import (
+    _has_tangent,
+    _julia_backend,
+    _positive,
+    _primal,
+    _tolerance,
+    _vjp_adjoint,
+)
 from .pullbacks.eig import split_measure, split_message
 from .pullbacks.eig_topk import eig_topk_pullback, eig_topk_pushforward
 
@@ -265,7 +271,7 @@ def _julia(A: Tensor, c: _Checked, return_info: bool) -> Any:
             "not report the products and restarts as it counts them); use "
             "backend='torch'"
         )
-    Ad = fwAD.unpack_dual(A).primal.detach()
+    Ad = A.detach()  # the primal: detach drops a forward-mode tangent too
     L, V, handles = J.eig_topk(Ad, c.k, c.which, c.tol, c.krylovdim, c.maxiter, c.atol)
     scale = float(L.abs().max())
     with torch.no_grad():
@@ -399,19 +405,9 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
            gauge, backward_tol, backward_krylovdim, backward_maxiter, generator,
            backend) -> _Checked:  # fmt: skip
     name = "eig_topk"
-    if backend not in ("auto", "torch", "julia"):
-        raise BackendError(
-            f"{name}: backend must be 'auto', 'torch' or 'julia', got {backend!r}"
-        )
     dense = isinstance(op, Tensor)
-    if backend == "julia":
-        if not dense:
-            raise BackendError(
-                f"{name}: backend='julia' takes a dense tensor; an operator's "
-                "products are Python functions, which Julia's Krylov solver would "
-                "call back into Python once per product (not supported): use "
-                "backend='torch' for a LinearOperator, or pass the matrix"
-            )
+    julia = _julia_backend(name, op, backend)
+    if julia:
         for given, what in ((blocksize, "blocksize"), (generator, "generator")):
             if given is not None:
                 raise InputError(
@@ -488,8 +484,7 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
         _positive(name, "maxiter", maxiter), bs, cdtype, torch.device(device),
         max(eps34(cdtype), 100 * tol_), gen, opts.degeneracy_atol, opts, btol,
         _positive(name, "backward_krylovdim", backward_krylovdim),
-        _positive(name, "backward_maxiter", backward_maxiter), real,
-        backend == "julia",
+        _positive(name, "backward_maxiter", backward_maxiter), real, julia,
     )  # fmt: skip
 
 

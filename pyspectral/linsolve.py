@@ -215,6 +215,23 @@ class _System(NamedTuple):
     julia: bool
 
 
+def _julia_backend(name: str, op: Any, backend: str) -> bool:
+    """Whether ``backend`` asks for Julia (checked: one of the three names,
+    and Julia only for a dense tensor)."""
+    if backend not in ("auto", "torch", "julia"):
+        raise BackendError(
+            f"{name}: backend must be 'auto', 'torch' or 'julia', got {backend!r}"
+        )
+    if backend == "julia" and not isinstance(op, Tensor):
+        raise BackendError(
+            f"{name}: backend='julia' takes a dense tensor; an operator's "
+            "products are Python functions, which Julia's Krylov solver would "
+            "call back into Python once per product (not supported): use "
+            "backend='torch' for a LinearOperator, or pass the matrix"
+        )
+    return backend == "julia"
+
+
 def _check(
     op,
     b,
@@ -232,20 +249,9 @@ def _check(
     backend,
 ) -> _System:
     name = "linsolve"
-    if backend not in ("auto", "torch", "julia"):
-        raise BackendError(
-            f"{name}: backend must be 'auto', 'torch' or 'julia', got {backend!r}"
-        )
     dense = isinstance(op, Tensor)
-    julia = backend == "julia"
+    julia = _julia_backend(name, op, backend)
     if julia:
-        if not dense:
-            raise BackendError(
-                f"{name}: backend='julia' takes a dense tensor; an operator's "
-                "products are Python functions, which Julia's Krylov solver would "
-                "call back into Python once per product (not supported): use "
-                "backend='torch' for a LinearOperator, or pass the matrix"
-            )
         for given, what in ((project, "project"), (return_info, "return_info")):
             if given not in (None, False):
                 raise InputError(

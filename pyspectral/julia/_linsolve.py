@@ -34,6 +34,15 @@ def _scalars(t: torch.Tensor, batch: torch.Size, dtype: torch.dtype) -> torch.Te
     return _per_system(t, batch, dtype if t.is_complex() else real.get(dtype, dtype))
 
 
+def _settings(a0, a1, tol, batch: torch.Size, dtype: torch.dtype, keep: list) -> tuple:
+    """``a0``, ``a1`` and the absolute tolerances as Julia's ``1 x B`` vectors."""
+    return (
+        to_julia_vectors(_scalars(a0, batch, dtype), keep),
+        to_julia_vectors(_scalars(a1, batch, dtype), keep),
+        to_julia_vectors(_per_system(tol, batch, torch.float64), keep),
+    )
+
+
 def linsolve(
     A: torch.Tensor,
     b: torch.Tensor,
@@ -57,9 +66,7 @@ def linsolve(
         to_julia(A, keep),
         to_julia_vectors(b, keep),
         to_julia_vectors(x0, keep),
-        to_julia_vectors(_scalars(a0, batch, dtype), keep),
-        to_julia_vectors(_scalars(a1, batch, dtype), keep),
-        to_julia_vectors(_per_system(tol, batch, torch.float64), keep),
+        *_settings(a0, a1, tol, batch, dtype, keep),
         bool(ishermitian),
         bool(isposdef),
         int(krylovdim),
@@ -95,9 +102,7 @@ def linsolve_pullback(
         to_julia(A, keep),
         to_julia_vectors(x, keep),
         to_julia_vectors(gx, keep),
-        to_julia_vectors(_scalars(a0, batch, dtype), keep),
-        to_julia_vectors(_scalars(a1, batch, dtype), keep),
-        to_julia_vectors(_per_system(tol, batch, torch.float64), keep),
+        *_settings(a0, a1, tol, batch, dtype, keep),
         bool(ishermitian),
         bool(isposdef),
         int(krylovdim),

@@ -81,25 +81,40 @@ def eig_topk_pullback(
     if gL is not None:
         gP = gP + torch.diag(gL.to(V.dtype))
     Wg = W @ gP
-    rhs = gVn + rmatmul(Wg)
-    rhs = rhs - Q @ (Q.mH @ rhs)
-    Xi, solve, converged = torch.zeros_like(V), None, True
-    if bool((rhs != 0).any()):
-        shift = L.conj()
-
-        def op(X: Tensor) -> Tensor:  # rows are systems: X is (k, n)
-            Y = X.mT - Q @ (Q.mH @ X.mT)
-            Y = rmatmul(Y)
-            Y = Y - Q @ (Q.mH @ Y)
-            return Y.mT - shift[:, None] * X
-
-        b = rhs.mT.contiguous()
-        t = tol * torch.linalg.vector_norm(b, dim=-1)
-        solve = K.gmres(op, b, torch.zeros_like(b), t, krylovdim, maxiter)
-        Xi = solve.x.mT
-        converged = bool((solve.residual <= t).all())
-        Xi = Xi - Q @ (Q.mH @ Xi)
+    Xi, solve, converged = _complement_solve(
+        rmatmul, L.conj(), Q, gVn + rmatmul(Wg), tol, krylovdim, maxiter
+    )
     return Wg - Xi, N.masked_fill(~cluster, 0), solve, converged
+
+
+def _complement_solve(
+    product: Any,
+    shift: Tensor,
+    Q: Tensor,
+    rhs: Tensor,
+    tol: float,
+    krylovdim: int,
+    maxiter: int,
+) -> tuple[Tensor, K.Solve | None, bool]:
+    """``(Y, solve, converged)``: ``(Π B Π - shift_j) y_j = Π rhs_j`` for each
+    column ``j`` by one batched GMRES on the complement ``Π = I - Q Q^H`` of
+    the kept subspace, ``B`` the block ``product`` (``A`` or ``A^H``), to the
+    relative ``tol``; zero (and ``solve`` None) where ``Π rhs`` is zero."""
+    rhs = rhs - Q @ (Q.mH @ rhs)
+    if not bool((rhs != 0).any()):
+        return torch.zeros_like(rhs), None, True
+
+    def op(X: Tensor) -> Tensor:  # rows are systems: X is (k, n)
+        Z = X.mT - Q @ (Q.mH @ X.mT)
+        Z = product(Z)
+        Z = Z - Q @ (Q.mH @ Z)
+        return Z.mT - shift[:, None] * X
+
+    b = rhs.mT.contiguous()
+    t = tol * torch.linalg.vector_norm(b, dim=-1)
+    solve = K.gmres(op, b, torch.zeros_like(b), t, krylovdim, maxiter)
+    Y = solve.x.mT
+    return Y - Q @ (Q.mH @ Y), solve, bool((solve.residual <= t).all())
 
 
 def eig_topk_pushforward(
@@ -119,22 +134,7 @@ def eig_topk_pushforward(
     0``) and has no rotation inside a cluster; ``dP = R^-1 Q^H (dA V + A Y)``
     is returned for the caller's split check."""
     Q, R = torch.linalg.qr(V)
-    rhs = -(dAV - Q @ (Q.mH @ dAV))
-    Y, solve, converged = torch.zeros_like(V), None, True
-    if bool((rhs != 0).any()):
-
-        def op(X: Tensor) -> Tensor:  # rows are systems: X is (k, n)
-            Z = X.mT - Q @ (Q.mH @ X.mT)
-            Z = matmul(Z)
-            Z = Z - Q @ (Q.mH @ Z)
-            return Z.mT - L[:, None] * X
-
-        b = rhs.mT.contiguous()
-        t = tol * torch.linalg.vector_norm(b, dim=-1)
-        solve = K.gmres(op, b, torch.zeros_like(b), t, krylovdim, maxiter)
-        converged = bool((solve.residual <= t).all())
-        Y = solve.x.mT
-        Y = Y - Q @ (Q.mH @ Y)
+    Y, solve, converged = _complement_solve(matmul, L, Q, -dAV, tol, krylovdim, maxiter)
     dP = torch.linalg.solve_triangular(R, Q.mH @ (dAV + matmul(Y)), upper=True)
     gap = L[None, :] - L[:, None]  # L_j - L_i
     X = torch.where(cluster, 0, dP / torch.where(cluster, 1, gap))
