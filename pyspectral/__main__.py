@@ -159,14 +159,15 @@ def install_julia(tests: bool, sysimage: bool = True) -> int:
     if not sysimage:
         print(
             "pyspectral: no system image (--no-sysimage): a process's first Julia "
-            "call also loads and compiles PySpectral (about 2 s more); "
+            "call also loads and compiles PySpectral (about 4 s more); "
             "`python -m pyspectral julia-sysimage` builds it"
         )
         return 0
     print(
         "pyspectral: building the system image, so that a process's first Julia "
-        "call does not load and compile PySpectral (about 2 s saved; building "
-        "takes about 10 minutes and 7 GB of memory, once; --no-sysimage skips it)"
+        "call does not load and compile PySpectral (about 4 s saved; building "
+        "takes 6 to 15 minutes on 2 cores and 7 GB of memory, once; "
+        "--no-sysimage skips it)"
     )
     start = time.perf_counter()
     image = _sysimage.build()

@@ -112,10 +112,11 @@ def eig_topk(
     (default ``max|λ| max(eps**(3/4), 100 tol)``), so no cluster is cut.
 
     Forward: block Krylov-Schur (``krylovdim`` basis vectors, default
-    ``max(30, 2k + 2 blocksize)``; restarts at most ``maxiter``), in
-    complex arithmetic; ``blocksize`` start vectors (default 1 for
-    ``k = 1``, else 2) find an eigenvalue of that multiplicity (a larger
-    one may be missed: raise ``blocksize``). Converged when each pair's true
+    ``max(30, 2k + 2 blocksize)``; restarts at most ``maxiter``), in real
+    arithmetic for a real ``A`` (as ARPACK), complex otherwise;
+    ``blocksize`` start vectors (default 1 for ``k = 1``, else 2) find an
+    eigenvalue of that multiplicity (a larger one may be missed: raise
+    ``blocksize``). Converged when each pair's true
     residual ``||A v - λ v|| <= tol max|θ|`` (default ``tol = eps**(3/4)``;
     ``return_info=True`` adds an :class:`EigTopKInfo`), else a
     ``ConvergenceWarning`` with the residual and the remedy. ``"SM"`` and
@@ -184,8 +185,8 @@ def eig_topk(
         return _julia(op, c, return_info)
     with torch.no_grad():
         ritz, kk = KS.krylov_schur(
-            c.mm, c.n, c.k, c.which, c.tol, c.krylovdim, c.maxiter, c.blocksize,
-            c.cdtype, c.device, c.tie, c.gen,
+            c.iterate, c.n, c.k, c.which, c.tol, c.krylovdim, c.maxiter, c.blocksize,
+            c.cdtype.to_real() if c.real else c.cdtype, c.device, c.tie, c.gen,
         )  # fmt: skip
     scale = ritz.tol / c.tol if c.tol > 0 else 0.0
     converged = bool((ritz.residual <= ritz.tol).all())
@@ -377,6 +378,7 @@ def _policy(L, V, gL, gV, N_in, cluster, cluster_tol, c) -> None:
 class _Checked(NamedTuple):
     A: Callable[[Tensor], Tensor]  # complex block product, grad on
     mm: Callable[[Tensor], Tensor]  # the same, without forward mode's tangent
+    iterate: Callable[[Tensor], Tensor]  # the forward's product: real for a real op
     AH: Callable[[Tensor], Tensor]
     n: int
     k: int
@@ -479,8 +481,12 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
     elif not isinstance(gen, torch.Generator):
         raise InputError(f"{name}: generator must be a torch.Generator or None")
     btol = _tolerance(name, "backward_tol", backward_tol, tol_)
+    # the forward's product, on blocks of op's dtype (real for a real op); its
+    # blocks are column-major views of the basis, which an operator's own
+    # matmul gets contiguous (it may reshape them with view)
+    iterate = _primal(matmul if dense else lambda X: matmul(X.contiguous()))
     return _Checked(
-        A, _primal(A), AH, n, kk, which, tol_, kd,
+        A, _primal(A), iterate, AH, n, kk, which, tol_, kd,
         _positive(name, "maxiter", maxiter), bs, cdtype, torch.device(device),
         max(eps34(cdtype), 100 * tol_), gen, opts.degeneracy_atol, opts, btol,
         _positive(name, "backward_krylovdim", backward_krylovdim),

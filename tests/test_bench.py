@@ -41,6 +41,7 @@ BENCHMARKS = ROOT / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 import _timing  # noqa: E402
 import bench_compile  # noqa: E402
+import bench_eig_topk  # noqa: E402
 import bench_eigh  # noqa: E402
 import bench_julia  # noqa: E402
 import bench_julia_ttfx  # noqa: E402
@@ -308,6 +309,28 @@ def test_bench_overhead_rows(capsys):
             counts = rows[f"torch ops in the backward: {what}"]
             assert all(int(c.strip(" |")) >= 2 for c in counts)
         float(rows["overhead"][1].strip(" |"))
+
+
+def test_bench_eig_topk_rows(capsys):
+    """bench_eig_topk's table at a small size: the forward, forward + backward,
+    the backward call alone (its ratio to the forward) and ARPACK's row, each
+    time a number."""
+    argv = ["--n", "120", "--repeat", "1", "--skip-torch"]
+    assert bench_eig_topk.main(argv) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"eig_topk: \d+ products, \d+ restarts", out)
+    rows = {r.split(" | ")[0][2:]: r.split(" | ")[1:] for r in out.splitlines()[4:]}
+    for what in (
+        "eig_topk forward",
+        "eig_topk forward + backward",
+        "eig_topk backward alone (the .backward() call)",
+    ):
+        assert float(rows[what][0]) > 0
+    if importlib.util.find_spec("scipy") is None:  # the row says why not
+        assert "ARPACK (scipy eigs) | skipped: scipy is not installed" in out
+        return
+    arpack = rows["ARPACK (scipy eigs) forward"]
+    assert float(arpack[0]) > 0 and "eig_topk / ARPACK" in arpack[1]
 
 
 def test_bench_truncation_rows(capsys):

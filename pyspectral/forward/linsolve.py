@@ -31,6 +31,12 @@ Op = Any
 # recursively updated one cannot drift below tol unnoticed.
 CG_RESIDUAL_EVERY = 50
 
+# GMRES orthogonalizes a new vector twice only where one classical Gram-Schmidt
+# pass left less than this fraction of its norm (the criterion of Daniel, Gragg,
+# Kaufman and Stewart, 1976): only then can rounding leave it far from
+# orthogonal to the basis. Most steps take one pass over the basis, not two.
+REORTHOGONALIZE = 2**-0.5
+
 
 class Solve(NamedTuple):
     """A Krylov solve: the solution, each system's true residual norm
@@ -47,6 +53,12 @@ def _dot(u: Tensor, v: Tensor) -> Tensor:
 
 
 def _norm(u: Tensor) -> Tensor:
+    """``||u||`` over the last dimension; of a complex ``u`` as the norm of its
+    real view (the same number; torch's complex norm of a (6, 2048) block
+    took 75 us against 8, a tenth of a GMRES step's cost)."""
+    if u.is_complex():
+        real = torch.view_as_real(u.conj() if u.is_conj() else u)
+        return torch.linalg.vector_norm(real, dim=(-2, -1))
     return torch.linalg.vector_norm(u, dim=-1)
 
 
@@ -67,8 +79,9 @@ def gmres(
     """Restarted GMRES(``krylovdim``), at most ``maxiter`` cycles.
 
     Each cycle builds an Arnoldi basis ``V`` of the residual's Krylov space
-    (classical Gram-Schmidt applied twice, which is as accurate as modified
-    Gram-Schmidt and takes two matrix products per step) and minimises
+    (classical Gram-Schmidt, a second pass where the first cancelled more than
+    ``1 - REORTHOGONALIZE`` of the new vector's norm: as accurate as modified
+    Gram-Schmidt, in one or two matrix products per step) and minimises
     ``||beta e_1 - H y||`` over the Hessenberg matrix ``H``; the cycle ends
     early when every system's least-squares residual is below its ``tol``.
     A zero new basis vector (a *lucky breakdown*: the Krylov space is
@@ -95,12 +108,15 @@ def gmres(
             w = matvec(V[..., j, :])
             products += 1
             basis = V[..., : j + 1, :]
+            wn = _norm(w)
             h = (basis.conj() @ w[..., None])[..., 0]
             w = w - (h[..., None, :] @ basis)[..., 0, :]
-            h2 = (basis.conj() @ w[..., None])[..., 0]
-            w = w - (h2[..., None, :] @ basis)[..., 0, :]
             hn = _norm(w)
-            H[..., : j + 1, j] = h + h2
+            if bool((hn < REORTHOGONALIZE * wn).any()):
+                h2 = (basis.conj() @ w[..., None])[..., 0]
+                w = w - (h2[..., None, :] @ basis)[..., 0, :]
+                h, hn = h + h2, _norm(w)
+            H[..., : j + 1, j] = h
             H[..., j + 1, j] = hn
             V[..., j + 1, :] = _safe_div(w, hn)
             y, res = _least_squares(H[..., : j + 2, : j + 1], rhs[..., : j + 2])

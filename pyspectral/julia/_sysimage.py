@@ -229,7 +229,7 @@ def explain(from_image: bool, environ: Mapping[str, str] = os.environ) -> str | 
     ``RuntimeWarning`` (also returned), unless the user chose so (``ENV=no``,
     or juliacall's ``PYTHON_JULIACALL_SYSIMAGE`` set to an image of their own)
     or :func:`select` has said it (a stale image). A process's first Julia
-    call then also loads and compiles PySpectral (about 2 s more): never
+    call then also loads and compiles PySpectral (about 4 s more): never
     silently."""
     if from_image or environ.get(ENV, "").strip().lower() == "no":
         return None
@@ -248,14 +248,14 @@ def explain(from_image: bool, environ: Mapping[str, str] = os.environ) -> str | 
         message = (
             f"pyspectral's Julia system image {path} was built from other sources "
             "and Julia was started without it, so this process's first Julia call "
-            "also loads and compiles PySpectral (about 2 s more): rebuild it with "
+            "also loads and compiles PySpectral (about 4 s more): rebuild it with "
             "`python -m pyspectral julia-sysimage`"
         )
     elif path.is_file():
         message = (
             "Julia was started before pyspectral could give it its system image "
             f"{path} (juliacall was imported first), so this process's first "
-            "Julia call also loads and compiles PySpectral (about 2 s more): let "
+            "Julia call also loads and compiles PySpectral (about 4 s more): let "
             "pyspectral start Julia (set PYSPECTRAL_START_JULIA=auto before "
             "importing pyspectral, instead of importing juliacall yourself), or set "
             f"PYTHON_JULIACALL_SYSIMAGE={path} before importing juliacall"
@@ -263,7 +263,7 @@ def explain(from_image: bool, environ: Mapping[str, str] = os.environ) -> str | 
     else:
         message = (
             "pyspectral's Julia system image is not built, so this process's first "
-            "Julia call also loads and compiles PySpectral (about 2 s more): build "
+            "Julia call also loads and compiles PySpectral (about 4 s more): build "
             "it once with `python -m pyspectral julia-sysimage` (several minutes; "
             "`install-julia` builds it unless given --no-sysimage)"
         )
