@@ -467,9 +467,7 @@ def _check(op, k, which, tol, krylovdim, maxiter, blocksize, degeneracy_atol,
         # a real operator on a complex block: its real and imaginary parts
         def g(X: Tensor) -> Tensor:
             if real:
-                p = X.shape[-1]
-                Y = f(torch.cat((X.real, X.imag), -1).to(dtype))
-                return torch.complex(Y[:, :p], Y[:, p:])
+                return KS.complex_product(lambda Y: f(Y.to(dtype)), X)
             return f(X.to(dtype))
 
         return g

@@ -157,7 +157,7 @@ def krylov_schur(
         if done or restarts >= maxiter:
             V = QT[:p].mT.to(Y.dtype) @ Y[:, :kk]
             V = V / torch.linalg.vector_norm(V, dim=0)
-            AV = _complex_product(matmul, V) if real else matmul(V)
+            AV = complex_product(matmul, V) if real else matmul(V)
             true = torch.linalg.vector_norm(AV - V * theta[:kk], dim=0)
             products += kk
             ritz = Ritz(theta[:kk], V, true, tol * scale, products, restarts)
@@ -189,7 +189,7 @@ def _real_span(theta: Tensor, Y: Tensor) -> Tensor:
     return U[:, :rank]
 
 
-def _complex_product(matmul: Op, V: Tensor) -> Tensor:
+def complex_product(matmul: Op, V: Tensor) -> Tensor:
     """A real operator's product with a complex block: its real and imaginary
     parts in one block of twice the width."""
     p = V.shape[1]
